@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Builds the local cluster's upstream binaries from the Go module proxy, once,
+# into a cache outside the repo keyed by version:
+#   $NIGHTSHIFT_CACHE/bin/<name>-<version>/<binary>
+# Usage: hack/build-upstream.sh [all|etcd|kubernetes|kwok|karpenter|versitygw|crds]...
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+CACHE=${NIGHTSHIFT_CACHE:-$HOME/.cache/nightshift}
+mkdir -p "$CACHE/bin" "$CACHE/src"
+export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+export GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
+
+die() { echo "build-upstream: $*" >&2; exit 1; }
+command -v go >/dev/null || die "Go is not installed. Install Go >= 1.24 (Debian: apt-get install golang-1.24, or from go.dev) and put it on PATH."
+
+# wrapper <dir> <module-lines...>: a throwaway module that requires what we build.
+wrapper() {
+  local dir=$1; shift
+  mkdir -p "$dir"
+  printf 'module nightshift.local/build\n\ngo 1.24\n' >"$dir/go.mod"
+  printf '%s\n' "$@" >>"$dir/go.mod"
+}
+
+# built <name> <version> <binaries...>: true when every binary is already cached.
+built() {
+  local d="$CACHE/bin/$1-$2"; shift 2
+  for b in "$@"; do [ -x "$d/$b" ] || return 1; done
+}
+
+step() { printf '==> %s\n' "$*"; }
+
+build_etcd() {
+  built etcd "$ETCD_VERSION" etcd && return
+  step "etcd $ETCD_VERSION"
+  local w="$CACHE/src/etcd-$ETCD_VERSION"
+  wrapper "$w" "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+  (cd "$w" && go mod download go.etcd.io/etcd/server/v3 && go get go.etcd.io/etcd/server/v3@"$ETCD_VERSION" \
+    && go build -trimpath -ldflags '-s -w' -o "$CACHE/bin/etcd-$ETCD_VERSION/etcd" go.etcd.io/etcd/server/v3) \
+    || die "building etcd $ETCD_VERSION failed (see above). Is the Go module proxy reachable?"
+}
+
+build_kubernetes() {
+  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy)
+  built kubernetes "$KUBERNETES_VERSION" "${bins[@]}" && return
+  step "kubernetes $KUBERNETES_VERSION (kube-apiserver, controller-manager, scheduler, kubelet, kube-proxy; ~6-10 min cold on 2 cores)"
+  local w="$CACHE/src/kubernetes-$KUBERNETES_VERSION"
+  mkdir -p "$w"
+  # k8s.io/kubernetes points its staging modules at ./staging; map each to its
+  # published version instead. The list comes from that version's own go.mod.
+  local gomod
+  gomod=$(cd "$w" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -f "$gomod" ] || die "could not download k8s.io/kubernetes@$KUBERNETES_VERSION from the Go module proxy"
+  local replaces
+  replaces=$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod" \
+    | while read -r m; do echo "replace $m => $m $KUBERNETES_STAGING_VERSION"; done)
+  wrapper "$w" "require k8s.io/kubernetes $KUBERNETES_VERSION" "$replaces"
+  local pkgs=() b
+  for b in "${bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+  local v=$KUBERNETES_VERSION minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$v -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  (cd "$w" && go mod tidy >/dev/null 2>&1 || true; cd "$w" && go build -trimpath -ldflags "$ld" -o "$CACHE/bin/kubernetes-$KUBERNETES_VERSION/" "${pkgs[@]}") \
+    || die "building kubernetes $KUBERNETES_VERSION failed (see above)"
+}
+
+build_kwok() {
+  built kwok "$KWOK_VERSION" kwok && return
+  step "kwok $KWOK_VERSION"
+  GOBIN="$CACHE/bin/kwok-$KWOK_VERSION" go install -trimpath -ldflags '-s -w' "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" \
+    || die "building kwok $KWOK_VERSION failed (see above)"
+}
+
+build_karpenter() {
+  built karpenter "$KARPENTER_VERSION" karpenter-kwok && return
+  step "karpenter $KARPENTER_VERSION with its KWOK provider"
+  local w="$CACHE/src/karpenter-$KARPENTER_VERSION"
+  wrapper "$w" "require sigs.k8s.io/karpenter $KARPENTER_VERSION"
+  (cd "$w" && go get "sigs.k8s.io/karpenter@$KARPENTER_VERSION" && go mod tidy >/dev/null 2>&1 || true
+   cd "$w" && go build -trimpath -ldflags '-s -w' -o "$CACHE/bin/karpenter-$KARPENTER_VERSION/karpenter-kwok" sigs.k8s.io/karpenter/kwok) \
+    || die "building karpenter $KARPENTER_VERSION failed (see above)"
+}
+
+build_versitygw() {
+  built versitygw "$VERSITYGW_VERSION" versitygw && return
+  step "versitygw $VERSITYGW_VERSION (S3-compatible server for tests)"
+  GOBIN="$CACHE/bin/versitygw-$VERSITYGW_VERSION" go install -trimpath -ldflags '-s -w' "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" \
+    || die "building versitygw $VERSITYGW_VERSION failed (see above)"
+}
+
+# CRDs and data files come from module sources; download them into the module cache.
+fetch_crds() {
+  step "karpenter CRDs (core $KARPENTER_VERSION, AWS $KARPENTER_AWS_VERSION) and kwok stages"
+  local w="$CACHE/src/crds"
+  wrapper "$w"
+  (cd "$w" && go mod download "sigs.k8s.io/karpenter@$KARPENTER_VERSION" "github.com/aws/karpenter-provider-aws@$KARPENTER_AWS_VERSION" "sigs.k8s.io/kwok@$KWOK_VERSION") \
+    || die "downloading CRD sources failed (see above)"
+}
+
+targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(all)
+for t in "${targets[@]}"; do
+  case $t in
+    all) build_etcd; fetch_crds; build_kwok; build_karpenter; build_kubernetes; build_versitygw ;;
+    etcd) build_etcd ;; kubernetes) build_kubernetes ;; kwok) build_kwok ;;
+    karpenter) build_karpenter ;; versitygw) build_versitygw ;; crds) fetch_crds ;;
+    *) die "unknown target '$t' (all|etcd|kubernetes|kwok|karpenter|versitygw|crds)" ;;
+  esac
+done

@@ -1,0 +1,3 @@
+"""Nightshift: batch science pipelines on Kubernetes."""
+
+__version__ = "0.1.0"

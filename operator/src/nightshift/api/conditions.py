@@ -1,0 +1,62 @@
+"""Status conditions per the Kubernetes API conventions (metav1.Condition)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+READY = "Ready"
+PROGRESSING = "Progressing"
+FAILED = "Failed"
+INVALID = "Invalid"
+CAPACITY_LIMITED = "CapacityLimited"
+
+TRUE = "True"
+FALSE = "False"
+UNKNOWN = "Unknown"
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(
+    type_: str, status: str, reason: str, message: str, observed_generation: int
+) -> dict[str, Any]:
+    """A condition without a transition time; `merge` fills it in."""
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": observed_generation,
+    }
+
+
+def merge(
+    old: Iterable[Mapping[str, Any]] | None,
+    new: Iterable[Mapping[str, Any]],
+    now: str | None = None,
+) -> list[dict[str, Any]]:
+    """New conditions, keeping lastTransitionTime where a condition's status did not change.
+
+    Keeping the old time when nothing changed makes the merged list equal to the old
+    one, so a reconcile pass that observed nothing new writes nothing.
+    """
+    stamp = now or now_rfc3339()
+    previous = {c["type"]: c for c in (old or [])}
+    merged: list[dict[str, Any]] = []
+    for c in new:
+        prior = previous.get(c["type"])
+        same = prior is not None and prior.get("status") == c["status"]
+        when = prior.get("lastTransitionTime", stamp) if same and prior else stamp
+        merged.append({**c, "lastTransitionTime": when})
+    return merged
+
+
+def find(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
+    for c in conditions or []:
+        if c.get("type") == type_:
+            return c
+    return None

@@ -1,0 +1,75 @@
+"""API group, label, annotation and taint names shared by every layer.
+
+One place for these strings so that the renderer, the reconcilers, the runner and
+the charts never disagree about a key.
+"""
+
+from __future__ import annotations
+
+GROUP = "nightshift.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Kinds and their plurals (the REST resource names).
+PIPELINERUN = "PipelineRun"
+PIPELINERUNS = "pipelineruns"
+VIRTUALCLUSTER = "VirtualCluster"
+VIRTUALCLUSTERS = "virtualclusters"
+SHAREDSTORAGE = "SharedStorage"
+SHAREDSTORAGES = "sharedstorages"
+
+# Labels. `nightshift.io/pool` is the contract between a VirtualCluster (which puts it
+# on the nodes its NodePools launch) and a PipelineRun stage (which selects it).
+LABEL_POOL = f"{GROUP}/pool"
+LABEL_VIRTUAL_CLUSTER = f"{GROUP}/virtual-cluster"
+LABEL_RUN = f"{GROUP}/pipeline-run"
+LABEL_STAGE = f"{GROUP}/stage"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+LABEL_STORAGE = f"{GROUP}/storage"
+
+# Standard recommended labels (app.kubernetes.io/*).
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "nightshift"
+
+# Taint that keeps everything but pipeline pods off a pool's nodes. Its value is the
+# pool name, so a stage tolerates exactly the pool it asked for.
+TAINT_POOL = LABEL_POOL
+
+# Annotations.
+ANNOTATION_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+# Field manager for server-side apply.
+FIELD_MANAGER = "nightshift-operator"
+
+# Finalizers.
+FINALIZER_VIRTUAL_CLUSTER = f"{GROUP}/virtual-cluster"
+FINALIZER_PLACEMENT_GROUP = f"{GROUP}/placement-group"
+
+# Environment the runner and every pipeline container see.
+ENV_ITEM = "NIGHTSHIFT_ITEM"
+ENV_ITEM_INDEX = "NIGHTSHIFT_ITEM_INDEX"
+ENV_RUN = "NIGHTSHIFT_RUN"
+ENV_STAGE = "NIGHTSHIFT_STAGE"
+ENV_NAMESPACE = "NIGHTSHIFT_NAMESPACE"
+ENV_ITEMS_FILE = "NIGHTSHIFT_ITEMS_FILE"
+ENV_SCRATCH = "NIGHTSHIFT_SCRATCH"
+ENV_INPUTS = "NIGHTSHIFT_INPUTS"
+ENV_OUTPUTS = "NIGHTSHIFT_OUTPUTS"
+ENV_ATTEMPT = "NIGHTSHIFT_ATTEMPT"
+
+# The runner's volume layout inside every pipeline pod (design for storage/MPI later):
+#   /nightshift/items/items      the stage's item list, one per line (ConfigMap)
+#   /nightshift/work             the item's scratch: inputs/, outputs/, tmp/ (emptyDir or
+#                                node-local RAID0 hostPath when the pool has localDisk)
+#   /nightshift/bin              the runner's wrapper script, dropped by the init container
+#   /nightshift/cache            node-level whole-file S3 cache (hostPath, shared per node)
+MOUNT_ROOT = "/nightshift"
+MOUNT_ITEMS = f"{MOUNT_ROOT}/items"
+MOUNT_WORK = f"{MOUNT_ROOT}/work"
+MOUNT_BIN = f"{MOUNT_ROOT}/bin"
+MOUNT_CACHE = f"{MOUNT_ROOT}/cache"
+ITEMS_KEY = "items"
