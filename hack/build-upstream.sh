@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/versions.env"
 CACHE=${NIGHTSHIFT_CACHE:-$HOME/.cache/nightshift}
 mkdir -p "$CACHE/bin" "$CACHE/src"
-export GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0
+export GOFLAGS=-mod=mod GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 export GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
 
 die() { echo "build-upstream: $*" >&2; exit 1; }

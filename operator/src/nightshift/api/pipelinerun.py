@@ -1,0 +1,152 @@
+"""PipelineRun spec models (group nightshift.io, version v1alpha1).
+
+Mirrors crds/pipelinerun.yaml. Validation that CEL can express lives in the CRD;
+what it cannot (cycles, item counts from ConfigMaps or S3) lives in
+nightshift.render.validate and surfaces as an Invalid condition.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from nightshift.api.models import Spec
+
+
+class RangeSource(Spec):
+    """Items `from`..`to` inclusive, every `step`, each formatted with `format`."""
+
+    from_: int = Field(alias="from")
+    to: int
+    step: int = 1
+    # A Python format string with one positional field, e.g. "night-{:04d}".
+    format: str = "{}"
+
+
+class ConfigMapSource(Spec):
+    """Newline-separated items in one key of a ConfigMap in the run's namespace."""
+
+    name: str
+    key: str = "items"
+
+
+class S3Source(Spec):
+    """One item per object under a prefix of a storage's bucket, listed once at start."""
+
+    storage: str
+    prefix: str = ""
+    # Only keys ending with this suffix become items (e.g. ".fits").
+    suffix: str = ""
+    # Strip the listing prefix from each key before it becomes an item.
+    strip_prefix: bool = True
+
+
+class ForEach(Spec):
+    """Exactly one item source."""
+
+    items: list[str] | None = None
+    range: RangeSource | None = None
+    from_config_map: ConfigMapSource | None = None
+    from_s3: S3Source | None = None
+
+
+class Step(Spec):
+    name: str
+    command: list[str]
+    args: list[str] = []
+    env: list[dict[str, Any]] = []
+
+
+class DataRef(Spec):
+    """An input or output: a path template (with `{item}`) inside a named storage."""
+
+    storage: str
+    path: str
+    # inputs: stage | stream; outputs: batch | interleave
+    mode: str | None = None
+    # Inputs only: use the node-level whole-file cache for S3 objects.
+    cache: bool = True
+
+
+class Retries(Spec):
+    per_item: int = 3
+    # Exit codes that fail the item at once, without using a retry.
+    permanent_exit_codes: list[int] = []
+
+
+class Stage(Spec):
+    name: str
+    depends_on: list[str] = []
+    for_each: ForEach | None = None
+    pool: str | None = None
+    image: str
+    image_pull_policy: str | None = None
+    steps: list[Step]
+    env: list[dict[str, Any]] = []
+    resources: dict[str, Any] = {}
+    parallelism: int | None = None
+    inputs: list[DataRef] = []
+    outputs: list[DataRef] = []
+    retries: Retries = Retries()
+    tolerate_failed_items: int = 0
+    active_deadline_seconds: int | None = None
+    # Free-form pod template annotations (e.g. KWOK's simulated task duration).
+    pod_annotations: dict[str, str] = {}
+    pod_labels: dict[str, str] = {}
+    service_account_name: str | None = None
+
+
+class S3Storage(Spec):
+    bucket: str
+    prefix: str = ""
+    region: str | None = None
+    # Endpoint override for S3-compatible stores (versitygw, MinIO, Ceph RGW).
+    endpoint: str | None = None
+    # Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; omit on EKS with IRSA or
+    # Pod Identity.
+    credentials_secret: str | None = None
+
+
+class PvcStorage(Spec):
+    claim_name: str
+    sub_path: str = ""
+
+
+class StorageRef(Spec):
+    """A storage the stages name: S3 or a PVC now; SharedStorage objects later."""
+
+    name: str
+    s3: S3Storage | None = None
+    pvc: PvcStorage | None = None
+
+
+class Launch(Spec):
+    # Raise each stage Job's parallelism step by step so no more than this many pods
+    # start per minute (staggered spot launches).
+    max_pods_per_minute: int | None = None
+
+
+class Archive(Spec):
+    """Where the runner writes one task record per item."""
+
+    storage: str
+    prefix: str = "_nightshift"
+
+
+class PipelineRunSpec(Spec):
+    virtual_cluster: str | None = None
+    stages: list[Stage]
+    storage: list[StorageRef] = []
+    archive: Archive | None = None
+    launch: Launch = Launch()
+    suspend: bool = False
+    cancel: bool = False
+    # Bump to rerun only the failed items of a finished run; each value runs once.
+    rerun_failed: int = 0
+    runner_image: str | None = None
+
+
+Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended", "Cancelled"]
+PHASES: tuple[Phase, ...] = ("Pending", "Running", "Succeeded", "Failed", "Suspended", "Cancelled")
+TERMINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Cancelled"})
