@@ -55,13 +55,14 @@ build_kubernetes() {
   local replaces
   replaces=$(sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod" \
     | while read -r m; do echo "replace $m => $m $KUBERNETES_STAGING_VERSION"; done)
-  wrapper "$w" "require k8s.io/kubernetes $KUBERNETES_VERSION" "$replaces"
-  local pkgs=() b
-  for b in "${bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+  local pkgs=() tools=() b
+  for b in "${bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); tools+=("tool k8s.io/kubernetes/cmd/$b"); done
+  # `tool` lines keep the requirement through `go mod tidy` (nothing imports it).
+  wrapper "$w" "require k8s.io/kubernetes $KUBERNETES_VERSION" "$replaces" "${tools[@]}"
   local v=$KUBERNETES_VERSION minor=${KUBERNETES_VERSION#v1.}; minor=${minor%%.*}
   local ld="-s -w -X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
   ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$v -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
-  (cd "$w" && go mod tidy >/dev/null 2>&1 || true; cd "$w" && go build -trimpath -ldflags "$ld" -o "$CACHE/bin/kubernetes-$KUBERNETES_VERSION/" "${pkgs[@]}") \
+  (cd "$w" && go mod tidy && go build -trimpath -ldflags "$ld" -o "$CACHE/bin/kubernetes-$KUBERNETES_VERSION/" "${pkgs[@]}") \
     || die "building kubernetes $KUBERNETES_VERSION failed (see above)"
 }
 
@@ -76,9 +77,8 @@ build_karpenter() {
   built karpenter "$KARPENTER_VERSION" karpenter-kwok && return
   step "karpenter $KARPENTER_VERSION with its KWOK provider"
   local w="$CACHE/src/karpenter-$KARPENTER_VERSION"
-  wrapper "$w" "require sigs.k8s.io/karpenter $KARPENTER_VERSION"
-  (cd "$w" && go get "sigs.k8s.io/karpenter@$KARPENTER_VERSION" && go mod tidy >/dev/null 2>&1 || true
-   cd "$w" && go build -trimpath -ldflags '-s -w' -o "$CACHE/bin/karpenter-$KARPENTER_VERSION/karpenter-kwok" sigs.k8s.io/karpenter/kwok) \
+  wrapper "$w" "require sigs.k8s.io/karpenter $KARPENTER_VERSION" "tool sigs.k8s.io/karpenter/kwok"
+  (cd "$w" && go mod tidy && go build -trimpath -ldflags '-s -w' -o "$CACHE/bin/karpenter-$KARPENTER_VERSION/karpenter-kwok" sigs.k8s.io/karpenter/kwok) \
     || die "building karpenter $KARPENTER_VERSION failed (see above)"
 }
 

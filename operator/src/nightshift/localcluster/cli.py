@@ -1,0 +1,76 @@
+"""`nightshift-localcluster up|down|status|env|build`: the local cluster for tests and demos."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+
+from nightshift.localcluster import cluster, procs, tools
+from nightshift.localcluster.components import Qps
+from nightshift.localcluster.paths import Layout, LocalClusterError
+
+console = Console(stderr=True)
+
+
+def _say(msg: str) -> None:
+    console.print(f"[bold cyan]localcluster[/]: {msg}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="nightshift-localcluster",
+        description="A local Kubernetes control plane with KWOK nodes and Karpenter's KWOK "
+        "provider (simulated EKS capacity with real EC2 instance types and prices).",
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p_up = sub.add_parser("up", help="build what is missing, start the cluster, wait until ready")
+    p_up.add_argument("--default-qps", action="store_true",
+                      help="keep the controller-manager's and scheduler's upstream client QPS "
+                      "(20/30) instead of the raised 300/600")
+    sub.add_parser("down", help="stop exactly the processes `up` started")
+    sub.add_parser("status", help="show each part, its PID and whether it is alive")
+    sub.add_parser("env", help="print shell exports: eval \"$(nightshift-localcluster env)\"")
+    sub.add_parser("build", help="build or fetch the upstream binaries only")
+    args = ap.parse_args(argv)
+
+    try:
+        layout = Layout.discover()
+        if args.cmd == "up":
+            cluster.up(layout, Qps.upstream_defaults() if args.default_qps else Qps(), _say)
+            console.print(f"kubeconfig: {layout.kubeconfig}\n"
+                          f"try: eval \"$(nightshift-localcluster env)\" && kubectl get nodes")
+        elif args.cmd == "down":
+            cluster.down(layout, _say)
+        elif args.cmd == "status":
+            return _status(layout)
+        elif args.cmd == "env":
+            print("\n".join(cluster.env_lines(layout)))
+        elif args.cmd == "build":
+            tools.ensure(layout)
+            _say("all upstream binaries present")
+    except LocalClusterError as e:
+        console.print(f"[bold red]error[/]: {e}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        return 130
+    return 0
+
+
+def _status(layout: Layout) -> int:
+    state, _alive, dead = cluster.running(layout)
+    if state is None:
+        console.print("not running")
+        return 3
+    console.print(f"server {state.server}, kubeconfig {layout.kubeconfig}, qps {state.qps}")
+    for p in state.proc_objs():
+        ok = procs.alive(p)
+        mark = "[green]running[/]" if ok else "[red]dead[/]"
+        console.print(f"  {p.name:<24} pid {p.pid:<8} {mark}  log {p.log}")
+    return 0 if not dead else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""The local cluster: real etcd, API server, controller-manager, scheduler, KWOK, Karpenter.
+
+`up` starts each part by PID on free loopback ports and records them in
+`.localcluster/state.json`; `down` stops exactly those PIDs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from nightshift.localcluster import components, procs, tools
+from nightshift.localcluster.components import Ports, Qps
+from nightshift.localcluster.paths import Layout, LocalClusterError
+from nightshift.localcluster.pki import Pki, write_kubeconfig
+
+Say = Callable[[str], None]
+
+DEFAULT_NODECLASS = """\
+apiVersion: karpenter.kwok.sh/v1alpha1
+kind: KWOKNodeClass
+metadata:
+  name: default
+  labels:
+    app.kubernetes.io/managed-by: nightshift-localcluster
+"""
+
+
+@dataclass
+class State:
+    server: str
+    ports: dict[str, int]
+    processes: list[dict[str, Any]]
+    qps: int
+    started: float
+
+    def proc_objs(self) -> list[procs.Proc]:
+        return [procs.Proc(**p) for p in self.processes]
+
+
+def _state_file(layout: Layout) -> Path:
+    return layout.state / "state.json"
+
+
+def load_state(layout: Layout) -> State | None:
+    f = _state_file(layout)
+    if not f.exists():
+        return None
+    return State(**json.loads(f.read_text()))
+
+
+def _save_state(layout: Layout, state: State) -> None:
+    _state_file(layout).write_text(json.dumps(asdict(state), indent=2))
+
+
+def running(layout: Layout) -> tuple[State | None, list[procs.Proc], list[procs.Proc]]:
+    """The recorded state, the parts still alive and the parts that died."""
+    state = load_state(layout)
+    if state is None:
+        return None, [], []
+    objs = state.proc_objs()
+    return state, [p for p in objs if procs.alive(p)], [p for p in objs if not procs.alive(p)]
+
+
+def kubectl(layout: Layout, *args: str, input_: str | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(
+        [str(layout.kubectl), f"--kubeconfig={layout.kubeconfig}", *args],
+        input=input_, capture_output=True, text=True, check=False,
+    )
+    if check and r.returncode != 0:
+        raise LocalClusterError(f"kubectl {' '.join(args)} failed: {r.stderr.strip()}")
+    return r
+
+
+def up(layout: Layout, qps: Qps, say: Say) -> State:
+    state, alive, dead = running(layout)
+    if state is not None and alive and not dead:
+        say(f"already up: {state.server} (kubeconfig {layout.kubeconfig})")
+        return state
+    if state is not None:
+        say("a previous cluster is partly running; stopping it first")
+        down(layout, say)
+
+    tools.ensure(layout)
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    pki = Pki(layout.pki)
+    pki.ensure()
+    ports = Ports(*(procs.free_port() for _ in range(8)))
+    server = f"https://127.0.0.1:{ports.apiserver}"
+    write_kubeconfig(layout.kubeconfig, pki.kubeconfig("admin", server))
+    for ident in ("controller-manager", "scheduler", "kwok", "karpenter", "operator"):
+        write_kubeconfig(layout.state / "kubeconfigs" / f"{ident}.yaml",
+                         pki.kubeconfig(ident, server))
+
+    started: list[procs.Proc] = []
+    t0 = time.monotonic()
+
+    def record() -> State:
+        st = State(server=server, ports=asdict(ports), processes=[asdict(p) for p in started],
+                   qps=qps.qps, started=time.time())
+        _save_state(layout, st)
+        return st
+
+    try:
+        say("etcd")
+        etcd = procs.start("etcd", components.etcd(layout, ports), layout.logs)
+        started.append(etcd)
+        record()
+        procs.wait_until("etcd health", lambda: procs.http_ok(
+            f"http://127.0.0.1:{ports.etcd_client}/health"), 30, etcd)
+
+        say("kube-apiserver")
+        api = procs.start("kube-apiserver", components.apiserver(layout, pki, ports),
+                          layout.logs)
+        started.append(api)
+        record()
+        admin = pki.token("admin")
+        procs.wait_until("kube-apiserver /readyz", lambda: procs.http_ok(
+            f"{server}/readyz", pki.ca_crt, admin), 90, api)
+
+        say("kube-controller-manager, kube-scheduler, kwok")
+        for name, argv in (
+            ("kube-controller-manager", components.controller_manager(layout, pki, ports, qps)),
+            ("kube-scheduler", components.scheduler(layout, ports, qps)),
+            ("kwok", components.kwok(layout, ports)),
+        ):
+            started.append(procs.start(name, argv, layout.logs))
+        record()
+
+        say("Karpenter CRDs (core, EC2NodeClass, KWOKNodeClass)")
+        for f in components.crd_files(layout):
+            kubectl(layout, "apply", "--server-side", "--force-conflicts", "-f", str(f))
+        kubectl(layout, "wait", "--for=condition=Established", "--timeout=60s",
+                "crd/nodepools.karpenter.sh", "crd/nodeclaims.karpenter.sh",
+                "crd/kwoknodeclasses.karpenter.kwok.sh", "crd/ec2nodeclasses.karpenter.k8s.aws")
+
+        say("karpenter (KWOK provider, AWS instance catalog)")
+        argv, env = components.karpenter(layout, ports)
+        kp = procs.start("karpenter", argv, layout.logs, env)
+        started.append(kp)
+        st = record()
+
+        kcm, sched, kw = started[2], started[3], started[4]
+        procs.wait_until("kube-controller-manager /healthz", lambda: procs.http_ok(
+            f"https://127.0.0.1:{ports.controller_manager}/healthz"), 60, kcm)
+        procs.wait_until("kube-scheduler /healthz", lambda: procs.http_ok(
+            f"https://127.0.0.1:{ports.scheduler}/healthz"), 60, sched)
+        procs.wait_until("kwok /healthz", lambda: procs.http_ok(
+            f"http://127.0.0.1:{ports.kwok}/healthz"), 60, kw)
+        procs.wait_until("karpenter /readyz", lambda: procs.http_ok(
+            f"http://127.0.0.1:{ports.karpenter_health}/readyz"), 90, kp)
+        kubectl(layout, "apply", "--server-side", "-f", "-", input_=DEFAULT_NODECLASS)
+        # The default service account appears asynchronously; tests create pods at once.
+        procs.wait_until("the default service account", lambda: kubectl(
+            layout, "get", "serviceaccount", "default", "-n", "default", check=False
+        ).returncode == 0, 60)
+    except BaseException:
+        say("start-up failed; stopping what was started (logs kept in "
+            f"{layout.logs})")
+        for p in reversed(started):
+            procs.stop(p)
+        _state_file(layout).unlink(missing_ok=True)
+        raise
+    say(f"up in {time.monotonic() - t0:.1f}s: {server}")
+    return st
+
+
+def down(layout: Layout, say: Say) -> None:
+    state = load_state(layout)
+    if state is None:
+        say("not running (no state file)")
+        return
+    for p in reversed(state.proc_objs()):
+        if procs.alive(p):
+            say(f"stopping {p.name} (pid {p.pid})")
+        procs.stop(p)
+    _state_file(layout).unlink(missing_ok=True)
+    # A fresh etcd each `up`: tests and demos start from an empty cluster.
+    subprocess.run(["rm", "-rf", str(layout.state / "etcd")], check=False)
+    say("down")
+
+
+def env_lines(layout: Layout) -> list[str]:
+    return [
+        f"export KUBECONFIG={layout.kubeconfig}",
+        f"export PATH={layout.tools_bin}:$PATH",
+    ]

@@ -1,0 +1,137 @@
+"""Processes started by PID, on free loopback ports, with logs kept; stopped only by PID."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nightshift.localcluster.paths import LocalClusterError
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class Proc:
+    name: str
+    pid: int
+    exe: str
+    log: str
+
+
+def start(
+    name: str, argv: Sequence[str], log_dir: Path, env: Mapping[str, str] | None = None
+) -> Proc:
+    """Start a component detached from our session so Ctrl-C on the CLI leaves it alone."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"{name}.log"
+    full_env = {**os.environ, **(env or {})}
+    with log.open("ab") as out:
+        p = subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            start_new_session=True,
+        )
+    return Proc(name=name, pid=p.pid, exe=str(argv[0]), log=str(log))
+
+
+def alive(proc: Proc) -> bool:
+    """True when the PID still runs the same executable (PIDs get reused)."""
+    try:
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{proc.pid}/stat").read_text()
+    except OSError:
+        return False
+    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return False
+    return cmdline.split(b"\0", 1)[0].decode(errors="replace") == proc.exe
+
+
+def stop(proc: Proc, timeout: float = 10.0) -> None:
+    if not alive(proc):
+        return
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(proc):
+            _reap(proc.pid)
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGKILL)
+    _reap(proc.pid)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def tail(path: str, lines: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_until(
+    what: str,
+    check: Callable[[], bool],
+    timeout: float,
+    proc: Proc | None = None,
+    interval: float = 0.2,
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if proc is not None and not alive(proc):
+            raise LocalClusterError(
+                f"{proc.name} exited while waiting for {what}; last lines of {proc.log}:\n"
+                f"{tail(proc.log)}"
+            )
+        time.sleep(interval)
+    where = f"; see {proc.log}" if proc else ""
+    raise LocalClusterError(f"timed out after {timeout:.0f}s waiting for {what}{where}")
+
+
+def http_ok(url: str, ca: Path | None = None, token: str | None = None) -> bool:
+    ctx: ssl.SSLContext | None = None
+    if url.startswith("https"):
+        ctx = ssl.create_default_context(cafile=str(ca)) if ca else ssl._create_unverified_context()
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
