@@ -89,7 +89,9 @@ class Stage(Spec):
     inputs: list[DataRef] = []
     outputs: list[DataRef] = []
     retries: Retries = Retries()
-    tolerate_failed_items: int = 0
+    # None: every item runs and the stage fails at the end if any failed. N: up to N
+    # failed items are tolerated (dependents still start); one more stops the stage.
+    tolerate_failed_items: int | None = None
     active_deadline_seconds: int | None = None
     # Free-form pod template annotations (e.g. KWOK's simulated task duration).
     pod_annotations: dict[str, str] = {}
@@ -140,6 +142,9 @@ class PipelineRunSpec(Spec):
     storage: list[StorageRef] = []
     archive: Archive | None = None
     launch: Launch = Launch()
+    # Per-stage parallelism overrides, by stage name. Stages are immutable once the run
+    # exists, so the one knob that must stay mutable lives here.
+    parallelism: dict[str, int] = {}
     suspend: bool = False
     cancel: bool = False
     # Bump to rerun only the failed items of a finished run; each value runs once.

@@ -1,0 +1,273 @@
+"""A stage's items: expansion, frozen ConfigMap chunks, and the in-pod wrapper run.sh.
+
+Items reach a container only through the mounted list and two env vars that run.sh
+exports; nothing here ever builds a shell line out of an item.
+
+Layout of the items volume (names.MOUNT_ITEMS), a projection of the stage's chunk
+ConfigMaps, each contributing its own keys:
+  items            items 0..k-1, one per line (the only file below ~900 KB)
+  items.0050000    items from index 50000 on (zero-padded start index), and so on
+  run.sh           the step wrapper (in the first chunk)
+  indexes[.NNN]    retry Jobs only: the original index of each completion index
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nightshift.api import names
+from nightshift.api.pipelinerun import ForEach
+
+# ConfigMaps are capped at 1 MiB including metadata; leave room for both.
+CHUNK_BYTES = 900_000
+MAX_ITEMS = 500_000
+MAX_ITEM_BYTES = 1024
+# Room for the "-<index>" suffix the Job controller appends to an Indexed pod's
+# hostname: the whole must stay a 63-character DNS label up to index 999999.
+JOB_NAME_MAX = 63 - len("-999999")
+
+RUN_SH_KEY = "run.sh"
+INDEXES_KEY = "indexes"
+# TODO(lead): move to nightshift.api.names (not owned by this change).
+ANNOTATION_ITEM_COUNT = f"{names.GROUP}/item-count"
+ANNOTATION_ITEM_START = f"{names.GROUP}/item-start"
+ANNOTATION_ITEMS_TOTAL = f"{names.GROUP}/items-total"
+ENV_LAST_STEP = "NIGHTSHIFT_LAST_STEP"
+STEP_BINARY = f"{names.MOUNT_BIN}/step"
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """What a rendered object needs to know about its PipelineRun."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def of(cls, run: Mapping[str, Any]) -> RunRef:
+        meta = run.get("metadata", {})
+        return cls(name=meta.get("name", ""), namespace=meta.get("namespace", ""),
+                   uid=meta.get("uid", ""))
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": names.API_VERSION,
+            "kind": names.PIPELINERUN,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def labels(self, stage: str, component: str) -> dict[str, str]:
+        return {
+            names.LABEL_RUN: self.name,
+            names.LABEL_STAGE: stage,
+            names.LABEL_NAME: "pipelinerun",
+            names.LABEL_INSTANCE: self.name,
+            names.LABEL_COMPONENT: component,
+            names.LABEL_PART_OF: "nightshift",
+            names.LABEL_MANAGED_BY: names.MANAGED_BY,
+        }
+
+
+def object_name(parts: Sequence[str], limit: int = 63) -> str:
+    """A DNS label from `parts`, always ending in a short hash of the parts.
+
+    The hash is what keeps names unique: run "a-b" with stage "c" and run "a" with
+    stage "b-c" would otherwise both give "a-b-c" and fight over one Job.
+    """
+    digest = hashlib.sha256("/".join(parts).encode()).hexdigest()[:6]
+    readable = "-".join(parts).lower().replace(".", "-").replace("_", "-")
+    readable = readable[: limit - len(digest) - 1].strip("-")
+    return f"{readable}-{digest}" if readable else digest
+
+
+def job_name(run: str, stage: str, attempt: int) -> str:
+    parts = [run, stage] + ([f"r{attempt}"] if attempt else [])
+    return object_name(parts, JOB_NAME_MAX)
+
+
+def items_configmap_name(run: str, stage: str, chunk: int) -> str:
+    return object_name([run, stage, "items", str(chunk)])
+
+
+def indexes_configmap_name(run: str, stage: str, attempt: int, chunk: int) -> str:
+    return object_name([run, stage, f"r{attempt}", "indexes", str(chunk)])
+
+
+def format_problem(fmt: str) -> str | None:
+    """Why `fmt` is not a format with exactly one positional field for an int, or None."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(fmt) if f is not None]
+    except ValueError as e:
+        return f"format {fmt!r} does not parse ({e}); write e.g. \"night-{{:04d}}\""
+    if len(fields) != 1 or fields[0] not in ("", "0"):
+        return (f"format {fmt!r} must have exactly one positional field like {{}} or "
+                f"{{:04d}}, found {len(fields)} field(s)")
+    try:
+        fmt.format(0)
+    except (ValueError, TypeError, IndexError, KeyError) as e:
+        return f"format {fmt!r} cannot format an integer ({e}); use e.g. {{:04d}} or {{:x}}"
+    return None
+
+
+def item_problem(item: str) -> str | None:
+    """Why an item cannot be carried in the newline-separated list and an env var."""
+    if item == "":
+        return "is empty; an item must name something"
+    if "\n" in item or "\r" in item:
+        return "contains a line break; the items file is newline separated (CRLF input?)"
+    if "\0" in item:
+        return "contains a NUL byte, which no environment variable can carry"
+    if len(item.encode()) > MAX_ITEM_BYTES:
+        return f"is longer than {MAX_ITEM_BYTES} bytes"
+    return None
+
+
+def range_count(from_: int, to: int, step: int) -> int:
+    return len(range(from_, to + 1, step)) if step >= 1 else 0
+
+
+def expand(for_each: ForEach | None) -> list[str]:
+    """The items of an inline or range source ([""] as one item for a stage without one).
+
+    fromConfigMap and fromS3 are resolved by the I/O layer, which then freezes what it
+    read with `items_configmaps` like any other source.
+    """
+    if for_each is None:
+        # A stage without forEach runs once (a summary or CONCAT step).
+        return ["0"]
+    if for_each.items is not None:
+        return list(for_each.items)
+    if for_each.range is not None:
+        r = for_each.range
+        problem = format_problem(r.format)
+        if problem:
+            raise ValueError(problem)
+        return [r.format.format(i) for i in range(r.from_, r.to + 1, r.step)]
+    raise ValueError("expand() handles items and range; fromConfigMap/fromS3 are I/O")
+
+
+def chunk(lines: Sequence[str], budget: int = CHUNK_BYTES) -> list[tuple[int, list[str]]]:
+    """(start index, lines) chunks whose newline-joined text stays within `budget` bytes."""
+    chunks: list[tuple[int, list[str]]] = []
+    current: list[str] = []
+    size = 0
+    start = 0
+    for i, line in enumerate(lines):
+        n = len(line.encode()) + 1
+        if current and size + n > budget:
+            chunks.append((start, current))
+            current, size, start = [], 0, i
+        current.append(line)
+        size += n
+    if current or not chunks:
+        chunks.append((start, current))
+    return chunks
+
+
+def chunk_key(base: str, start: int) -> str:
+    return base if start == 0 else f"{base}.{start:07d}"
+
+
+def items_configmaps(run: RunRef, stage: str, items: Sequence[str]) -> list[dict[str, Any]]:
+    """The ConfigMaps that freeze a stage's items; the first also carries run.sh."""
+    out = []
+    for n, (start, lines) in enumerate(chunk(items)):
+        data = {chunk_key(names.ITEMS_KEY, start): "".join(f"{x}\n" for x in lines)}
+        if n == 0:
+            data[RUN_SH_KEY] = RUN_SH
+        out.append(_configmap(run, stage, items_configmap_name(run.name, stage, n), data,
+                              start, len(lines), len(items)))
+    return out
+
+
+def indexes_configmaps(
+    run: RunRef, stage: str, attempt: int, indexes: Sequence[int]
+) -> list[dict[str, Any]]:
+    """A retry Job's map from completion index to original item index, one per line."""
+    lines = [str(i) for i in indexes]
+    return [
+        _configmap(run, stage, indexes_configmap_name(run.name, stage, attempt, n),
+                   {chunk_key(INDEXES_KEY, start): "".join(f"{x}\n" for x in part)},
+                   start, len(part), len(lines))
+        for n, (start, part) in enumerate(chunk(lines))
+    ]
+
+
+def _configmap(run: RunRef, stage: str, name: str, data: dict[str, str], start: int,
+               count: int, total: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": run.namespace,
+            "labels": run.labels(stage, "items"),
+            "annotations": {
+                ANNOTATION_ITEM_COUNT: str(count),
+                ANNOTATION_ITEM_START: str(start),
+                ANNOTATION_ITEMS_TOTAL: str(total),
+            },
+            "ownerReferences": [run.owner_reference()],
+        },
+        # Frozen: the run sees the same items on every attempt and after restarts.
+        "immutable": True,
+        "data": data,
+    }
+
+
+# POSIX sh only: user images are guaranteed nothing but /bin/sh. Variables are global
+# (no `local` in POSIX), which is fine for this straight-line script.
+RUN_SH = f"""#!/bin/sh
+# Nightshift step wrapper: {names.ENV_ITEM} and {names.ENV_ITEM_INDEX} for this pod's
+# JOB_COMPLETION_INDEX, then exec the step. Items are data, never shell text.
+set -eu
+step=$1
+shift
+if [ "${{1-}}" = "--" ]; then shift; fi
+dir=${{0%/*}}
+idx=${{JOB_COMPLETION_INDEX:?run.sh must run in a pod of an Indexed Job}}
+
+# nth BASE N: line N (0-based) of the list kept in BASE, BASE.<start>, ... chunks.
+nth() {{
+  file=$dir/$1
+  start=0
+  for f in "$dir/$1".*; do
+    [ -e "$f" ] || continue
+    s=${{f##*.}}
+    while [ "${{s#0}}" != "$s" ] && [ -n "${{s#0}}" ]; do s=${{s#0}}; done
+    [ "$s" -le "$2" ] || break
+    file=$f
+    start=$s
+  done
+  n=$(($2 - start + 1))
+  if command -v sed >/dev/null 2>&1; then
+    sed -n "${{n}}p;${{n}}q" "$file"
+  else
+    i=0
+    while IFS= read -r line || [ -n "$line" ]; do
+      i=$((i + 1))
+      if [ "$i" -eq "$n" ]; then printf '%s\\n' "$line"; return 0; fi
+    done < "$file"
+  fi
+}}
+
+if [ -e "$dir/{INDEXES_KEY}" ]; then orig=$(nth {INDEXES_KEY} "$idx"); else orig=$idx; fi
+item=
+if [ -n "$orig" ]; then item=$(nth {names.ITEMS_KEY} "$orig"); fi
+if [ -z "$item" ]; then
+  echo "nightshift: no item for completion index $idx in $dir" >&2
+  exit 2
+fi
+{names.ENV_ITEM}=$item
+{names.ENV_ITEM_INDEX}=$orig
+export {names.ENV_ITEM} {names.ENV_ITEM_INDEX}
+if [ -x {STEP_BINARY} ]; then exec {STEP_BINARY} "$step" "$@"; else exec "$@"; fi
+"""

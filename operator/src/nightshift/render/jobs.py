@@ -1,0 +1,188 @@
+"""One Indexed Job per stage attempt: the whole fan-out in one object.
+
+The Job controller creates, retries and counts the pods; the operator only ever reads
+and writes this one object per stage attempt, so its API cost is O(stages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from nightshift.api import names
+from nightshift.api.pipelinerun import PipelineRunSpec, Stage
+from nightshift.render import runner
+from nightshift.render.items import (
+    ENV_LAST_STEP,
+    RUN_SH_KEY,
+    RunRef,
+    job_name,
+)
+
+ANNOTATION_RERUN = f"{names.GROUP}/rerun-failed"  # TODO(lead): move to api.names
+VOLUME_ITEMS = "nightshift-items"
+VOLUME_WORK = "nightshift-work"
+DISRUPTION_TARGET = "DisruptionTarget"
+# Job API limit on completions-with-backoffLimitPerIndex before stricter rules apply.
+HIGH_COMPLETIONS = 100_000
+HIGH_COMPLETIONS_PARALLELISM = 10_000
+
+
+def max_parallelism(completions: int) -> int:
+    """The most parallelism the Job API accepts for this many completions."""
+    cap = HIGH_COMPLETIONS_PARALLELISM if completions > HIGH_COMPLETIONS else 100_000
+    return min(completions, cap)
+
+
+def pod_failure_policy(stage: Stage) -> dict[str, Any]:
+    # Ignore first: a spot interruption, drain or preemption must never use one of the
+    # item's retries, even if the step also exited with a "permanent" code on SIGTERM.
+    rules: list[dict[str, Any]] = [
+        {"action": "Ignore",
+         "onPodConditions": [{"type": DISRUPTION_TARGET, "status": "True"}]},
+    ]
+    codes = sorted(set(stage.retries.permanent_exit_codes))
+    if codes:
+        # No containerName: a step may be an init container or the main one.
+        rules.append({"action": "FailIndex",
+                      "onExitCodes": {"operator": "In", "values": codes}})
+    return {"rules": rules}
+
+
+def render_job(
+    *,
+    run: RunRef,
+    spec: PipelineRunSpec,
+    stage: Stage,
+    attempt: int,
+    completions: int,
+    item_configmaps: Sequence[str],
+    indexes_configmaps: Sequence[str] = (),
+    parallelism: int,
+    suspend: bool,
+    runner_image: str,
+    rerun: int = 0,
+) -> dict[str, Any]:
+    """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes)."""
+    name = job_name(run.name, stage.name, attempt)
+    labels = {**run.labels(stage.name, "stage"), names.LABEL_ATTEMPT: str(attempt)}
+    tolerate = stage.tolerate_failed_items
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": completions,
+        "parallelism": min(parallelism, max_parallelism(completions)),
+        "backoffLimitPerIndex": stage.retries.per_item,
+        "podFailurePolicy": pod_failure_policy(stage),
+        # A replacement pod only once the old one is gone, so two pods never write the
+        # same item's outputs at once (and the only value allowed with a failure policy).
+        "podReplacementPolicy": "Failed",
+        "suspend": suspend,
+        # No ttlSecondsAfterFinished: the run's status is recomputed from its Jobs.
+        "template": _pod_template(run, spec, stage, attempt, labels,
+                                  [*item_configmaps, *indexes_configmaps], runner_image),
+    }
+    if tolerate is not None:
+        # The API refuses maxFailedIndexes above completions (retry Jobs are smaller).
+        job_spec["maxFailedIndexes"] = min(tolerate, completions)
+    if stage.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = stage.active_deadline_seconds
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": run.namespace,
+        "labels": labels,
+        "ownerReferences": [run.owner_reference()],
+    }
+    if attempt:
+        # Which rerunFailed value this retry answers, so a lost status write can never
+        # turn one request into two retries.
+        metadata["annotations"] = {ANNOTATION_RERUN: str(rerun)}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
+                  labels: Mapping[str, str], configmaps: Sequence[str],
+                  runner_image: str) -> dict[str, Any]:
+    parts = runner.runner_parts(
+        run=run.name,
+        namespace=run.namespace,
+        stage=stage,
+        storage={s.name: s for s in spec.storage},
+        archive=spec.archive,
+        runner_image=runner_image,
+    ) or runner.RunnerParts()
+    last = stage.steps[-1].name
+    base_env = [
+        {"name": names.ENV_RUN, "value": run.name},
+        {"name": names.ENV_STAGE, "value": stage.name},
+        {"name": names.ENV_NAMESPACE, "value": run.namespace},
+        {"name": names.ENV_ITEMS_FILE, "value": f"{names.MOUNT_ITEMS}/{names.ITEMS_KEY}"},
+        {"name": names.ENV_ATTEMPT, "value": str(attempt)},
+        {"name": ENV_LAST_STEP, "value": last},
+    ]
+    mounts = [
+        {"name": VOLUME_ITEMS, "mountPath": names.MOUNT_ITEMS, "readOnly": True},
+        {"name": VOLUME_WORK, "mountPath": names.MOUNT_WORK},
+        *parts.step_volume_mounts,
+    ]
+    containers = []
+    for step in stage.steps:
+        c: dict[str, Any] = {
+            "name": step.name,
+            "image": stage.image,
+            # The wrapper finds the item; the step's own argv is passed through as-is.
+            "command": ["/bin/sh", f"{names.MOUNT_ITEMS}/{RUN_SH_KEY}", step.name, "--",
+                        *step.command, *step.args],
+            "env": merge_env(base_env, parts.step_env, stage.env, step.env),
+            "volumeMounts": mounts,
+        }
+        if stage.image_pull_policy:
+            c["imagePullPolicy"] = stage.image_pull_policy
+        if stage.resources:
+            # Steps run one after another, so each may use the whole stage's share.
+            c["resources"] = dict(stage.resources)
+        containers.append(c)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "initContainers": [*parts.init_containers, *containers[:-1]],
+        "containers": containers[-1:],
+        "volumes": [
+            {"name": VOLUME_ITEMS,
+             "projected": {"sources": [{"configMap": {"name": n}} for n in configmaps]}},
+            {"name": VOLUME_WORK, "emptyDir": {}},
+            *parts.volumes,
+        ],
+        # Thousands of pods in a namespace with many Services need no service env vars.
+        "enableServiceLinks": False,
+    }
+    if not pod_spec["initContainers"]:
+        del pod_spec["initContainers"]
+    if parts.share_process_namespace:
+        pod_spec["shareProcessNamespace"] = True
+    if stage.service_account_name:
+        pod_spec["serviceAccountName"] = stage.service_account_name
+    if stage.pool:
+        pod_spec["nodeSelector"] = {names.LABEL_POOL: stage.pool}
+        pod_spec["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
+                                    "value": stage.pool, "effect": "NoSchedule"}]
+    return {
+        "metadata": {
+            # Ours last: a user label must not detach a pod from its run or stage.
+            "labels": {**stage.pod_labels, **labels},
+            # An item in flight is work lost if Karpenter consolidates its node.
+            "annotations": {**stage.pod_annotations, names.ANNOTATION_DO_NOT_DISRUPT: "true"},
+        },
+        "spec": pod_spec,
+    }
+
+
+def merge_env(*lists: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Env lists merged by name, later lists winning, in first-seen order.
+
+    Duplicate names in a container's env are legal but only the last counts, which
+    reads as a bug in `kubectl get -o yaml`; one entry per name is unambiguous.
+    """
+    merged: dict[str, dict[str, Any]] = {}
+    for lst in lists:
+        for e in lst:
+            merged[e["name"]] = dict(e)
+    return list(merged.values())

@@ -1,0 +1,281 @@
+"""The PipelineRun decision: observed Jobs + run in, manifests + complete status out.
+
+Pure and level-based: everything is derived from the run (spec and the status this
+function wrote earlier) and the Jobs, all named deterministically, so the same
+inputs give the same plan and an operator restarted at any moment never creates a
+second Job for a stage attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from nightshift.api import names
+from nightshift.api.pipelinerun import PipelineRunSpec
+from nightshift.render import items as itemsmod
+from nightshift.render import jobs as jobsmod
+from nightshift.render import progress as pg
+from nightshift.render import validate
+from nightshift.render.items import RunRef
+from nightshift.render.status import StageRecord, build_status, stage_record
+
+
+@dataclass(frozen=True)
+class ItemsInfo:
+    count: int
+    configmaps: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    run: Mapping[str, Any]
+    jobs: Sequence[Mapping[str, Any]]
+    items: Mapping[str, ItemsInfo]
+    # Per stage: a few {index, exitCode, reason, message[, item][, attempt]} from failed
+    # pods; `index` is the pod's completion index within the Job of `attempt` (default 0).
+    failure_samples: Mapping[str, Sequence[Mapping[str, Any]]]
+    now: datetime
+    runner_image: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    resolve_items: list[str]
+    # Full manifests of objects to create (server-side apply, names.FIELD_MANAGER), in
+    # order: ConfigMaps before the Jobs that mount them.
+    apply: list[dict[str, Any]]
+    delete: list[dict[str, Any]]
+    status: dict[str, Any]
+    events: list[Event]
+    requeue_after: float | None
+    # JSON merge patches of existing Jobs' mutable fields (parallelism, suspend). Not
+    # server-side apply: an apply naming only these fields would drop the manager's
+    # ownership of the (immutable) template and the API server would refuse it.
+    patch: list[dict[str, Any]] = field(default_factory=list)
+
+
+def rfc3339(t: datetime) -> str:
+    return t.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(s: str | None) -> datetime | None:
+    if not s:
+        return None
+    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=None)
+
+
+def plan(observed: Observed) -> Plan:
+    return _Planner(observed).run()
+
+
+class _Planner:
+    def __init__(self, obs: Observed) -> None:
+        self.obs = obs
+        self.ref = RunRef.of(obs.run)
+        meta = obs.run.get("metadata") or {}
+        self.generation = int(meta.get("generation") or 0)
+        self.old: Mapping[str, Any] = obs.run.get("status") or {}
+        self.now = rfc3339(obs.now)
+        self.apply: list[dict[str, Any]] = []
+        self.patch: list[dict[str, Any]] = []
+        self.resolve: list[str] = []
+        self.requeue: float | None = None
+        self.problems: list[validate.Problem] = []
+        self.records: dict[str, StageRecord] = {}
+        old_stages = self.old.get("stages") or []
+        self.old_stages = {s.get("name"): s for s in old_stages}
+
+    def run(self) -> Plan:
+        try:
+            spec = PipelineRunSpec.model_validate(self.obs.run.get("spec") or {})
+        except ValidationError as e:
+            self.problems = [validate.Problem(
+                "spec." + ".".join(str(x) for x in err["loc"]), err["msg"]) for err in e.errors()]
+            return self._finish(None, {}, rerun_handled=int(self.old.get("rerunFailed") or 0))
+        self.problems = validate.validate_spec(spec, self.ref.name)
+        by_stage = self._jobs_by_stage(spec)
+        views: dict[str, pg.StageView] = {}
+        for i, st in enumerate(spec.stages):
+            info = self.obs.items.get(st.name)
+            if info is not None:
+                self.problems += validate.check_count(f"spec.stages[{i}].forEach", info.count, st)
+            total = info.count if info else 0
+            views[st.name] = pg.stage_view(by_stage.get(st.name, {}), total,
+                                           st.tolerate_failed_items)
+        rerun_handled = max([int(self.old.get("rerunFailed") or 0)] + [
+            int((j.get("metadata", {}).get("annotations") or {}).get(jobsmod.ANNOTATION_RERUN, 0))
+            for js in by_stage.values() for j in js.values()])
+        if not self.problems:
+            rerun_handled = self._decide(spec, views, rerun_handled)
+        return self._finish(spec, views, rerun_handled)
+
+    def _jobs_by_stage(self, spec: PipelineRunSpec) -> dict[str, dict[int, Mapping[str, Any]]]:
+        stages = {st.name for st in spec.stages}
+        out: dict[str, dict[int, Mapping[str, Any]]] = {}
+        for job in self.obs.jobs:
+            labels = (job.get("metadata") or {}).get("labels") or {}
+            stage = labels.get(names.LABEL_STAGE)
+            try:
+                attempt = int(labels.get(names.LABEL_ATTEMPT, "0"))
+            except ValueError:
+                continue
+            name = (job.get("metadata") or {}).get("name")
+            # Only our own deterministic names count: a look-alike Job is not an attempt.
+            if (stage in stages and labels.get(names.LABEL_RUN) == self.ref.name
+                    and name == itemsmod.job_name(self.ref.name, stage, attempt)):
+                out.setdefault(stage, {})[attempt] = job
+        return out
+
+    # --- decisions ---------------------------------------------------------------
+
+    def _decide(self, spec: PipelineRunSpec, views: dict[str, pg.StageView],
+                rerun_handled: int) -> int:
+        states = {n: _stage_state(v) for n, v in views.items()}
+        active = any(s in (pg.RUNNING, pg.SUSPENDED) for s in states.values())
+        finished_with_failures = not active and any(
+            v.latest is not None and v.not_succeeded and states[n] in (pg.FAILED, pg.SUCCEEDED)
+            for n, v in views.items())
+        if spec.rerun_failed > rerun_handled and not active and not spec.cancel:
+            if finished_with_failures:
+                for st in spec.stages:
+                    v = views[st.name]
+                    if v.latest is not None and v.not_succeeded:
+                        self._create(spec, st, v, v.latest.attempt + 1, spec.rerun_failed)
+                        states[st.name] = pg.RUNNING
+            rerun_handled = spec.rerun_failed
+        blocked = spec.cancel or spec.suspend or any(s == pg.FAILED for s in states.values())
+        for st in spec.stages:
+            v = views[st.name]
+            if v.latest is not None or blocked:
+                continue
+            if not all(states.get(d) == pg.SUCCEEDED for d in st.depends_on):
+                continue
+            if st.name not in self.obs.items:
+                self.resolve.append(st.name)
+                continue
+            v.total = self.obs.items[st.name].count
+            self._create(spec, st, v, 0, 0)
+        for st in spec.stages:
+            self._patch_existing(spec, st, views[st.name])
+        return rerun_handled
+
+    def _create(self, spec: PipelineRunSpec, st: Any, v: pg.StageView, attempt: int,
+                rerun: int) -> None:
+        info = self.obs.items.get(st.name)
+        item_cms = list(info.configmaps) if info else [
+            itemsmod.items_configmap_name(self.ref.name, st.name, 0)]
+        index_cms: list[str] = []
+        completions = v.total
+        if attempt:
+            indexes = v.not_succeeded
+            cms = itemsmod.indexes_configmaps(self.ref, st.name, attempt, indexes)
+            self.apply += cms
+            index_cms = [c["metadata"]["name"] for c in cms]
+            completions = len(indexes)
+        start = self._start_time(st.name, attempt, None)
+        parallelism = self._parallelism(spec, st, completions, start)
+        self.apply.append(jobsmod.render_job(
+            run=self.ref, spec=spec, stage=st, attempt=attempt, completions=completions,
+            item_configmaps=item_cms, indexes_configmaps=index_cms, parallelism=parallelism,
+            suspend=spec.suspend or spec.cancel, runner_image=self._runner_image(spec),
+            rerun=rerun))
+        # Stands in for the Job until the informer sees it, so status says Running now.
+        v.attempts.append(pg.AttemptView(
+            attempt=attempt, name=itemsmod.job_name(self.ref.name, st.name, attempt),
+            completions=completions, succeeded=set(), failed=set(),
+            unfinished=list(range(completions)), active=0, ready=0, state=pg.RUNNING,
+            creation_time=start, parallelism=parallelism,
+            indexes=v.not_succeeded if attempt else None))
+
+    def _patch_existing(self, spec: PipelineRunSpec, st: Any, v: pg.StageView) -> None:
+        latest = v.latest
+        if latest is None or latest.state in (pg.SUCCEEDED, pg.FAILED):
+            return
+        if any(j["metadata"]["name"] == latest.name for j in self.apply):
+            return
+        want_suspend = spec.suspend or spec.cancel
+        start = self._start_time(st.name, latest.attempt, latest.creation_time)
+        want_par = self._parallelism(spec, st, latest.completions, start)
+        body: dict[str, Any] = {}
+        if latest.suspended != want_suspend:
+            body["suspend"] = want_suspend
+        if latest.parallelism != want_par:
+            body["parallelism"] = want_par
+        if body:
+            self.patch.append({"apiVersion": "batch/v1", "kind": "Job",
+                               "metadata": {"name": latest.name,
+                                            "namespace": self.ref.namespace},
+                               "spec": body})
+            latest.parallelism = want_par
+            latest.suspended = want_suspend
+
+    def _runner_image(self, spec: PipelineRunSpec) -> str:
+        return spec.runner_image or self.obs.runner_image
+
+    def _start_time(self, stage: str, attempt: int, fallback: str | None) -> str:
+        """When an attempt started: from status first, so a restart keeps the stagger."""
+        rec = self.old_stages.get(stage) or {}
+        for a in rec.get("attempts") or []:
+            if a.get("attempt") == attempt and a.get("startTime"):
+                return str(a["startTime"])
+        return fallback or self.now
+
+    def _parallelism(self, spec: PipelineRunSpec, st: Any, completions: int,
+                     start: str) -> int:
+        target = spec.parallelism.get(st.name, st.parallelism)
+        cap = jobsmod.max_parallelism(max(completions, 1))
+        target = cap if target is None else min(target, cap)
+        rate = spec.launch.max_pods_per_minute
+        if not rate or target <= rate:
+            return int(target)
+        started = parse_time(start)
+        now = self.obs.now.replace(tzinfo=None, microsecond=0)
+        elapsed = max(0.0, (now - started).total_seconds()) if started else 0.0
+        steps = int(elapsed // 60) + 1
+        allowed = rate * steps
+        if allowed < target:
+            wait = 60.0 * steps - elapsed
+            self.requeue = wait if self.requeue is None else min(self.requeue, wait)
+        return int(min(target, allowed))
+
+    # --- status ------------------------------------------------------------------
+
+    def _finish(self, spec: PipelineRunSpec | None, views: dict[str, pg.StageView],
+                rerun_handled: int) -> Plan:
+        records: list[StageRecord] = []
+        if spec is not None:
+            for st in spec.stages:
+                records.append(stage_record(
+                    st.name, views[st.name], self.old_stages.get(st.name) or {},
+                    self.obs.failure_samples.get(st.name) or [], self.now,
+                    cancelled=spec.cancel))
+        status, events = build_status(
+            old=self.old, records=records, problems=[str(p) for p in self.problems],
+            generation=self.generation, now=self.now, rerun_handled=rerun_handled,
+            suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
+            resolving=bool(self.resolve))
+        return Plan(
+            resolve_items=self.resolve,
+            apply=self.apply,
+            delete=[],
+            status=status,
+            events=[Event(*e) for e in events],
+            requeue_after=self.requeue,
+            patch=self.patch,
+        )
+
+
+def _stage_state(v: pg.StageView) -> str:
+    return v.latest.state if v.latest else pg.PENDING

@@ -1,0 +1,238 @@
+"""The PipelineRun status: a few KB whatever the item count, and events on transitions.
+
+Sizes are capped here (failed-item ranges, samples, messages, attempts) so that a
+run of 100,000 items with every other item failing still writes under 16 KB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nightshift.api import conditions as cond
+from nightshift.render import progress as pg
+from nightshift.render import ranges
+
+StageRecord = dict[str, Any]
+FAILED_ITEMS_CHARS = 512
+ATTEMPT_FAILED_ITEMS_CHARS = 128
+MAX_SAMPLES = 3
+MESSAGE_CHARS = 200
+MAX_ATTEMPT_RECORDS = 5
+CONDITION_MESSAGE_CHARS = 1024
+
+
+def stage_record(
+    name: str,
+    view: pg.StageView,
+    old: Mapping[str, Any],
+    samples: Sequence[Mapping[str, Any]],
+    now: str,
+    *,
+    cancelled: bool,
+) -> StageRecord:
+    latest = view.latest
+    phase = latest.state if latest else pg.PENDING
+    if cancelled and phase in (pg.RUNNING, pg.SUSPENDED, pg.PENDING):
+        phase = pg.CANCELLED
+    rec: StageRecord = {"name": name, "phase": phase}
+    if view.total:
+        rec["total"] = view.total
+    if latest is None:
+        return rec
+    failed_text, cut = ranges.truncate(ranges.compress(view.failed), FAILED_ITEMS_CHARS)
+    old_attempts = {a.get("attempt"): a for a in old.get("attempts") or []}
+    attempts = []
+    for av in view.attempts:
+        prior = old_attempts.get(av.attempt) or {}
+        a_failed, _ = ranges.truncate(ranges.compress(av.failed), ATTEMPT_FAILED_ITEMS_CHARS)
+        entry: dict[str, Any] = {
+            "attempt": av.attempt,
+            "jobName": av.name,
+            "items": av.completions,
+            "succeeded": len(av.succeeded),
+            "failed": len(av.failed),
+            "startTime": prior.get("startTime") or av.creation_time or now,
+        }
+        if a_failed:
+            entry["failedItems"] = a_failed
+        if av.state in (pg.SUCCEEDED, pg.FAILED):
+            entry["completionTime"] = (prior.get("completionTime") or av.completion_time
+                                       or now)
+        if av.reason:
+            entry["reason"] = av.reason
+        attempts.append(entry)
+    if len(attempts) > MAX_ATTEMPT_RECORDS:
+        # The first attempt's record and the latest ones say the most.
+        attempts = attempts[:1] + attempts[-(MAX_ATTEMPT_RECORDS - 1):]
+    rec.update({
+        "attempt": latest.attempt,
+        "jobName": latest.name,
+        "succeeded": len(view.succeeded),
+        "failed": len(view.failed),
+        "running": latest.active,
+        "ready": latest.ready,
+        "startTime": attempts[0]["startTime"],
+    })
+    if latest.parallelism is not None:
+        rec["parallelism"] = latest.parallelism
+    if failed_text:
+        rec["failedItems"] = failed_text
+    if cut:
+        rec["failedItemsTruncated"] = True
+    picked = _samples(view, samples) or list(old.get("failureSamples") or [])
+    if picked and view.failed:
+        rec["failureSamples"] = picked[:MAX_SAMPLES]
+    if phase in (pg.SUCCEEDED, pg.FAILED):
+        rec["completionTime"] = attempts[-1].get("completionTime", now)
+    if latest.reason:
+        rec["reason"] = latest.reason
+        rec["message"] = latest.message[:MESSAGE_CHARS]
+    rec["attempts"] = attempts
+    return rec
+
+
+def _samples(view: pg.StageView, samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    by_attempt = {a.attempt: a for a in view.attempts}
+    by_job = {a.name: a for a in view.attempts}
+    for s in samples[:MAX_SAMPLES]:
+        idx = int(s.get("index", -1))
+        # The sample's index is local to its Job; retry Jobs map it back to the item.
+        av = by_job.get(str(s.get("job"))) or by_attempt.get(int(s.get("attempt") or 0))
+        if av is not None and av.indexes is not None:
+            idx = av.indexes[idx] if 0 <= idx < len(av.indexes) else -1
+        entry: dict[str, Any] = {"index": idx}
+        if s.get("item") is not None:
+            entry["item"] = str(s["item"])[:MESSAGE_CHARS]
+        if s.get("exitCode") is not None:
+            entry["exitCode"] = int(s["exitCode"])
+        for k in ("reason", "message"):
+            if s.get(k):
+                entry[k] = str(s[k])[:MESSAGE_CHARS]
+        out.append(entry)
+    return out
+
+
+def run_phase(records: Sequence[StageRecord], invalid: bool, suspend: bool, cancel: bool,
+              old_phase: str | None) -> str:
+    phases = [r["phase"] for r in records]
+    if invalid:
+        return "Failed"
+    if phases and all(p == pg.SUCCEEDED for p in phases):
+        return "Succeeded"
+    if cancel or old_phase == "Cancelled":
+        return "Cancelled"
+    if pg.FAILED in phases:
+        return "Failed"
+    if suspend:
+        return "Suspended"
+    if any(p in (pg.RUNNING, pg.SUSPENDED) for p in phases):
+        return "Running"
+    return "Pending"
+
+
+def build_status(
+    *,
+    old: Mapping[str, Any],
+    records: list[StageRecord],
+    problems: list[str],
+    generation: int,
+    now: str,
+    rerun_handled: int,
+    suspend: bool,
+    cancel: bool,
+    resolving: bool,
+) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    old_phase = old.get("phase")
+    phase = run_phase(records, bool(problems), suspend, cancel, old_phase)
+    total = sum(int(r.get("total", 0)) for r in records)
+    succeeded = sum(int(r.get("succeeded", 0)) for r in records)
+    failed = sum(int(r.get("failed", 0)) for r in records)
+    status: dict[str, Any] = {
+        "phase": phase,
+        "observedGeneration": generation,
+        "progress": f"{succeeded}/{total}",
+        "total": total,
+        "succeeded": succeeded,
+        "failed": failed,
+        "rerunFailed": rerun_handled,
+        "stages": records,
+    }
+    if "cost" in old:
+        status["cost"] = old["cost"]  # written by the cost reporter, kept as is
+    starts = [r["startTime"] for r in records if r.get("startTime")]
+    if starts:
+        status["startTime"] = min(starts)
+    if phase in ("Succeeded", "Failed", "Cancelled"):
+        status["completionTime"] = (old.get("completionTime") if old_phase == phase
+                                    else None) or now
+    status["conditions"] = cond.merge(
+        old.get("conditions"), _conditions(phase, records, problems, generation, resolving),
+        now)
+    return status, _events(old, records, phase, problems)
+
+
+def _conditions(phase: str, records: list[StageRecord], problems: list[str],
+                generation: int, resolving: bool) -> list[dict[str, Any]]:
+    g = generation
+    failed_stages = [r for r in records if r["phase"] == pg.FAILED]
+    if problems:
+        text = "; ".join(problems)[:CONDITION_MESSAGE_CHARS]
+        invalid = cond.condition(cond.INVALID, cond.TRUE, "ValidationFailed", text, g)
+        failed = cond.condition(cond.FAILED, cond.TRUE, "Invalid", text, g)
+    else:
+        invalid = cond.condition(cond.INVALID, cond.FALSE, "Valid", "", g)
+        if phase == "Failed" and failed_stages:
+            text = "; ".join(_failure_text(r) for r in failed_stages)[:CONDITION_MESSAGE_CHARS]
+            failed = cond.condition(cond.FAILED, cond.TRUE, "StageFailed", text, g)
+        else:
+            failed = cond.condition(cond.FAILED, cond.FALSE, "NoFailure", "", g)
+    if phase == "Succeeded":
+        n = sum(int(r.get("failed", 0)) for r in records)
+        msg = "all stages succeeded" + (f" ({n} failed items tolerated)" if n else "")
+        ready = cond.condition(cond.READY, cond.TRUE, "Succeeded", msg, g)
+    else:
+        ready = cond.condition(cond.READY, cond.FALSE, phase, f"run is {phase}", g)
+    moving = phase in ("Running", "Pending")
+    reason = "ResolvingItems" if resolving and phase == "Pending" else phase
+    progressing = cond.condition(cond.PROGRESSING, cond.TRUE if moving else cond.FALSE,
+                                 reason, f"run is {phase}", g)
+    return [ready, progressing, failed, invalid]
+
+
+def _failure_text(r: StageRecord) -> str:
+    text = f"stage {r['name']}: {r.get('reason') or 'failed'}"
+    if r.get("failedItems"):
+        text += f", {r.get('failed', 0)} failed items ({r['failedItems']})"
+    return text
+
+
+def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
+            problems: list[str]) -> list[tuple[str, str, str]]:
+    events: list[tuple[str, str, str]] = []
+    prior = {s.get("name"): s for s in old.get("stages") or []}
+    for r in records:
+        before = prior.get(r["name"]) or {}
+        if before.get("phase") == r["phase"] and before.get("attempt") == r.get("attempt"):
+            continue
+        if r["phase"] == pg.RUNNING:
+            attempt = int(r.get("attempt", 0))
+            reason = "RetryStarted" if attempt else "StageStarted"
+            events.append(("Normal", reason, f"stage {r['name']} attempt {attempt} started "
+                           f"({r.get('total', 0)} items, job {r.get('jobName')})"))
+        elif r["phase"] == pg.SUCCEEDED:
+            events.append(("Normal", "StageSucceeded", f"stage {r['name']} succeeded: "
+                           f"{r.get('succeeded', 0)}/{r.get('total', 0)} items"))
+        elif r["phase"] == pg.FAILED:
+            events.append(("Warning", "StageFailed", _failure_text(r)))
+    old_phase = old.get("phase")
+    if old_phase != phase:
+        if problems:
+            events.append(("Warning", "Invalid", "; ".join(problems)[:CONDITION_MESSAGE_CHARS]))
+        elif phase == "Running" and old_phase == "Suspended":
+            events.append(("Normal", "RunResumed", "run resumed"))
+        elif phase in ("Succeeded", "Failed", "Cancelled", "Suspended"):
+            kind = "Warning" if phase == "Failed" else "Normal"
+            events.append((kind, f"Run{phase}", f"run is {phase}"))
+    return events
