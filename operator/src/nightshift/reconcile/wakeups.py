@@ -1,0 +1,36 @@
+"""Wake-ups for per-object reconcile loops.
+
+Each PipelineRun (and VirtualCluster) has one kopf daemon that reconciles in a loop.
+Watch events on the objects it owns (Jobs, nodes) only *wake* that loop; many events
+arriving together coalesce into one pass, which keeps API writes O(passes), not
+O(events) or O(items).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+
+class Wakeups:
+    def __init__(self) -> None:
+        self._events: defaultdict[Key, asyncio.Event] = defaultdict(asyncio.Event)
+
+    def wake(self, key: Key) -> None:
+        self._events[key].set()
+
+    async def wait(self, key: Key, timeout: float) -> bool:
+        """Wait for a wake-up or the timeout; True when woken."""
+        ev = self._events[key]
+        try:
+            await asyncio.wait_for(ev.wait(), timeout)
+        except TimeoutError:
+            return False
+        finally:
+            ev.clear()
+        return True
+
+    def forget(self, key: Key) -> None:
+        self._events.pop(key, None)

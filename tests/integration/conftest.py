@@ -1,0 +1,132 @@
+"""Integration fixtures: a cluster (KUBECONFIG, or the local cluster brought up once),
+the Nightshift CRDs, the operator as a subprocess, and a fresh namespace per test.
+
+Set KUBECONFIG to run the same suite against kind or EKS; otherwise the local cluster
+is started for the session (and stopped after, unless it was already up or
+NIGHTSHIFT_KEEP_CLUSTER=1).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nightshift.kube import Kube
+from tests.clusterutil import ROOT, Kubectl, wait_for
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: str
+    # Identity for the operator: its own user on the local cluster, so the audit log
+    # can attribute its writes; the same kubeconfig elsewhere.
+    operator_kubeconfig: str
+    local: bool
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    external = os.environ.get("KUBECONFIG")
+    if external and not os.environ.get("NIGHTSHIFT_FORCE_LOCAL"):
+        yield Cluster(external, external, local=False)
+        return
+    from nightshift.localcluster import cluster as lc
+    from nightshift.localcluster.components import Qps
+    from nightshift.localcluster.paths import Layout
+
+    layout = Layout.discover()
+    state, alive, dead = lc.running(layout)
+    was_up = state is not None and bool(alive) and not dead
+    lc.up(layout, Qps(), lambda m: print(f"localcluster: {m}", file=sys.stderr))
+    try:
+        yield Cluster(str(layout.kubeconfig),
+                      str(layout.state / "kubeconfigs" / "operator.yaml"), local=True)
+    finally:
+        if not was_up and not os.environ.get("NIGHTSHIFT_KEEP_CLUSTER"):
+            lc.down(layout, lambda m: None)
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: Cluster) -> Kubectl:
+    return Kubectl(cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def kube(cluster: Cluster) -> Kube:
+    return Kube.from_env(cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def crds(kubectl: Kubectl) -> list[str]:
+    files = sorted((ROOT / "crds").glob("*.yaml"))
+    names = []
+    for f in files:
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(f))
+        names.append(kubectl("get", "-f", str(f), "-o", "name").stdout.strip())
+    for n in names:
+        kubectl("wait", "--for=condition=Established", "--timeout=60s", n)
+    return names
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kubectl("create", "namespace", name)
+    wait_for("default service account", lambda: kubectl(
+        "get", "sa", "default", "-n", name, check=False).returncode == 0, 30)
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+class OperatorProcess:
+    """The operator as a real subprocess: killable mid-run for restart tests."""
+
+    def __init__(self, kubeconfig: str, log: Path, env: dict[str, str] | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": self.kubeconfig,
+               "NIGHTSHIFT_PROGRESS_INTERVAL": "1", **self.env}
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nightshift.cli.main", "operator", "--health-port", "0"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def kill(self) -> None:
+        """SIGKILL: no clean shutdown, as when a node dies under the operator."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> int | None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode if self.proc else None
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: Cluster, crds: list[str],
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    op = OperatorProcess(cluster.operator_kubeconfig, log)
+    op.start()
+    yield op
+    op.stop()

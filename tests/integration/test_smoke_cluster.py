@@ -1,0 +1,102 @@
+"""Foundation smoke tests: the local cluster's parts really work together."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nightshift.kube import Kube
+from tests.clusterutil import Kubectl, job_complete, wait_for
+
+
+def _indexed_job(name: str, completions: int, extra: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "task", "image": "busybox",
+                        "resources": {"requests": {"cpu": "100m"}}}],
+        **(extra or {}),
+    }
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed", "completions": completions,
+            "parallelism": completions,
+            "template": {
+                "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "1s",
+                                             "pod-complete.stage.kwok.x-k8s.io/jitter-delay":
+                                             "0s"}},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def test_indexed_job_completes_on_a_kwok_node(kube: Kube, kubectl: Kubectl,
+                                              namespace: str) -> None:
+    node = "kwok-smoke-static"
+    kubectl.apply({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"type": "kwok", "kubernetes.io/hostname": node}},
+        "spec": {"taints": [{"key": "kwok.x-k8s.io/node", "value": "fake",
+                             "effect": "NoSchedule"}]},
+        "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                   "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
+    })
+    try:
+        job = _indexed_job("smoke", 4, {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists",
+                             "effect": "NoSchedule"}],
+        })
+        kubectl.apply(job, namespace)
+        wait_for("the Indexed Job to complete", lambda: job_complete(kube, namespace, "smoke"),
+                 90)
+        got = kube.get("batch/v1", "Job", "smoke", namespace)
+        assert got is not None
+        assert got["status"]["succeeded"] == 4
+        assert got["status"]["completedIndexes"] == "0-3"
+    finally:
+        kubectl("delete", "node", node, "--wait=false", check=False)
+
+
+def test_karpenter_provisions_a_real_instance_type(kube: Kube, kubectl: Kubectl,
+                                                   namespace: str) -> None:
+    pool = f"smoke-{namespace}"
+    kubectl.apply({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": pool},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"smoke": pool}},
+                "spec": {
+                    "nodeClassRef": {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass",
+                                     "name": "default"},
+                    "requirements": [
+                        {"key": "karpenter.sh/capacity-type", "operator": "In",
+                         "values": ["spot"]},
+                        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                        {"key": "karpenter.kwok.sh/instance-family", "operator": "In",
+                         "values": ["c6i"]},
+                    ],
+                },
+            },
+            "limits": {"cpu": "64"},
+            "disruption": {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "5s"},
+        },
+    })
+    try:
+        kubectl.apply(_indexed_job("needs-node", 2, {"nodeSelector": {"smoke": pool}}),
+                      namespace)
+        wait_for("the Job on a Karpenter node to complete",
+                 lambda: job_complete(kube, namespace, "needs-node"), 120)
+        nodes = kube.list("v1", "Node", label_selector=f"karpenter.sh/nodepool={pool}")
+        assert nodes, "Karpenter launched no node for the pending pods"
+        labels = nodes[0]["metadata"]["labels"]
+        assert labels["node.kubernetes.io/instance-type"].startswith("c6i.")
+        assert labels["karpenter.sh/capacity-type"] == "spot"
+        # The node's price annotation/label comes from the real EC2 catalog.
+        assert float(labels["eks-node-viewer/instance-price"]) > 0
+    finally:
+        kubectl("delete", "nodepool", pool, "--wait=false", check=False)
