@@ -1,0 +1,141 @@
+"""Node-level whole-file cache for S3 inputs, shared by every pod on a node (hostPath).
+
+The Pegasus study found S3 only competitive with a whole-file cache per node: many
+tasks on a node read the same reference files. Layout under the cache root:
+
+    objects/<h>     the verified file, h = sha256(bucket/key/etag); its mtime is the
+                    last use (atime is unreliable under relatime/noatime mounts)
+    locks/<h[:3]>   4096 lock stripes: N processes wanting one object take the same
+                    flock, so exactly one downloads while the others wait and then hit
+    tmp/            downloads in progress, renamed into objects/ when complete
+
+Readers open the file without a lock: eviction unlinks, and an open descriptor keeps
+the data readable, so a reader never sees a torn file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+EVICT_LOCK = "evict.lock"
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    hit_bytes: int = 0
+    miss_bytes: int = 0
+    evicted: int = 0
+
+
+def cache_key(bucket: str, key: str, etag: str) -> str:
+    return hashlib.sha256(f"{bucket}/{key}/{etag}".encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _flock(path: Path, mode: int = fcntl.LOCK_EX) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+class NodeCache:
+    def __init__(self, root: Path, max_bytes: int) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self.stats = CacheStats()
+        for d in ("objects", "locks", "tmp"):
+            (root / d).mkdir(parents=True, exist_ok=True)
+            # Pods of different users share the node cache.
+            with contextlib.suppress(PermissionError):
+                os.chmod(root / d, 0o777)
+
+    def _object(self, h: str) -> Path:
+        return self.root / "objects" / h
+
+    def _copy_hit(self, h: str, size: int, dest: Path) -> bool:
+        try:
+            src = open(self._object(h), "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return False
+        with src:
+            if os.fstat(src.fileno()).st_size != size:
+                # A stale or damaged entry: drop it and download again.
+                self._object(h).unlink(missing_ok=True)
+                return False
+            with contextlib.suppress(OSError):
+                os.utime(src.fileno())
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with open(dest, "wb") as out:
+                shutil.copyfileobj(src, out, 16 * 2**20)
+        self.stats.hits += 1
+        self.stats.hit_bytes += size
+        return True
+
+    def fetch(
+        self, bucket: str, key: str, etag: str, size: int, dest: Path,
+        download: Callable[[Path], None],
+    ) -> bool:
+        """Put the object at dest; True on a cache hit. `download(tmp)` must verify."""
+        h = cache_key(bucket, key, etag)
+        if size > self.max_bytes:
+            # Caching it would evict everything else and still not fit the cap.
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            download(dest)
+            self.stats.misses += 1
+            self.stats.miss_bytes += size
+            return False
+        if self._copy_hit(h, size, dest):
+            return True
+        with _flock(self.root / "locks" / h[:3]):
+            # Someone else may have downloaded it while we waited for the lock.
+            if self._copy_hit(h, size, dest):
+                return True
+            self._evict(reserve=size)
+            tmp = self.root / "tmp" / f"{h}.{os.getpid()}.{time.monotonic_ns()}"
+            try:
+                download(tmp)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, self._object(h))
+            finally:
+                tmp.unlink(missing_ok=True)
+        self.stats.misses += 1
+        self.stats.miss_bytes += size
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self._object(h), dest)
+        return False
+
+    def entries(self) -> list[tuple[float, int, Path]]:
+        out = []
+        for e in os.scandir(self.root / "objects"):
+            with contextlib.suppress(FileNotFoundError):
+                st = e.stat()
+                out.append((st.st_mtime, st.st_size, Path(e.path)))
+        return out
+
+    def size(self) -> int:
+        return sum(s for _, s, _ in self.entries())
+
+    def _evict(self, reserve: int = 0) -> None:
+        """Remove least recently used files until the cache plus `reserve` fits the cap."""
+        with _flock(self.root / EVICT_LOCK):
+            entries = sorted(self.entries())
+            total = sum(s for _, s, _ in entries)
+            for _, size, path in entries:
+                if total + reserve <= self.max_bytes:
+                    break
+                path.unlink(missing_ok=True)
+                total -= size
+                self.stats.evicted += 1

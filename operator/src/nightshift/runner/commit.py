@@ -1,0 +1,209 @@
+"""Commit an item's outputs so a consumer sees all of them or none.
+
+Protocol per output (prefix P = storage prefix + expanded path):
+1. before the first upload of an attempt: read P/_SUCCESS (the previous attempt's
+   manifest, if any), delete it, abort multipart uploads left under P;
+2. upload files (batch: after the last step succeeded; interleave: each file once no
+   process holds it open and it has not changed for a while, then the rest at the end),
+   each with its SHA-256 in metadata and checked by the server on upload;
+3. delete keys the previous manifest listed that this attempt did not produce;
+4. write P/_SUCCESS last: every key, size and checksum.
+When a step fails, keys interleaved into P this attempt are deleted and the local
+outputs go to <storage prefix><failedPrefix><path>attempt-<n>/ instead: never into P.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, expand
+from nightshift.runner.s3io import S3Store
+from nightshift.runner.store import DirStore, ObjectInfo, sha256_file, walk_files
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "_SUCCESS"
+MANIFEST_VERSION = 1
+QUIET_SECONDS = 2.0
+BLIND_QUIET_SECONDS = 10.0  # when we cannot see which files are open
+FILE_THREADS = 8
+
+
+def utcnow() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class Output:
+    index: int
+    ref: DataConfig
+    store: S3Store | DirStore
+    local: Path
+    prefix: str  # committed prefix (with the storage prefix)
+    failed_prefix: str | None
+    previous: list[str] = field(default_factory=list)  # keys in the previous manifest
+    uploaded: dict[str, tuple[int, int, ObjectInfo]] = field(default_factory=dict)
+    seen: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+
+
+@dataclass
+class CommitResult:
+    ok: bool
+    files: int = 0
+    bytes: int = 0
+    manifests: list[str] = field(default_factory=list)
+    failed_keys: int = 0
+    error: str | None = None
+
+
+class Committer:
+    def __init__(self, cfg: RunnerConfig, paths: Paths, item: Item, attempt: int,
+                 stores: dict[str, S3Store | DirStore]) -> None:
+        self.cfg = cfg
+        self.item = item
+        self.attempt = attempt
+        self.outputs: list[Output] = []
+        for i, ref in enumerate(cfg.outputs):
+            st = cfg.storage(ref.storage)
+            path = as_prefix(expand(ref.path, cfg, item))
+            failed = (st.prefix + as_prefix(ref.failed_prefix) + path + f"attempt-{attempt}/"
+                      if ref.failed_prefix else None)
+            local = paths.outputs / ref.local_path if ref.local_path else paths.outputs
+            self.outputs.append(Output(i, ref, stores[ref.storage], local, st.prefix + path,
+                                       failed))
+
+    def prepare(self) -> None:
+        """Withdraw the previous attempt's manifest before touching any of its keys."""
+        for out in self.outputs:
+            old = out.store.get_bytes(out.prefix + MANIFEST)
+            if old is not None:
+                try:
+                    out.previous = [f["key"] for f in json.loads(old).get("files", [])]
+                except (ValueError, TypeError, KeyError):
+                    log.warning("outputs[%d]: unreadable previous manifest", out.index)
+                out.store.delete([out.prefix + MANIFEST])
+            aborted = out.store.abort_uploads(out.prefix)
+            if aborted:
+                log.info("outputs[%d]: aborted %d stale multipart uploads", out.index, aborted)
+
+    def _upload(self, out: Output, files: list[Path], prefix: str,
+                record: bool = True) -> list[ObjectInfo]:
+        def one(p: Path) -> ObjectInfo:
+            st = p.stat()
+            rel = p.relative_to(out.local).as_posix()
+            info = out.store.put_file(p, prefix + rel, sha256_file(p))
+            if record:
+                out.uploaded[rel] = (st.st_size, st.st_mtime_ns, info)
+            return info
+
+        with ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="upload") as pool:
+            return list(pool.map(one, files))
+
+    def _changed(self, out: Output) -> list[Path]:
+        todo = []
+        for p in walk_files(out.local):
+            st = p.stat()
+            prev = out.uploaded.get(p.relative_to(out.local).as_posix())
+            if prev is None or prev[:2] != (st.st_size, st.st_mtime_ns):
+                todo.append(p)
+        return todo
+
+    def interleave(self, open_files: set[str] | None, now: float | None = None) -> int:
+        """Upload closed, settled files of interleave outputs; returns files uploaded."""
+        now = time.time() if now is None else now
+        quiet = QUIET_SECONDS if open_files is not None else BLIND_QUIET_SECONDS
+        n = 0
+        for out in self.outputs:
+            if out.ref.mode != "interleave":
+                continue
+            ready = []
+            for p in self._changed(out):
+                st = p.stat()
+                rel = p.relative_to(out.local).as_posix()
+                sig = (st.st_size, st.st_mtime_ns, now)
+                prev = out.seen.get(rel)
+                if prev is None or prev[:2] != sig[:2]:
+                    out.seen[rel] = sig  # changed since the last scan: wait
+                    continue
+                if open_files and str(p.resolve()) in open_files:
+                    continue
+                if now - st.st_mtime >= quiet:
+                    ready.append(p)
+            if ready:
+                self._upload(out, ready, out.prefix)
+                n += len(ready)
+        return n
+
+    def commit_success(self) -> CommitResult:
+        res = CommitResult(ok=True)
+        for out in self.outputs:
+            self._upload(out, self._changed(out), out.prefix)
+            present = {p.relative_to(out.local).as_posix() for p in walk_files(out.local)}
+            # A file uploaded while interleaving and deleted later is not an output.
+            gone = [r for r in out.uploaded if r not in present]
+            out.store.delete([out.prefix + r for r in gone])
+            for r in gone:
+                del out.uploaded[r]
+            keys = {out.prefix + r for r in out.uploaded}
+            stale = [k for k in out.previous if k not in keys and k.startswith(out.prefix)]
+            out.store.delete(stale)
+            files = [{"key": i.key, "size": i.size, "sha256": i.sha256}
+                     for _, _, i in sorted(out.uploaded.values(), key=lambda u: u[2].key)]
+            manifest = {
+                "version": MANIFEST_VERSION, "run": self.cfg.run, "stage": self.cfg.stage,
+                "item": self.item.value, "index": self.item.index, "attempt": self.attempt,
+                "committed": utcnow(), "storage": out.ref.storage, "prefix": out.prefix,
+                "files": files, "totalBytes": sum(f["size"] for f in files),  # type: ignore[misc]
+            }
+            out.store.put_bytes(out.prefix + MANIFEST, json.dumps(manifest, indent=1).encode())
+            res.files += len(files)
+            res.bytes += int(manifest["totalBytes"])  # type: ignore[call-overload]
+            res.manifests.append(out.prefix + MANIFEST)
+        return res
+
+    def commit_failure(self) -> CommitResult:
+        """Pull interleaved keys back out of the committed path; keep outputs for debugging."""
+        res = CommitResult(ok=True)
+        for out in self.outputs:
+            out.store.delete([out.prefix + r for r in out.uploaded])
+            out.uploaded.clear()
+            if out.failed_prefix is None:
+                continue
+            files = list(walk_files(out.local))
+            infos = self._upload(out, files, out.failed_prefix, record=False)
+            res.failed_keys += len(infos)
+            res.bytes += sum(i.size for i in infos)
+        return res
+
+
+def safe(fn: Callable[[], CommitResult], what: str) -> CommitResult:
+    """Run a commit phase; any error becomes a failed result (the step script exits 75)."""
+    try:
+        return fn()
+    except Exception as e:
+        log.exception("%s failed", what)
+        return CommitResult(ok=False, error=f"{type(e).__name__}: {e}")
+
+
+def fifo_signal(path: Path, message: str, stop: float = 3600.0) -> bool:
+    """Hand the step script its result; it blocks reading the FIFO until we write."""
+    deadline = time.monotonic() + stop
+    while time.monotonic() < deadline:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: no reader yet (the script is about to open it)
+            time.sleep(0.1)
+            continue
+        try:
+            os.write(fd, (message + "\n").encode())
+        finally:
+            os.close(fd)
+        return True
+    return False

@@ -1,0 +1,129 @@
+"""`nightshift-runner`: the runner image's entry point.
+
+    nightshift-runner stage-in   init container: work dirs, bin/step, inputs, attempt
+    nightshift-runner commit     native sidecar: /proc sampling, outputs, task record
+    nightshift-runner step-sh    print the step wrapper script (for inspection)
+
+Exit codes of stage-in (an init container failure fails the pod, so these reach the
+Job's podFailurePolicy): 75 transient storage trouble (retry), 65 checksum mismatch,
+66 an input does not exist, 78 configuration error, 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from nightshift.runner import config, record, s3io, stepsh
+from nightshift.runner.commit import utcnow
+from nightshift.runner.config import ConfigError, Paths, RunnerConfig
+from nightshift.runner.s3io import S3Store
+from nightshift.runner.stagein import stage_in, write_stats
+from nightshift.runner.store import ChecksumError, DirStore
+
+log = logging.getLogger("nightshift.runner")
+
+EX_DATAERR = 65
+EX_NOINPUT = 66
+EX_TEMPFAIL = stepsh.EX_TEMPFAIL
+EX_CONFIG = 78
+
+
+def open_stores(cfg: RunnerConfig, env: dict[str, str]) -> dict[str, S3Store | DirStore]:
+    stores: dict[str, S3Store | DirStore] = {}
+    for name, st in cfg.storages.items():
+        if st.kind == "s3":
+            stores[name] = S3Store(st, s3io.client(st, env))
+        else:
+            stores[name] = DirStore(name, Path(st.path))
+    return stores
+
+
+def _dirs(paths: Paths) -> None:
+    for d in (paths.work, paths.inputs, paths.outputs, paths.tmp, paths.state):
+        d.mkdir(parents=True, exist_ok=True)
+        # The runner may run as root and the steps as any uid: let them write.
+        os.chmod(d, 0o777)
+
+
+def cmd_stage_in(env: dict[str, str]) -> int:
+    paths = config.paths_from_env(env)
+    cfg = config.load(env)
+    item = config.resolve_item(paths, env)
+    _dirs(paths)
+    stepsh.install(paths.bin, paths.state)
+    stores = open_stores(cfg, env)
+    key = record.record_key(cfg, item)
+    prev = None
+    if key and cfg.archive:
+        prev = record.previous(stores[cfg.archive.storage], key)
+    attempt = record.next_attempt(prev, env)
+    start = utcnow()
+    log.info("item %r (index %d), attempt %d", item.value, item.index, attempt)
+    extra: dict[str, object] = {"attempt": attempt, "start": start, "previousRecord": prev,
+                                "item": item.value, "index": item.index}
+    rc, error = 0, None
+    try:
+        stats = stage_in(cfg, paths, item, stores)
+        write_stats(paths, stats, extra)
+        log.info("staged %d files, %d bytes in %.1fs (cache %d hits, %d misses)",
+                 stats.files, stats.bytes, stats.seconds, stats.cache_hits, stats.cache_misses)
+        return 0
+    except ChecksumError as e:
+        rc, error = EX_DATAERR, f"checksum: {e}"
+    except FileNotFoundError as e:
+        rc, error = EX_NOINPUT, f"missing input: {e}"
+    except ConfigError as e:
+        rc, error = EX_CONFIG, str(e)
+    except Exception as e:
+        rc = EX_TEMPFAIL if s3io.is_retryable(e) else 1
+        error = f"{type(e).__name__}: {e}"
+    log.error("stage-in failed (exit %d): %s", rc, error)
+    if key and cfg.archive:
+        rec = record.build(cfg, item, attempt, previous=prev, pod=env.get("NIGHTSHIFT_POD_NAME"),
+                           **record.node_info(env), start=start, end=utcnow(),
+                           phase="stage-in-failed", exitCode=rc, error=error)
+        try:
+            record.write(stores[cfg.archive.storage], key, rec)
+        except Exception:
+            log.exception("writing task record %s", key)
+    return rc
+
+
+def cmd_commit(env: dict[str, str]) -> int:
+    from nightshift.runner.sidecar import Sidecar  # noqa: PLC0415 - only the sidecar needs it
+
+    paths = config.paths_from_env(env)
+    cfg = config.load(env)
+    item = config.resolve_item(paths, env)
+    return Sidecar(cfg, paths, item, open_stores(cfg, env), env).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nightshift-runner", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["stage-in", "commit", "step-sh"])
+    parser.add_argument("--state-dir", default=None, help="step-sh: state dir to embed")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s nightshift-runner %(levelname)s %(message)s")
+    logging.getLogger("botocore").setLevel(logging.WARNING)
+    env = dict(os.environ)
+    try:
+        if args.command == "step-sh":
+            state = Path(args.state_dir) if args.state_dir else config.paths_from_env(env).state
+            sys.stdout.write(stepsh.script(state))
+            return 0
+        if args.command == "stage-in":
+            return cmd_stage_in(env)
+        return cmd_commit(env)
+    except ConfigError as e:
+        log.error("%s", e)
+        return EX_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The task record: one JSON per item at <archive prefix>/<run>/<stage>/<index>.json.
+
+Each attempt overwrites the record (its path is per index, so a consumer finds it
+without listing) and carries the earlier attempts in `previousAttempts`, so a failure
+that a retry fixed stays visible. The run's status only ever holds per-stage sums.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from nightshift.runner.config import ENV_NODE_NAME, Item, RunnerConfig
+from nightshift.runner.s3io import S3Store
+from nightshift.runner.store import DirStore
+
+log = logging.getLogger(__name__)
+
+RECORD_VERSION = 1
+ENV_IMDS = "NIGHTSHIFT_IMDS_ENDPOINT"  # "" disables IMDS (tests, non-AWS clusters)
+IMDS = "http://169.254.169.254"
+SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+LABEL_CAPACITY_TYPE = "karpenter.sh/capacity-type"
+TIMEOUT = 0.5  # off AWS, IMDS must not delay the pod
+
+
+def record_key(cfg: RunnerConfig, item: Item) -> str | None:
+    if cfg.archive is None:
+        return None
+    st = cfg.storage(cfg.archive.storage)
+    prefix = cfg.archive.prefix.strip("/")
+    return f"{st.prefix}{prefix + '/' if prefix else ''}{cfg.run}/{cfg.stage}/{item.index}.json"
+
+
+def _imds(endpoint: str) -> dict[str, str | None]:
+    tok_req = urllib.request.Request(
+        f"{endpoint}/latest/api/token", method="PUT",
+        headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+    with urllib.request.urlopen(tok_req, timeout=TIMEOUT) as r:
+        token = r.read().decode()
+
+    def get(path: str) -> str:
+        req = urllib.request.Request(f"{endpoint}/latest/meta-data/{path}",
+                                     headers={"X-aws-ec2-metadata-token": token})
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+            return str(r.read().decode())
+
+    life = get("instance-life-cycle")  # "spot" | "on-demand" (also "scheduled")
+    return {"instanceType": get("instance-type"),
+            "capacityType": "spot" if life == "spot" else "on-demand",
+            "zone": get("placement/availability-zone"), "source": "imds"}
+
+
+def _node_labels(node: str) -> dict[str, str | None]:
+    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+    token = (SA_DIR / "token").read_text().strip()
+    ctx = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
+    req = urllib.request.Request(f"https://{host}:{port}/api/v1/nodes/{node}",
+                                 headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
+        labels = json.load(r)["metadata"].get("labels", {})
+    return {"instanceType": labels.get(LABEL_INSTANCE_TYPE),
+            "capacityType": labels.get(LABEL_CAPACITY_TYPE),
+            "zone": labels.get("topology.kubernetes.io/zone"), "source": "node-labels"}
+
+
+def node_info(env: dict[str, str] | None = None) -> dict[str, str | None]:
+    """Instance and capacity type: IMDS on EC2, else the Node's labels, else nulls."""
+    env = dict(os.environ) if env is None else env
+    info: dict[str, str | None] = {"node": env.get(ENV_NODE_NAME), "instanceType": None,
+                                   "capacityType": None, "zone": None, "source": None}
+    imds = env.get(ENV_IMDS, IMDS)
+    if imds:
+        try:
+            return info | _imds(imds)
+        except Exception as e:  # not on EC2, or the hop limit blocks the pod
+            log.debug("IMDS: %s", e)
+    node = info["node"]
+    if node and "KUBERNETES_SERVICE_HOST" in env and (SA_DIR / "token").exists():
+        try:
+            return info | _node_labels(node)
+        except Exception as e:  # RBAC may not let the pod read its Node
+            log.debug("node labels: %s", e)
+    return info
+
+
+def previous(store: S3Store | DirStore, key: str) -> dict[str, Any] | None:
+    try:
+        raw = store.get_bytes(key)
+        return json.loads(raw) if raw else None
+    except Exception as e:  # a missing or damaged old record must not fail the item
+        log.warning("previous task record %s: %s", key, e)
+        return None
+
+
+def next_attempt(prev: dict[str, Any] | None, env: dict[str, str]) -> int:
+    explicit = env.get("NIGHTSHIFT_ATTEMPT", "")
+    if explicit.isdigit():
+        return int(explicit)
+    return int(prev.get("attempt", 0)) + 1 if prev else 1
+
+
+def summary(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: rec.get(k) for k in ("attempt", "pod", "node", "start", "end", "exitCode",
+                                     "phase", "error")}
+
+
+def build(cfg: RunnerConfig, item: Item, attempt: int, **fields: Any) -> dict[str, Any]:
+    prev = fields.pop("previous", None)
+    history = [*prev.get("previousAttempts", []), summary(prev)] if prev else []
+    rec: dict[str, Any] = {
+        "version": RECORD_VERSION, "run": cfg.run, "namespace": cfg.namespace,
+        "stage": cfg.stage, "item": item.value, "index": item.index, "attempt": attempt,
+    }
+    rec.update(fields)
+    rec["previousAttempts"] = history[-10:]
+    return rec
+
+
+def write(store: S3Store | DirStore, key: str, rec: dict[str, Any]) -> None:
+    store.put_bytes(key, json.dumps(rec, indent=1, sort_keys=True).encode())

@@ -1,0 +1,227 @@
+"""S3 access for the runner: one tuned client per storage and the few calls we make.
+
+botocore retries throttling, timeouts and 5xx itself (adaptive mode also slows the
+client down when S3 answers SlowDown). It does not retry a response body that breaks
+mid-read, nor give up gracefully while a server restarts, so `retrying` wraps each whole
+operation (request + body) once more.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from nightshift.runner.config import StorageConfig
+from nightshift.runner.store import META_SHA256, ChecksumError, ObjectInfo
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.client import S3Client
+else:
+    S3Client = Any
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+PART_SIZE = 64 * 2**20
+MULTIPART_THRESHOLD = 64 * 2**20
+UPLOAD_THREADS = 8
+RETRYABLE_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
+     "InternalError", "ServiceUnavailable", "503", "500", "502", "504"}
+)
+
+
+def client(storage: StorageConfig, env: dict[str, str] | None = None) -> S3Client:
+    env = dict(os.environ) if env is None else env
+    kwargs: dict[str, Any] = {}
+    if storage.access_key_env and storage.secret_key_env:
+        kwargs["aws_access_key_id"] = env.get(storage.access_key_env)
+        kwargs["aws_secret_access_key"] = env.get(storage.secret_key_env)
+    cfg = Config(
+        retries={"mode": "adaptive", "max_attempts": 8},
+        connect_timeout=5,
+        read_timeout=60,
+        max_pool_connections=64,
+        # S3-compatible stores on an IP:port cannot serve virtual-hosted buckets.
+        s3={"addressing_style": "path" if storage.endpoint else "auto"},
+        # We send our own full-object SHA-256 (checked by the server) instead of
+        # botocore's default CRC32 trailer, which some S3-compatible stores reject.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    session = boto3.session.Session(region_name=storage.region or env.get("AWS_REGION") or
+                                    "us-east-1")
+    return session.client("s3", endpoint_url=storage.endpoint, config=cfg, **kwargs)
+
+
+def is_retryable(err: BaseException) -> bool:
+    if isinstance(err, ClientError):
+        code = str(err.response.get("Error", {}).get("Code", ""))
+        status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        return code in RETRYABLE_CODES or status >= 500 or status == 429
+    return isinstance(err, BotoCoreError | ConnectionError | TimeoutError | OSError)
+
+
+def retrying(fn: Callable[[], T], what: str, attempts: int = 6, base: float = 0.5) -> T:
+    """Full-jitter exponential backoff around a whole operation (request and body)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except ChecksumError:
+            raise
+        except Exception as e:
+            if attempt == attempts or not is_retryable(e):
+                raise
+            delay = random.uniform(0, min(20.0, base * 2**attempt))
+            log.warning("%s failed (%s), retry %d/%d in %.1fs", what, e, attempt, attempts, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def b64(hexdigest: str) -> str:
+    return base64.b64encode(bytes.fromhex(hexdigest)).decode()
+
+
+class S3Store:
+    def __init__(self, storage: StorageConfig, s3: S3Client) -> None:
+        self.name = storage.name
+        self.bucket = storage.bucket
+        self.s3 = s3
+
+    def ls(self, prefix: str) -> list[ObjectInfo]:
+        def go() -> list[ObjectInfo]:
+            out = []
+            pages = self.s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            for page in pages:
+                for o in page.get("Contents", []):
+                    out.append(ObjectInfo(o["Key"], o["Size"], o.get("ETag", "").strip('"')))
+            return out
+
+        return retrying(go, f"list s3://{self.bucket}/{prefix}")
+
+    def head(self, key: str) -> ObjectInfo | None:
+        def go() -> ObjectInfo | None:
+            try:
+                r = self.s3.head_object(Bucket=self.bucket, Key=key)
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return None
+                raise
+            return ObjectInfo(key, r["ContentLength"], r.get("ETag", "").strip('"'),
+                              r.get("Metadata", {}).get(META_SHA256))
+
+        return retrying(go, f"head s3://{self.bucket}/{key}")
+
+    def get_range(self, key: str, start: int, end: int, etag: str) -> tuple[bytes, dict[str, str]]:
+        """Bytes [start, end) of one version of an object (IfMatch pins the ETag)."""
+
+        def go() -> tuple[bytes, dict[str, str]]:
+            r = self.s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}",
+                                   IfMatch=f'"{etag}"')
+            data = r["Body"].read()
+            if len(data) != end - start:
+                raise ConnectionError(f"short read {len(data)} of {end - start} bytes")
+            return data, dict(r.get("Metadata", {}))
+
+        return retrying(go, f"get s3://{self.bucket}/{key} [{start},{end})")
+
+    def put_file(self, local: Path, key: str, sha256: str) -> ObjectInfo:
+        size = local.stat().st_size
+        meta = {META_SHA256: sha256}
+        if size < MULTIPART_THRESHOLD:
+            data = local.read_bytes()
+            if hashlib.sha256(data).hexdigest() != sha256:
+                raise ChecksumError(f"{local} changed while it was being committed")
+            # The server checks ChecksumSHA256 and refuses a body damaged in transit.
+            r = retrying(lambda: self.s3.put_object(
+                Bucket=self.bucket, Key=key, Body=data, Metadata=meta,
+                ChecksumSHA256=b64(sha256)), f"put s3://{self.bucket}/{key}")
+            return ObjectInfo(key, size, r.get("ETag", "").strip('"'), sha256)
+        return self._multipart(local, key, size, meta)
+
+    def _multipart(self, local: Path, key: str, size: int, meta: dict[str, str]) -> ObjectInfo:
+        up = retrying(lambda: self.s3.create_multipart_upload(
+            Bucket=self.bucket, Key=key, Metadata=meta, ChecksumAlgorithm="SHA256"),
+            f"create multipart s3://{self.bucket}/{key}")
+        upload_id = up["UploadId"]
+
+        def part(n: int) -> dict[str, Any]:
+            with local.open("rb") as f:
+                f.seek((n - 1) * PART_SIZE)
+                data = f.read(PART_SIZE)
+            digest = b64(hashlib.sha256(data).hexdigest())
+            r = retrying(lambda: self.s3.upload_part(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=data,
+                ChecksumSHA256=digest), f"upload part {n} of s3://{self.bucket}/{key}")
+            return {"PartNumber": n, "ETag": r["ETag"], "ChecksumSHA256": digest}
+
+        nparts = max(1, -(-size // PART_SIZE))
+        try:
+            with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
+                parts = list(pool.map(part, range(1, nparts + 1)))
+            r = retrying(lambda: self.s3.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id,
+                MultipartUpload={"Parts": parts}),  # type: ignore[typeddict-item]
+                f"complete multipart s3://{self.bucket}/{key}")
+        except BaseException:
+            try:
+                self.s3.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except Exception as e:  # the next attempt's abort_uploads sweeps it
+                log.warning("abort multipart %s: %s", key, e)
+            raise
+        return ObjectInfo(key, size, r.get("ETag", "").strip('"'), meta[META_SHA256])
+
+    def put_bytes(self, key: str, data: bytes, content_type: str = "application/json") -> None:
+        digest = hashlib.sha256(data).hexdigest()
+        retrying(lambda: self.s3.put_object(
+            Bucket=self.bucket, Key=key, Body=data, ContentType=content_type,
+            Metadata={META_SHA256: digest}, ChecksumSHA256=b64(digest)),
+            f"put s3://{self.bucket}/{key}")
+
+    def get_bytes(self, key: str) -> bytes | None:
+        def go() -> bytes | None:
+            try:
+                return self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return None
+                raise
+
+        return retrying(go, f"get s3://{self.bucket}/{key}")
+
+    def delete(self, keys: list[str]) -> None:
+        for i in range(0, len(keys), 1000):
+            batch = [{"Key": k} for k in keys[i : i + 1000]]
+            retrying(lambda b=batch: self.s3.delete_objects(  # type: ignore[misc]
+                Bucket=self.bucket, Delete={"Objects": b, "Quiet": True}),
+                f"delete {len(batch)} keys in s3://{self.bucket}")
+
+    def abort_uploads(self, prefix: str) -> int:
+        """Abort multipart uploads a killed earlier attempt left under the item's prefix."""
+
+        def go() -> int:
+            n = 0
+            pages = self.s3.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=prefix)
+            for page in pages:
+                for u in page.get("Uploads", []):
+                    self.s3.abort_multipart_upload(
+                        Bucket=self.bucket, Key=u["Key"], UploadId=u["UploadId"])
+                    n += 1
+            return n
+
+        return retrying(go, f"abort uploads under s3://{self.bucket}/{prefix}")

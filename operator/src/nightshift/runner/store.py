@@ -1,0 +1,149 @@
+"""What stage-in and commit need from a storage, for S3 (s3io.S3Store) and a mounted PVC.
+
+A PVC storage (kind "dir") lets the same stage/batch/interleave settings reproduce the
+shared-volume placements of the supernova study (NFS staged to local disk, outputs to
+the shared volume at the end or as produced).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+CHUNK = 8 * 2**20
+META_SHA256 = "sha256"  # x-amz-meta-sha256: the runner's own end-to-end checksum
+
+
+class ChecksumError(RuntimeError):
+    """Bytes read do not match what the store says it holds."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    etag: str = ""
+    sha256: str | None = None
+
+
+class Store(Protocol):
+    name: str
+
+    def ls(self, prefix: str) -> list[ObjectInfo]: ...
+    def head(self, key: str) -> ObjectInfo | None: ...
+    def put_file(self, local: Path, key: str, sha256: str) -> ObjectInfo: ...
+    def put_bytes(self, key: str, data: bytes, content_type: str = ...) -> None: ...
+    def get_bytes(self, key: str) -> bytes | None: ...
+    def delete(self, keys: list[str]) -> None: ...
+    def abort_uploads(self, prefix: str) -> int: ...
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def walk_files(root: Path) -> Iterator[Path]:
+    """Regular files under root, sorted, following no symlinks (outputs are real files)."""
+    if not root.is_dir():
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            p = Path(dirpath) / fn
+            if p.is_file() and not p.is_symlink():
+                yield p
+
+
+class DirStore:
+    """A mounted volume as a store; writes go to a temp name then rename (atomic)."""
+
+    def __init__(self, name: str, root: Path) -> None:
+        self.name = name
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        p = (self.root / key).resolve()
+        if not str(p).startswith(str(self.root.resolve())):
+            raise ValueError(f"key {key!r} escapes storage {self.name!r}")
+        return p
+
+    def _sidecar(self, key: str) -> Path:
+        # Checksums live beside the file: NFS and Gluster have no object metadata.
+        p = self._path(key)
+        return p.with_name(f".{p.name}.nightshift-meta")
+
+    def ls(self, prefix: str) -> list[ObjectInfo]:
+        base = self._path(prefix) if prefix else self.root
+        if base.is_file():
+            return [self._info(prefix)]
+        out = []
+        for p in walk_files(base):
+            if p.name.endswith(".nightshift-meta"):
+                continue
+            out.append(self._info(str(p.relative_to(self.root))))
+        return out
+
+    def _info(self, key: str) -> ObjectInfo:
+        st = self._path(key).stat()
+        sha = None
+        with contextlib.suppress(OSError, ValueError):
+            sha = json.loads(self._sidecar(key).read_text()).get(META_SHA256)
+        return ObjectInfo(key, st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}", sha)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        return self._info(key) if self._path(key).is_file() else None
+
+    def put_file(self, local: Path, key: str, sha256: str) -> ObjectInfo:
+        dest = self._path(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        shutil.copyfile(local, tmp)
+        if sha256_file(tmp) != sha256:
+            tmp.unlink()
+            raise ChecksumError(f"{self.name}:{key}: copy does not match {local}")
+        self._sidecar(key).write_text(json.dumps({META_SHA256: sha256}))
+        os.replace(tmp, dest)
+        return ObjectInfo(key, dest.stat().st_size, "", sha256)
+
+    def put_bytes(self, key: str, data: bytes, content_type: str = "application/json") -> None:
+        dest = self._path(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+
+    def get_bytes(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def delete(self, keys: list[str]) -> None:
+        for key in keys:
+            for p in (self._path(key), self._sidecar(key)):
+                p.unlink(missing_ok=True)
+
+    def abort_uploads(self, prefix: str) -> int:
+        return 0
+
+    def copy_to(self, obj: ObjectInfo, dest: Path) -> str:
+        """Copy one file out, returning its SHA-256 (checked against the recorded one)."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self._path(obj.key), dest)
+        digest = sha256_file(dest)
+        if obj.sha256 and digest != obj.sha256:
+            raise ChecksumError(f"{self.name}:{obj.key}: sha256 {digest} != recorded {obj.sha256}")
+        return digest

@@ -1,0 +1,138 @@
+"""A real S3-compatible server (versitygw, posix backend) on a free loopback port.
+
+Usable from pytest (the `s3server` fixture: import it into a test module, or list this
+module in `pytest_plugins`) and from plain scripts (bench/datapath.py): `VersityGW` has
+start/stop/kill/restart so fault tests can take the server away mid-transfer.
+
+The binary is built by the Makefile (hack/build-upstream.sh) into
+$NIGHTSHIFT_CACHE/bin/versitygw-v1.8.0/versitygw (default ~/.cache/nightshift).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.client import S3Client
+else:
+    S3Client = Any
+
+VERSION = "v1.8.0"
+
+
+def binary() -> Path:
+    cache = Path(os.environ.get("NIGHTSHIFT_CACHE") or Path.home() / ".cache" / "nightshift")
+    return cache / "bin" / f"versitygw-{VERSION}" / "versitygw"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class VersityGW:
+    def __init__(self, data_dir: Path, log_dir: Path | None = None) -> None:
+        self.data_dir = data_dir
+        self.log_path = (log_dir or data_dir.parent) / "versitygw.log"
+        self.port = free_port()
+        self.access_key = "nightshift"
+        self.secret_key = secrets.token_hex(16)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        exe = binary()
+        if not exe.exists():
+            raise FileNotFoundError(exe)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen(
+            [str(exe), "--port", f"127.0.0.1:{self.port}", "--access", self.access_key,
+             "--secret", self.secret_key, "posix", str(self.data_dir)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"versitygw exited {self.proc.returncode}: "
+                                   f"{self.log_path.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"versitygw not listening on {self.port}; log {self.log_path}")
+
+    def kill(self) -> None:
+        """Abrupt loss (SIGKILL), as a crashed or partitioned server looks to a client."""
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def client(self, **config: Any) -> S3Client:
+        cfg = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}, **config)
+        return boto3.client(
+            "s3", endpoint_url=self.endpoint, region_name="us-east-1",
+            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+            config=cfg)
+
+    def storage_json(self, name: str, bucket: str, prefix: str = "") -> dict[str, Any]:
+        """A storage entry of NIGHTSHIFT_RUNNER_CONFIG pointing at this server."""
+        return {"kind": "s3", "bucket": bucket, "prefix": prefix, "endpoint": self.endpoint,
+                "region": "us-east-1", "accessKeyEnv": f"TEST_{name.upper()}_AK",
+                "secretKeyEnv": f"TEST_{name.upper()}_SK"}
+
+    def credentials_env(self, name: str) -> dict[str, str]:
+        return {f"TEST_{name.upper()}_AK": self.access_key,
+                f"TEST_{name.upper()}_SK": self.secret_key}
+
+    def object_path(self, bucket: str, key: str) -> Path:
+        """Where the posix backend keeps an object's bytes (for corruption tests)."""
+        return self.data_dir / bucket / key
+
+
+@pytest.fixture
+def s3server() -> Iterator[VersityGW]:
+    if not binary().exists():
+        pytest.skip(f"versitygw {VERSION} not built at {binary()}: run `make test` (the "
+                    "Makefile builds it) or hack/build-upstream.sh")
+    with tempfile.TemporaryDirectory(prefix="nightshift-s3-") as d:
+        gw = VersityGW(Path(d) / "data", Path(d))
+        gw.start()
+        try:
+            yield gw
+        except BaseException:
+            print(f"versitygw log:\n{gw.log_path.read_text()[-4000:]}")
+            raise
+        finally:
+            gw.stop()
