@@ -1,0 +1,91 @@
+"""Bad VirtualCluster inputs: (id, manifest, refused by "cel" | "invalid", substring).
+
+"cel" cases are refused by the CRD's schema/CEL rules (the lead runs them against the
+real API server); "invalid" cases pass admission and get an Invalid condition from
+nightshift.render.vcvalidate (checked by tests/unit/test_vcvalidate.py, with the
+provider given in the manifest or "aws" when auto).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+AWS_NODECLASS: dict[str, Any] = {
+    "role": "KarpenterNodeRole-demo",
+    "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+    "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+}
+
+
+def vc(pools: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "nightshift.io/v1alpha1",
+        "kind": "VirtualCluster",
+        "metadata": {"name": "bad", "namespace": "physics"},
+        "spec": {"pools": pools, "nodeClass": AWS_NODECLASS, **spec},
+    }
+
+
+BAD: list[tuple[str, dict[str, Any], str, str]] = [
+    ("unknown-class", vc([{"name": "w", "class": "quantum"}]), "cel", "Unsupported value"),
+    ("families-contradict-class",
+     vc([{"name": "w", "class": "memory", "families": ["c6i"]}]),
+     "cel", "families must belong to the pool's class"),
+    ("max-cpu-zero", vc([{"name": "w", "class": "compute", "maxCPU": 0}]),
+     "cel", "maxCPU must be greater than 0"),
+    ("max-cpu-negative", vc([{"name": "w", "class": "compute", "maxCPU": -4}]),
+     "cel", "maxCPU must be greater than 0"),
+    ("placement-on-compute",
+     vc([{"name": "w", "class": "compute", "placement": "cluster"}]),
+     "cel", "placement is only allowed on pools of class cluster-compute"),
+    ("duplicate-pool-names",
+     vc([{"name": "w", "class": "compute"}, {"name": "w", "class": "memory"}]),
+     "cel", "pool names must be unique"),
+    ("pool-name-not-dns", vc([{"name": "Big_Pool", "class": "compute"}]),
+     "cel", "should match"),
+    ("aws-explicit-without-role",
+     vc([{"name": "w", "class": "compute"}], provider="aws",
+        nodeClass={k: v for k, v in AWS_NODECLASS.items() if k != "role"}),
+     "cel", "provider aws needs nodeClass.role"),
+    ("role-and-instance-profile",
+     vc([{"name": "w", "class": "compute"}],
+        nodeClass={**AWS_NODECLASS, "instanceProfile": "p"}),
+     "cel", "role and instanceProfile exclude each other"),
+    ("reserved-label",
+     vc([{"name": "w", "class": "compute", "labels": {"nightshift.io/pool": "x"}}]),
+     "cel", "nightshift.io/* labels are set by the operator"),
+    ("unknown-capacity", vc([{"name": "w", "class": "compute", "capacity": "reserved"}]),
+     "cel", "Unsupported value"),
+    # Past admission: what only the operator can tell.
+    ("aws-detected-without-role",
+     vc([{"name": "w", "class": "compute"}],
+        nodeClass={k: v for k, v in AWS_NODECLASS.items() if k != "role"}),
+     "invalid", "spec.nodeClass.role"),
+    ("aws-without-subnets",
+     vc([{"name": "w", "class": "compute"}],
+        nodeClass={k: v for k, v in AWS_NODECLASS.items() if k != "subnetSelectorTerms"}),
+     "invalid", "spec.nodeClass.subnetSelectorTerms"),
+    ("unknown-instance-type",
+     vc([{"name": "w", "class": "compute", "instanceTypes": ["c6i.humongous"]}]),
+     "invalid", "spec.pools[0].instanceTypes[0]: unknown instance type"),
+    ("instance-type-of-other-class",
+     vc([{"name": "w", "class": "memory", "instanceTypes": ["c6i.large"]}]),
+     "invalid", "spec.pools[0].instanceTypes[0]: instance type 'c6i.large' is not of class"),
+    ("unknown-family",
+     vc([{"name": "w", "class": "compute", "families": ["c99q"]}]),
+     "invalid", "spec.pools[0].families[0]: unknown instance family"),
+    ("arm-family-amd64-pool",
+     vc([{"name": "w", "class": "compute", "families": ["c7g"]}]),
+     "invalid", "spec.pools[0].families[0]: 'c7g' is arm64"),
+    ("raid0-without-nvme",
+     vc([{"name": "w", "class": "compute", "families": ["c6i"], "localDisk": "raid0"}]),
+     "invalid", "has no instance-store NVMe"),
+    ("type-outside-families",
+     vc([{"name": "w", "class": "compute", "families": ["c6i"],
+          "instanceTypes": ["c7i.large"]}]),
+     "invalid", "spec.pools[0].instanceTypes[0]: instance type 'c7i.large' is not in"),
+    ("ami-terms-without-family",
+     vc([{"name": "w", "class": "compute"}],
+        nodeClass={**AWS_NODECLASS, "amiSelectorTerms": [{"id": "ami-0123"}]}),
+     "invalid", "spec.nodeClass.amiFamily"),
+]
