@@ -67,6 +67,13 @@ class DataRef(Spec):
     mode: str | None = None
     # Inputs only: use the node-level whole-file cache for S3 objects.
     cache: bool = True
+    # Subdirectory of the item's inputs/ (or outputs/) directory this ref maps to;
+    # "" is the directory itself. Stream inputs are linked at inputs/<localPath or
+    # storage name>.
+    local_path: str = ""
+    # Outputs only: where a failed item's outputs go for debugging, relative to the
+    # storage prefix (then the output path, then attempt-<n>/); "" keeps them nowhere.
+    failed_prefix: str = "failed/"
 
 
 class Retries(Spec):

@@ -3,15 +3,48 @@
 The seam between the Job renderer (render/jobs.py) and the task runner
 (nightshift.runner): the Job renderer asks for these parts and splices them in
 before the step containers.
+
+Pod shape (one pod per item; see docs/data-placement.md for why):
+    initContainers: nightshift-stage-in   (runner image) work dirs, bin/step, inputs
+                    nightshift-commit     (runner image, restartPolicy: Always) samples
+                                          /proc, uploads outputs, writes the task record
+                    steps[0..n-2]         (user image) through /nightshift/bin/step
+    containers:     steps[n-1]            (user image) through /nightshift/bin/step
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nightshift.api.pipelinerun import Archive, Stage, StorageRef
+from nightshift.api import names
+from nightshift.api.pipelinerun import Archive, DataRef, Stage, StorageRef
+
+STAGE_IN_CONTAINER = "nightshift-stage-in"
+COMMIT_CONTAINER = "nightshift-commit"
+VOLUME_WORK = "nightshift-work"
+VOLUME_BIN = "nightshift-bin"
+VOLUME_CACHE = "nightshift-cache"
+VOLUME_STORAGE_PREFIX = "nightshift-storage-"
+DEFAULT_ITEMS_VOLUME = "nightshift-items"
+# Node-level paths. The cache outlives pods on purpose (shared by a node's pods); the
+# local-disk scratch is where Karpenter's instanceStorePolicy RAID0 mounts the array on
+# the EKS AMIs.
+CACHE_HOST_PATH = "/var/cache/nightshift"
+LOCAL_DISK_HOST_PATH = "/mnt/k8s-disks/0/nightshift/work"
+MOUNT_STORAGE = f"{names.MOUNT_ROOT}/storage"
+ENV_RUNNER_CONFIG = "NIGHTSHIFT_RUNNER_CONFIG"
+ENV_POD_NAME = "NIGHTSHIFT_POD_NAME"
+ENV_POD_UID = "NIGHTSHIFT_POD_UID"
+ENV_NODE_NAME = "NODE_NAME"
+SECRET_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+SECRET_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+CONFIG_VERSION = 1
+RUNNER_COMMAND = "nightshift-runner"
+INPUT_MODES = ("stage", "stream")
+OUTPUT_MODES = ("batch", "interleave")
 
 
 @dataclass(frozen=True)
@@ -26,6 +59,110 @@ class RunnerParts:
     share_process_namespace: bool = False
 
 
+def _storage_volume(name: str) -> str:
+    return (VOLUME_STORAGE_PREFIX + name)[:63].rstrip("-")
+
+
+def _cred_env(index: int) -> tuple[str, str]:
+    # By position, not name: storage names need not be valid env var names.
+    return f"NIGHTSHIFT_S3_{index}_ACCESS_KEY_ID", f"NIGHTSHIFT_S3_{index}_SECRET_ACCESS_KEY"
+
+
+def _used(stage: Stage, archive: Archive | None) -> list[str]:
+    used = [d.storage for d in [*stage.inputs, *stage.outputs]]
+    if archive:
+        used.append(archive.storage)
+    return list(dict.fromkeys(used))
+
+
+def _data_json(d: DataRef, default_mode: str) -> dict[str, Any]:
+    return {"storage": d.storage, "path": d.path, "mode": d.mode or default_mode,
+            "cache": d.cache, "localPath": d.local_path, "failedPrefix": d.failed_prefix}
+
+
+def runner_config(*, run: str, namespace: str, stage: Stage,
+                  storage: Mapping[str, StorageRef], archive: Archive | None,
+                  local_disk: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """NIGHTSHIFT_RUNNER_CONFIG and the credential env vars it names."""
+    storages: dict[str, Any] = {}
+    cred_env: list[dict[str, Any]] = []
+    for i, name in enumerate(_used(stage, archive)):
+        ref = storage[name]
+        if ref.s3 is not None:
+            entry: dict[str, Any] = {"kind": "s3", "bucket": ref.s3.bucket,
+                                     "prefix": ref.s3.prefix, "endpoint": ref.s3.endpoint,
+                                     "region": ref.s3.region}
+            if ref.s3.credentials_secret:
+                ak, sk = _cred_env(i)
+                entry |= {"accessKeyEnv": ak, "secretKeyEnv": sk}
+                for env_name, key in ((ak, SECRET_ACCESS_KEY_ID), (sk, SECRET_SECRET_ACCESS_KEY)):
+                    cred_env.append({"name": env_name, "valueFrom": {"secretKeyRef": {
+                        "name": ref.s3.credentials_secret, "key": key}}})
+            storages[name] = entry
+        else:
+            storages[name] = {"kind": "dir", "path": f"{MOUNT_STORAGE}/{name}"}
+    cfg = {
+        "version": CONFIG_VERSION, "run": run, "namespace": namespace, "stage": stage.name,
+        "storages": storages,
+        "inputs": [_data_json(d, "stage") for d in stage.inputs],
+        "outputs": [_data_json(d, "batch") for d in stage.outputs],
+        "archive": {"storage": archive.storage, "prefix": archive.prefix} if archive else None,
+        "cleanWork": local_disk,
+    }
+    return cfg, cred_env
+
+
+def runner_problems(stage: Stage, storage: Mapping[str, StorageRef],
+                    archive: Archive | None = None, where: str = "") -> list[str]:
+    """What the runner cannot do with this stage, as field path: problem, fix."""
+    at = where or f"spec.stages[name={stage.name}]"
+    out: list[str] = []
+    refs = [("inputs", i, d) for i, d in enumerate(stage.inputs)]
+    refs += [("outputs", i, d) for i, d in enumerate(stage.outputs)]
+    for kind, i, d in refs:
+        path = f"{at}.{kind}[{i}]"
+        ref = storage.get(d.storage)
+        modes = INPUT_MODES if kind == "inputs" else OUTPUT_MODES
+        if d.mode is not None and d.mode not in modes:
+            out.append(f"{path}.mode: {d.mode!r} is not one of {', '.join(modes)}")
+        if ref is None:
+            out.append(f"{path}.storage: no storage named {d.storage!r} in spec.storage; "
+                       f"add it there or name one of: {', '.join(sorted(storage)) or 'none'}")
+            continue
+        if ref.s3 is None and ref.pvc is None:
+            out.append(f"{path}.storage: storage {d.storage!r} has neither s3 nor pvc")
+        if kind == "inputs" and d.mode == "stream" and ref.s3 is not None:
+            out.append(f"{path}.mode: stream from S3 storage {d.storage!r} is not supported "
+                       "yet; use mode: stage (downloaded to local scratch through the node "
+                       "cache) or a PVC storage for streaming")
+        if kind == "outputs" and stage.for_each is not None and "{item}" not in d.path \
+                and "{index}" not in d.path:
+            out.append(f"{path}.path: {d.path!r} has no {{item}}: every item would commit "
+                       "to (and overwrite the _SUCCESS manifest of) the same prefix; put "
+                       "{item} in the path, e.g. out/{item}/")
+        if d.local_path.startswith("/") or ".." in d.local_path.split("/"):
+            out.append(f"{path}.localPath: {d.local_path!r} must be a relative path inside "
+                       f"the item's {kind}/ directory")
+    if archive is not None and archive.storage not in storage:
+        out.append(f"spec.archive.storage: no storage named {archive.storage!r} in spec.storage")
+    return out
+
+
+def _env(run: str, namespace: str, stage: Stage) -> list[dict[str, Any]]:
+    def field_ref(path: str) -> dict[str, Any]:
+        return {"fieldRef": {"fieldPath": path}}
+
+    return [
+        {"name": names.ENV_RUN, "value": run},
+        {"name": names.ENV_STAGE, "value": stage.name},
+        {"name": names.ENV_NAMESPACE, "value": namespace},
+        {"name": names.ENV_ITEMS_FILE, "value": f"{names.MOUNT_ITEMS}/{names.ITEMS_KEY}"},
+        {"name": ENV_NODE_NAME, "valueFrom": field_ref("spec.nodeName")},
+        {"name": ENV_POD_NAME, "valueFrom": field_ref("metadata.name")},
+        {"name": ENV_POD_UID, "valueFrom": field_ref("metadata.uid")},
+    ]
+
+
 def runner_parts(
     *,
     run: str,
@@ -35,8 +172,86 @@ def runner_parts(
     archive: Archive | None,
     runner_image: str,
     local_disk: bool = False,
+    items_volume: str = DEFAULT_ITEMS_VOLUME,
 ) -> RunnerParts | None:
-    """None when the stage needs no runner: no inputs, no outputs, no archive."""
+    """None when the stage needs no runner: no inputs, no outputs, no archive.
+
+    Expects runner_problems() to be empty (the Job validator calls it first).
+    `items_volume` is the Job renderer's volume holding the items ConfigMap; the runner
+    containers mount it at MOUNT_ITEMS to find their item.
+    """
     if not stage.inputs and not stage.outputs and archive is None:
         return None
-    raise NotImplementedError("runner parts: being built in the runner issue")
+    cfg, cred_env = runner_config(run=run, namespace=namespace, stage=stage, storage=storage,
+                                  archive=archive, local_disk=local_disk)
+    # hostPath scratch is shared by the node's pods: each pod works in its own subdir.
+    work_mount: dict[str, Any] = {"name": VOLUME_WORK, "mountPath": names.MOUNT_WORK}
+    if local_disk:
+        work_mount["subPathExpr"] = f"$({ENV_POD_UID})"
+        work_volume: dict[str, Any] = {"name": VOLUME_WORK, "hostPath": {
+            "path": LOCAL_DISK_HOST_PATH, "type": "DirectoryOrCreate"}}
+    else:
+        work_volume = {"name": VOLUME_WORK, "emptyDir": {}}
+    volumes: list[dict[str, Any]] = [work_volume, {"name": VOLUME_BIN, "emptyDir": {}}]
+    items_mount = {"name": items_volume, "mountPath": names.MOUNT_ITEMS, "readOnly": True}
+    stage_in_mounts = [work_mount, {"name": VOLUME_BIN, "mountPath": names.MOUNT_BIN},
+                       items_mount]
+    commit_mounts = [work_mount, items_mount]
+    step_mounts = [work_mount, {"name": VOLUME_BIN, "mountPath": names.MOUNT_BIN,
+                                "readOnly": True}]
+    if any(d.cache and storage[d.storage].s3 is not None and (d.mode or "stage") == "stage"
+           for d in stage.inputs):
+        volumes.append({"name": VOLUME_CACHE, "hostPath": {
+            "path": CACHE_HOST_PATH, "type": "DirectoryOrCreate"}})
+        stage_in_mounts.append({"name": VOLUME_CACHE, "mountPath": names.MOUNT_CACHE})
+    pvc_reads = {d.storage for d in stage.inputs if storage[d.storage].pvc is not None}
+    pvc_streams = {d.storage for d in stage.inputs
+                   if storage[d.storage].pvc is not None and d.mode == "stream"}
+    pvc_writes = {d.storage for d in stage.outputs if storage[d.storage].pvc is not None}
+    if archive and storage[archive.storage].pvc is not None:
+        pvc_writes.add(archive.storage)
+    for name in sorted(pvc_reads | pvc_writes):
+        pvc = storage[name].pvc
+        assert pvc is not None
+        vol = _storage_volume(name)
+        volumes.append({"name": vol, "persistentVolumeClaim": {"claimName": pvc.claim_name}})
+        mount: dict[str, Any] = {"name": vol, "mountPath": f"{MOUNT_STORAGE}/{name}"}
+        if pvc.sub_path:
+            mount["subPath"] = pvc.sub_path
+        if name in pvc_reads:
+            stage_in_mounts.append(mount | {"readOnly": True})
+        if name in pvc_streams:
+            step_mounts.append(mount | {"readOnly": True})
+        if name in pvc_writes:
+            commit_mounts.append(dict(mount))
+    env = [*_env(run, namespace, stage),
+           {"name": ENV_RUNNER_CONFIG, "value": json.dumps(cfg, sort_keys=True)}, *cred_env]
+    base: dict[str, Any] = {"image": runner_image, "env": env}
+    if stage.image_pull_policy:
+        base["imagePullPolicy"] = stage.image_pull_policy
+    stage_in = base | {
+        "name": STAGE_IN_CONTAINER, "command": [RUNNER_COMMAND, "stage-in"],
+        "volumeMounts": stage_in_mounts,
+        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+    }
+    commit = base | {
+        "name": COMMIT_CONTAINER, "command": [RUNNER_COMMAND, "commit"],
+        "restartPolicy": "Always", "volumeMounts": commit_mounts,
+        # Counted in the pod's requests for its whole life: keep it small.
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+    }
+    step_env: list[dict[str, Any]] = [
+        {"name": names.ENV_SCRATCH, "value": names.MOUNT_WORK},
+        {"name": names.ENV_INPUTS, "value": f"{names.MOUNT_WORK}/inputs"},
+        {"name": names.ENV_OUTPUTS, "value": f"{names.MOUNT_WORK}/outputs"},
+    ]
+    if local_disk:
+        step_env.append({"name": ENV_POD_UID, "valueFrom": {
+            "fieldRef": {"fieldPath": "metadata.uid"}}})
+    return RunnerParts(
+        init_containers=[stage_in, commit],
+        volumes=volumes,
+        step_env=step_env,
+        step_volume_mounts=step_mounts,
+        share_process_namespace=True,
+    )

@@ -33,7 +33,7 @@ MANIFEST = "_SUCCESS"
 MANIFEST_VERSION = 1
 QUIET_SECONDS = 2.0
 BLIND_QUIET_SECONDS = 10.0  # when we cannot see which files are open
-FILE_THREADS = 8
+FILE_THREADS = 4
 
 
 def utcnow() -> str:

@@ -34,8 +34,10 @@ else:
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-PART_SIZE = 64 * 2**20
-MULTIPART_THRESHOLD = 64 * 2**20
+# Memory bound: commit holds up to FILE_THREADS x UPLOAD_THREADS parts in flight.
+PART_SIZE = 16 * 2**20
+MAX_PARTS = 9000  # S3 allows 10,000; keep a margin
+MULTIPART_THRESHOLD = 32 * 2**20
 UPLOAD_THREADS = 8
 RETRYABLE_CODES = frozenset(
     {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
@@ -159,17 +161,19 @@ class S3Store:
             f"create multipart s3://{self.bucket}/{key}")
         upload_id = up["UploadId"]
 
+        part_size = max(PART_SIZE, -(-size // MAX_PARTS))
+
         def part(n: int) -> dict[str, Any]:
             with local.open("rb") as f:
-                f.seek((n - 1) * PART_SIZE)
-                data = f.read(PART_SIZE)
+                f.seek((n - 1) * part_size)
+                data = f.read(part_size)
             digest = b64(hashlib.sha256(data).hexdigest())
             r = retrying(lambda: self.s3.upload_part(
                 Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=data,
                 ChecksumSHA256=digest), f"upload part {n} of s3://{self.bucket}/{key}")
             return {"PartNumber": n, "ETag": r["ETag"], "ChecksumSHA256": digest}
 
-        nparts = max(1, -(-size // PART_SIZE))
+        nparts = max(1, -(-size // part_size))
         try:
             with ThreadPoolExecutor(UPLOAD_THREADS) as pool:
                 parts = list(pool.map(part, range(1, nparts + 1)))
