@@ -8,6 +8,7 @@ kinds Nightshift touches, with API discovery as the fallback.
 
 from __future__ import annotations
 
+import builtins
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -117,8 +118,9 @@ class Kube:
 
     # -- calls -----------------------------------------------------------------------
     def _call(self, method: str, path: str, body: Any = None,
-              query: Sequence[tuple[str, Any]] = (), content_type: str | None = None) -> Obj:
-        headers = {"Accept": "application/json"}
+              query: Sequence[tuple[str, Any]] = (), content_type: str | None = None,
+              accept: str = "application/json") -> Obj:
+        headers = {"Accept": accept}
         payload: str | None = None
         if body is not None:
             # Serialize ourselves: the client only knows some patch content types.
@@ -175,6 +177,17 @@ class Kube:
             it.setdefault("apiVersion", api_version)
             it.setdefault("kind", kind)
         return items
+
+    def list_metadata(self, api_version: str, kind: str, namespace: str | None = None,
+                      label_selector: str | None = None) -> builtins.list[Obj]:
+        """Only the metadata of matching objects: a run's item ConfigMaps can hold MBs."""
+        query: list[tuple[str, Any]] = []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        out = self._call("GET", self.path(api_version, kind, namespace), query=query,
+                         accept="application/json;as=PartialObjectMetadataList;"
+                                "g=meta.k8s.io;v=v1,application/json")
+        return cast(builtins.list[Obj], out.get("items", []))
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
                propagation: str = "Background") -> bool:

@@ -45,18 +45,19 @@ def _run_key(namespace: str, name: str) -> Key:
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_RUN: kopf.PRESENT})
-async def job_event(meta: kopf.Meta, namespace: str, **_: Any) -> None:
-    WAKEUPS.wake(_run_key(namespace, meta["labels"][names.LABEL_RUN]))
+async def job_event(meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    WAKEUPS.wake(_run_key(namespace or "", meta["labels"][names.LABEL_RUN]))
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.PIPELINERUNS)
-async def pipelinerun_event(name: str, namespace: str, **_: Any) -> None:
-    WAKEUPS.wake(_run_key(namespace, name))
+async def pipelinerun_event(name: str, namespace: str | None, **_: Any) -> None:
+    WAKEUPS.wake(_run_key(namespace or "", name))
 
 
 @kopf.daemon(names.GROUP, names.VERSION, names.PIPELINERUNS, cancellation_timeout=10)
-async def pipelinerun_daemon(name: str, namespace: str, memo: kopf.Memo,
+async def pipelinerun_daemon(name: str, namespace: str | None, memo: Any,
                              stopped: kopf.DaemonStopped, **_: Any) -> None:
+    namespace = namespace or ""
     key = _run_key(namespace, name)
     kube: Kube = memo.kube
     config: OperatorConfig = memo.config

@@ -1,0 +1,57 @@
+# Nightshift: `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Go from bookworm-backports when hack/deps.sh had to install it.
+export PATH := $(PATH):/usr/lib/go-1.23/bin
+export GOTOOLCHAIN ?= auto
+PYTEST_ARGS ?=
+
+.PHONY: help deps venv upstream lint unit integration test demo cluster-up cluster-down cluster-status clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+deps: ## install missing Debian packages and Go
+	@bash hack/deps.sh
+
+$(VENV)/.installed: operator/pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e 'operator[dev]'
+	touch $@
+
+venv: deps $(VENV)/.installed ## virtualenv with the package (editable) and dev tools
+
+upstream: venv ## build etcd, Kubernetes, KWOK, Karpenter, versitygw; fetch kubectl and helm
+	$(VENV)/bin/nightshift-localcluster build
+
+lint: venv ## ruff and mypy --strict
+	$(VENV)/bin/ruff check operator tests bench
+	$(VENV)/bin/mypy operator/src/nightshift
+
+unit: venv ## unit and golden tests (no cluster)
+	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+
+# pytest exits 5 when it collected no tests; make treats any non-zero exit as failure,
+# so an empty suite fails `make test` and CI.
+integration: upstream ## integration tests on the local cluster (or $$KUBECONFIG)
+	$(VENV)/bin/pytest tests/integration $(PYTEST_ARGS)
+
+test: lint unit integration ## everything CI runs
+
+demo: upstream ## local cluster + operator + a pipeline with a progress bar
+	$(VENV)/bin/python -m nightshift.localcluster.demo
+
+cluster-up: upstream ## start the local cluster (NIGHTSHIFT_DEFAULT_QPS=1 for upstream client QPS)
+	$(VENV)/bin/nightshift-localcluster up $(if $(NIGHTSHIFT_DEFAULT_QPS),--default-qps,)
+
+cluster-down: ## stop exactly what cluster-up started
+	@if [ -x $(VENV)/bin/nightshift-localcluster ]; then $(VENV)/bin/nightshift-localcluster down; fi
+
+cluster-status: ## each part of the local cluster, its PID and state
+	$(VENV)/bin/nightshift-localcluster status
+
+clean: cluster-down ## remove the venv and local cluster state (not the build cache)
+	rm -rf $(VENV) .localcluster .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,57 @@
+"""S3 calls the operator makes (listing a stage's items); the runner has its own data path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+
+class S3Error(Exception):
+    """An S3 failure with the service's code and message, for a condition or an event."""
+
+
+@dataclass(frozen=True)
+class S3Target:
+    bucket: str
+    region: str | None = None
+    endpoint: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+
+
+def client(target: S3Target) -> Any:
+    cfg = Config(retries={"max_attempts": 8, "mode": "adaptive"}, connect_timeout=5,
+                 read_timeout=30, s3={"addressing_style": "path"} if target.endpoint else None)
+    return boto3.client(
+        "s3", region_name=target.region or "us-east-1", endpoint_url=target.endpoint,
+        aws_access_key_id=target.access_key, aws_secret_access_key=target.secret_key,
+        config=cfg,
+    )
+
+
+def list_keys(target: S3Target, prefix: str, suffix: str = "", limit: int = 500_000
+              ) -> list[str]:
+    """Every key under prefix (ending with suffix), in S3's (lexicographic) order."""
+    keys: list[str] = []
+    try:
+        pages = client(target).get_paginator("list_objects_v2").paginate(
+            Bucket=target.bucket, Prefix=prefix)
+        for page in pages:
+            for obj in page.get("Contents", []):
+                key = obj["Key"]
+                if key.endswith(suffix) and not key.endswith("/"):
+                    keys.append(key)
+                    if len(keys) > limit:
+                        raise S3Error(f"more than {limit} objects under "
+                                      f"s3://{target.bucket}/{prefix}")
+    except ClientError as e:
+        err = e.response.get("Error", {})
+        raise S3Error(f"listing s3://{target.bucket}/{prefix}: {err.get('Code')}: "
+                      f"{err.get('Message')}") from None
+    except BotoCoreError as e:
+        raise S3Error(f"listing s3://{target.bucket}/{prefix}: {e}") from None
+    return keys

@@ -1,0 +1,116 @@
+"""Resolving a stage's items and freezing them into ConfigMaps owned by the run.
+
+Resolved once, when the stage is about to start (a later stage may list what an
+earlier one wrote), then frozen: restarts and reruns see exactly the same items.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from nightshift.api import names
+from nightshift.api.pipelinerun import PipelineRunSpec, Stage, StorageRef
+from nightshift.aws.s3 import S3Error, S3Target, list_keys
+from nightshift.kube import Kube
+from nightshift.render import items as render_items
+from nightshift.render.plan import ItemsInfo
+
+
+class ResolveError(Exception):
+    """The items of a stage cannot be resolved now; the message names the field."""
+
+
+def frozen_items(kube: Kube, namespace: str, run: str,
+                 spec: PipelineRunSpec) -> dict[str, ItemsInfo]:
+    metas = kube.list_metadata("v1", "ConfigMap", namespace,
+                               label_selector=f"{names.LABEL_RUN}={run}")
+    by_name = {m["metadata"]["name"]: m["metadata"] for m in metas}
+    out: dict[str, ItemsInfo] = {}
+    for st in spec.stages:
+        chunks: list[str] = []
+        while (n := render_items.items_configmap_name(run, st.name, len(chunks))) in by_name:
+            chunks.append(n)
+        if not chunks:
+            continue
+        ann = by_name[chunks[0]].get("annotations") or {}
+        total = int(ann.get(render_items.ANNOTATION_ITEMS_TOTAL, "0"))
+        if sum(int((by_name[c].get("annotations") or {}).get(
+                render_items.ANNOTATION_ITEM_COUNT, "0")) for c in chunks) != total:
+            # A pass died between chunks: the missing ones are applied again next time.
+            continue
+        out[st.name] = ItemsInfo(count=total, configmaps=tuple(chunks))
+    return out
+
+
+def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str) -> None:
+    spec = PipelineRunSpec.model_validate(run["spec"])
+    stage = next(s for s in spec.stages if s.name == stage_name)
+    items = resolve(kube, run["metadata"]["namespace"], spec, stage)
+    ref = render_items.RunRef.of(run)
+    for cm in render_items.items_configmaps(ref, stage.name, items):
+        kube.apply(cm)
+
+
+def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage) -> list[str]:
+    fe = stage.for_each
+    field = f"spec.stages[{stage.name}].forEach"
+    if fe is None or fe.items is not None or fe.range is not None:
+        return render_items.expand(fe)
+    if fe.from_config_map is not None:
+        src = fe.from_config_map
+        cm = kube.get("v1", "ConfigMap", src.name, namespace)
+        if cm is None:
+            raise ResolveError(f"{field}.fromConfigMap: ConfigMap {namespace}/{src.name} "
+                               "does not exist; create it (one item per line) or fix the name")
+        text = (cm.get("data") or {}).get(src.key)
+        if text is None and src.key in (cm.get("binaryData") or {}):
+            text = base64.b64decode(cm["binaryData"][src.key]).decode()
+        if text is None:
+            raise ResolveError(f"{field}.fromConfigMap.key: ConfigMap {src.name} has no key "
+                               f"{src.key!r}")
+        return [line.strip() for line in text.splitlines() if line.strip()]
+    if fe.from_s3 is not None:
+        src3 = fe.from_s3
+        storage = _storage(spec, src3.storage, f"{field}.fromS3.storage")
+        if storage.s3 is None:
+            raise ResolveError(f"{field}.fromS3.storage: storage {src3.storage!r} is not S3")
+        prefix = _join(storage.s3.prefix, src3.prefix)
+        try:
+            keys = list_keys(s3_target(kube, namespace, storage), prefix, src3.suffix)
+        except S3Error as e:
+            raise ResolveError(f"{field}.fromS3: {e}") from None
+        if src3.strip_prefix:
+            keys = [k[len(prefix):].lstrip("/") for k in keys]
+        return keys
+    raise ResolveError(f"{field}: no item source")
+
+
+def _storage(spec: PipelineRunSpec, name: str, field: str) -> StorageRef:
+    for s in spec.storage:
+        if s.name == name:
+            return s
+    raise ResolveError(f"{field}: no storage named {name!r} in spec.storage")
+
+
+def _join(a: str, b: str) -> str:
+    if not a:
+        return b
+    return a.rstrip("/") + "/" + b.lstrip("/") if b else a
+
+
+def s3_target(kube: Kube, namespace: str, storage: StorageRef) -> S3Target:
+    assert storage.s3 is not None
+    s3 = storage.s3
+    access = secret = None
+    if s3.credentials_secret:
+        sec = kube.get("v1", "Secret", s3.credentials_secret, namespace)
+        if sec is None:
+            raise ResolveError(f"storage {storage.name}: Secret {s3.credentials_secret} "
+                               "does not exist (it needs AWS_ACCESS_KEY_ID and "
+                               "AWS_SECRET_ACCESS_KEY)")
+        data = sec.get("data") or {}
+        access = base64.b64decode(data.get("AWS_ACCESS_KEY_ID", "")).decode() or None
+        secret = base64.b64decode(data.get("AWS_SECRET_ACCESS_KEY", "")).decode() or None
+    return S3Target(bucket=s3.bucket, region=s3.region, endpoint=s3.endpoint,
+                    access_key=access, secret_key=secret)

@@ -1,0 +1,167 @@
+"""PipelineRun reconcile pass: read observed → plan (pure) → apply → status, once.
+
+The API cost of a pass is O(stages): one GET of the run, one LIST of its Jobs, one
+LIST of its items ConfigMaps, and failed-pod samples only when a stage's failure
+count moved. Never a list of all pods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from nightshift.api import names
+from nightshift.api.pipelinerun import TERMINAL_PHASES, PipelineRunSpec
+from nightshift.kube import Kube, KubeError
+from nightshift.reconcile.config import OperatorConfig
+from nightshift.reconcile.items import ResolveError, frozen_items, resolve_and_freeze
+from nightshift.render.plan import Observed, Plan, plan
+
+
+@dataclass(frozen=True)
+class Outcome:
+    requeue_after: float | None = None
+    gone: bool = False
+    terminal: bool = False
+
+
+@dataclass
+class LoopState:
+    """What one run's daemon remembers between passes (lost on restart, harmlessly)."""
+
+    last_status_write: float = 0.0
+    failed_seen: dict[str, int] = field(default_factory=dict)
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    warned: set[str] = field(default_factory=set)
+
+
+def reconcile(kube: Kube, namespace: str, name: str, config: OperatorConfig,
+              state: LoopState) -> Outcome:
+    run = kube.get(names.API_VERSION, names.PIPELINERUN, name, namespace)
+    if run is None or run["metadata"].get("deletionTimestamp"):
+        return Outcome(gone=True)
+    selector = f"{names.LABEL_RUN}={name}"
+    jobs = kube.list("batch/v1", "Job", namespace, label_selector=selector)
+    try:
+        spec: PipelineRunSpec | None = PipelineRunSpec.model_validate(run.get("spec") or {})
+    except ValidationError:
+        spec = None  # plan() reports it as Invalid, naming the field.
+    items = frozen_items(kube, namespace, name, spec) if spec else {}
+    samples = _failure_samples(kube, namespace, jobs, state)
+
+    def observe() -> Observed:
+        return Observed(run=run, jobs=jobs, items=items, failure_samples=samples,
+                        now=datetime.now(UTC), runner_image=config.runner_image)
+
+    p = plan(observe())
+    if p.resolve_items:
+        for stage in p.resolve_items:
+            try:
+                resolve_and_freeze(kube, run, stage)
+            except ResolveError as e:
+                # Nothing frozen: the stage waits, the user sees why, and a fix (say,
+                # creating the ConfigMap) is picked up on a later pass.
+                _warn_once(kube, run, state, "ItemsUnresolved", str(e))
+                return Outcome(requeue_after=10.0)
+        items = frozen_items(kube, namespace, name, spec) if spec else {}
+        p = plan(observe())
+
+    for manifest in p.apply:
+        kube.apply(manifest)
+    for ref in p.delete:
+        kube.delete(ref["apiVersion"], ref["kind"], ref["name"], namespace,
+                    propagation=ref.get("propagation", "Background"))
+    _write_status(kube, run, p, config, state)
+    for ev in p.events:
+        # An event lost is not worth failing the pass for.
+        with contextlib.suppress(KubeError):
+            kube.event(run, ev.type, ev.reason, ev.message)
+    terminal = p.status.get("phase") in TERMINAL_PHASES
+    return Outcome(requeue_after=p.requeue_after if not terminal else None, terminal=terminal)
+
+
+# Status fields that move with every pod: written at most every progress_interval.
+_PROGRESS_KEYS = ("succeeded", "failed", "running", "ready", "progress")
+
+
+def _significant(status: dict[str, Any] | None) -> Any:
+    if not status:
+        return None
+    s = {k: v for k, v in status.items() if k not in _PROGRESS_KEYS}
+    s["stages"] = [
+        {k: v for k, v in st.items() if k not in _PROGRESS_KEYS}
+        for st in status.get("stages", [])
+    ]
+    return s
+
+
+def _write_status(kube: Kube, run: dict[str, Any], p: Plan, config: OperatorConfig,
+                  state: LoopState) -> None:
+    old = run.get("status") or {}
+    new = p.status
+    if new == old:
+        return
+    now = time.monotonic()
+    if (_significant(new) == _significant(old)
+            and now - state.last_status_write < config.progress_interval):
+        # Only counters moved and we wrote recently: the next pass will write them.
+        return
+    kube.patch_status(names.API_VERSION, names.PIPELINERUN, run["metadata"]["name"],
+                      run["metadata"]["namespace"], new,
+                      resource_version=run["metadata"].get("resourceVersion"))
+    state.last_status_write = now
+
+
+def _failure_samples(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
+                     state: LoopState) -> dict[str, list[dict[str, Any]]]:
+    """A few failed pods per stage, re-read only when a Job's failure count moved."""
+    for job in jobs:
+        jname = job["metadata"]["name"]
+        failed = int((job.get("status") or {}).get("failed") or 0)
+        if failed == 0 or state.failed_seen.get(jname) == failed:
+            continue
+        pods = kube.list("v1", "Pod", namespace,
+                         label_selector=f"batch.kubernetes.io/job-name={jname}",
+                         field_selector="status.phase=Failed", limit=5)
+        stage = (job["metadata"].get("labels") or {}).get(names.LABEL_STAGE, jname)
+        state.samples[stage] = [_sample(p) for p in pods[:5]]
+        state.failed_seen[jname] = failed
+    return dict(state.samples)
+
+
+def _sample(pod: dict[str, Any]) -> dict[str, Any]:
+    ann = pod["metadata"].get("annotations") or {}
+    status = pod.get("status") or {}
+    exit_code: int | None = None
+    reason = status.get("reason") or ""
+    message = status.get("message") or ""
+    for cs in [*(status.get("initContainerStatuses") or []),
+               *(status.get("containerStatuses") or [])]:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and term.get("exitCode", 0) != 0:
+            exit_code = int(term["exitCode"])
+            reason = term.get("reason") or reason
+            message = (term.get("message") or message)[:200]
+            break
+    return {
+        "index": int(ann.get("batch.kubernetes.io/job-completion-index", -1)),
+        "exitCode": exit_code,
+        "reason": reason,
+        "message": message,
+        "pod": pod["metadata"]["name"],
+        "job": (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name", ""),
+    }
+
+
+def _warn_once(kube: Kube, run: dict[str, Any], state: LoopState, reason: str,
+               message: str) -> None:
+    if message in state.warned:
+        return
+    state.warned.add(message)
+    with contextlib.suppress(KubeError):
+        kube.event(run, "Warning", reason, message)
