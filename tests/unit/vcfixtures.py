@@ -15,7 +15,7 @@ AWS_NODECLASS: dict[str, Any] = {
 
 POOLS: dict[str, dict[str, Any]] = {
     "spot-compute": {"name": "workers", "class": "compute", "capacity": "spot", "maxCPU": 64},
-    "memory": {"name": "imaging", "class": "memory", "families": ["r6i", "r7i"],
+    "memory": {"name": "imaging", "class": "memory", "families": ["r5d", "r6id"],
                "capacity": "on-demand", "maxMemory": "1Ti", "localDisk": "raid0"},
     "spot-then-on-demand": {"name": "reduce", "class": "general",
                             "capacity": "spot-then-on-demand", "maxCPU": 128, "maxNodes": 20},
@@ -57,6 +57,7 @@ CATALOG_ENTRIES = [
     _entry("r6i.large", 2, 16, 0.08, 0.126),
     _entry("r6id.2xlarge", 8, 64, 0.3, 0.6048),
     _entry("r7i.large", 2, 16, 0.09, 0.1323),
+    _entry("r5d.large", 2, 16, 0.05, 0.144),
     _entry("m6i.large", 2, 8, 0.07, 0.096),
 ]
 

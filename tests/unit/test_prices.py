@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+from moto import mock_aws
+from nightshift.aws.prices import AwsPrices, catalog_prices, load_kwok_catalog
+
+from tests.unit.vcfixtures import CATALOG_ENTRIES
+
+KWOK_CATALOG = Path(
+    "/root/go/pkg/mod/sigs.k8s.io/karpenter@v1.14.1/kwok/examples/aws_instance_types.json")
+
+
+def test_kwok_catalog_prices(tmp_path: Path) -> None:
+    path = tmp_path / "types.json"
+    path.write_text(json.dumps(CATALOG_ENTRIES))
+    price = catalog_prices(load_kwok_catalog(path))
+    assert price("c6i.large", "spot") == 0.0595
+    assert price("c6i.large", "on-demand") == 0.085
+    assert price("nope.large", "spot") is None
+
+
+def test_real_kwok_catalog() -> None:
+    if not KWOK_CATALOG.exists():
+        pytest.skip("karpenter module not in the Go module cache")
+    cat = load_kwok_catalog(KWOK_CATALOG)
+    assert len(cat.types) > 800  # one entry per type and OS; Linux kept
+    t = cat.types["c6i.large"]
+    assert (t.arch, t.cpu, t.prices["on-demand"]) == ("amd64", 2.0, 0.085)
+    assert t.prices["spot"] < t.prices["on-demand"]
+    assert "r6id" in cat.families_for_class("memory", local_nvme=True)
+    assert "r6i" not in cat.families_for_class("memory", local_nvme=True)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def product(usd: str) -> str:
+    return json.dumps({"terms": {"OnDemand": {"X.Y": {"priceDimensions": {
+        "X.Y.Z": {"unit": "Hrs", "pricePerUnit": {"USD": usd}}}}}}})
+
+
+def prices(pricing: Any, clock: Clock) -> AwsPrices:
+    return AwsPrices("us-west-2", pricing, boto3.client("ec2", region_name="us-west-2"),
+                     ttl_seconds=60, clock=clock)
+
+
+@mock_aws
+def test_spot_from_ec2_and_cached() -> None:
+    pricing = boto3.client("pricing", region_name="us-east-1")
+    clock = Clock()
+    p = prices(pricing, clock)
+    # moto answers DescribeSpotPriceHistory with its fixed price per zone.
+    spot = p("c6i.large", "spot")
+    assert spot is not None and spot > 0
+    assert p("c6i.large", "spot") == spot
+
+
+@mock_aws
+def test_on_demand_from_pricing_api_cached_with_ttl() -> None:
+    pricing = boto3.client("pricing", region_name="us-east-1")
+    clock = Clock()
+    with Stubber(pricing) as stub:
+        stub.add_response("get_products", {"PriceList": [product("0.0850000000")]},
+                          {"ServiceCode": "AmazonEC2", "Filters": ANY, "MaxResults": 10})
+        p = prices(pricing, clock)
+        assert p("c6i.large", "on-demand") == 0.085
+        assert p("c6i.large", "on-demand") == 0.085  # cached: no second call stubbed
+        clock.t = 61
+        stub.add_response("get_products", {"PriceList": [product("0.09")]})
+        assert p("c6i.large", "on-demand") == 0.09
+        stub.assert_no_pending_responses()
+
+
+@mock_aws
+def test_aws_failure_leaves_price_unknown_and_reports() -> None:
+    pricing = boto3.client("pricing", region_name="us-east-1")
+    with Stubber(pricing) as stub:
+        stub.add_client_error("get_products", "AccessDeniedException", "no pricing:GetProducts")
+        p = prices(pricing, Clock())
+        assert p("c6i.large", "on-demand") is None
+        assert p.last_error is not None and p.last_error.code == "AccessDeniedException"
+        # The miss is cached too: a failing API costs one call per TTL.
+        assert p("c6i.large", "on-demand") is None

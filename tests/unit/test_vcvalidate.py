@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from nightshift.api.virtualcluster import VirtualClusterSpec
+from nightshift.render.vcvalidate import summarize, validate
+from pydantic import ValidationError
+
+from tests.bad_virtualclusters import BAD
+from tests.unit.vcfixtures import POOLS, catalog, vc
+
+INVALID = [b for b in BAD if b[2] == "invalid"]
+# CEL cases the operator catches as well (an object admitted by an older CRD); the
+# pattern and reserved-label ones only the API server checks.
+CEL_ALSO_HERE = [b for b in BAD if b[2] == "cel" and b[0] not in (
+    "pool-name-not-dns", "reserved-label")]
+
+
+def problems_of(manifest: dict[str, Any], provider: str = "aws") -> list[str]:
+    spec = VirtualClusterSpec.model_validate(manifest["spec"])
+    return [str(p) for p in validate(spec, spec.provider if spec.provider != "auto"
+                                     else provider, catalog())]
+
+
+def test_table_is_well_formed() -> None:
+    ids = [b[0] for b in BAD]
+    assert len(ids) == len(set(ids))
+    assert {b[2] for b in BAD} == {"cel", "invalid"}
+
+
+@pytest.mark.parametrize(("case_id", "manifest", "kind", "text"), INVALID, ids=[b[0] for b in INVALID])
+def test_invalid_cases_name_the_field(case_id: str, manifest: dict[str, Any], kind: str,
+                                      text: str) -> None:
+    found = problems_of(manifest)
+    assert any(text in p for p in found), found
+
+
+@pytest.mark.parametrize(("case_id", "manifest", "kind", "text"), CEL_ALSO_HERE,
+                         ids=[b[0] for b in CEL_ALSO_HERE])
+def test_cel_cases_are_refused_here_too(case_id: str, manifest: dict[str, Any], kind: str,
+                                        text: str) -> None:
+    try:
+        found = problems_of(manifest)
+    except ValidationError:
+        return
+    assert found
+
+
+def test_good_virtualcluster_has_no_problems() -> None:
+    manifest = vc(*POOLS.values())
+    assert problems_of(manifest) == []
+    assert problems_of(manifest, "kwok") == []
+
+
+def test_kwok_needs_no_aws_settings() -> None:
+    manifest = vc(POOLS["spot-compute"], nodeClass={})
+    assert problems_of(manifest, "kwok") == []
+    assert any("spec.nodeClass.role" in p for p in problems_of(manifest, "aws"))
+
+
+def test_summary_is_bounded() -> None:
+    manifest = vc(*[{"name": f"p{i}", "class": "memory", "families": ["c6i"]} for i in range(9)])
+    spec = VirtualClusterSpec.model_validate(manifest["spec"])
+    text = summarize(validate(spec, "aws"))
+    assert text.startswith("spec.pools[0].families[0]:") and text.endswith("and 4 more")
