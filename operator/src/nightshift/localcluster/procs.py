@@ -33,6 +33,12 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+# Children started by this process: poll() is the reliable liveness check for them.
+# /proc/<pid>/cmdline can lag just after exec (seen under gVisor), so it only serves
+# for PIDs recorded by an earlier process (`down` from another shell).
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
 @dataclass(frozen=True)
 class Proc:
     name: str
@@ -57,11 +63,15 @@ def start(
             env=full_env,
             start_new_session=True,
         )
+    _children[p.pid] = p
     return Proc(name=name, pid=p.pid, exe=str(argv[0]), log=str(log))
 
 
 def alive(proc: Proc) -> bool:
     """True when the PID still runs the same executable (PIDs get reused)."""
+    child = _children.get(proc.pid)
+    if child is not None:
+        return child.poll() is None
     try:
         cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
         stat = Path(f"/proc/{proc.pid}/stat").read_text()
@@ -91,6 +101,11 @@ def stop(proc: Proc, timeout: float = 10.0) -> None:
 
 
 def _reap(pid: int) -> None:
+    child = _children.pop(pid, None)
+    if child is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(5)
+        return
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
 
