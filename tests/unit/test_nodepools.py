@@ -73,6 +73,7 @@ def test_spot_then_on_demand_two_weighted_pools() -> None:
 def test_halves_share_one_limit() -> None:
     objs = render_virtualcluster(vc(POOLS["spot-then-on-demand"]), "aws")
     spot, od = by_kind(objs, "NodePool")
+    assert od["spec"]["limits"] == {"cpu": "128", "nodes": "20"}
     usage = {spot["metadata"]["name"]: Usage(cpu=100, memory_bytes=0, nodes=15)}
     spot2, od2 = by_kind(
         render_virtualcluster(vc(POOLS["spot-then-on-demand"]), "aws", usage=usage), "NodePool")

@@ -64,3 +64,15 @@ def test_summary_is_bounded() -> None:
     spec = VirtualClusterSpec.model_validate(manifest["spec"])
     text = summarize(validate(spec, "aws"))
     assert text.startswith("spec.pools[0].families[0]:") and text.endswith("and 4 more")
+
+
+@pytest.mark.parametrize(("path", "provider"), [
+    ("examples/virtualcluster-local.yaml", "kwok"), ("examples/virtualcluster-eks.yaml", "aws")])
+def test_examples_are_valid(path: str, provider: str) -> None:
+    from pathlib import Path
+
+    import yaml
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / path).read_text())
+    spec = VirtualClusterSpec.model_validate(doc["spec"])
+    assert [str(p) for p in validate(spec, provider)] == []
