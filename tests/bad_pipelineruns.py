@@ -1,0 +1,158 @@
+"""Bad PipelineRun inputs: (id, manifest, refused by "cel" | "invalid", substring).
+
+"cel" cases are refused by the CRD's schema/CEL rules at admission (the lead runs them
+against the real API server; the substring is from the API server's message).
+"invalid" cases pass admission and get an Invalid condition from
+nightshift.render.validate whose message holds the substring. tests/unit/test_validate.py
+also checks that every "cel" case is caught by the Python side (defence in depth for
+objects stored before a rule existed).
+
+BAD_UPDATES are (id, manifest, spec changes, substring): transition rules, refused by
+the API server when the change is applied to the created manifest.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+def stage(name: str = "s", **kw: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": name,
+        "image": "busybox:1.36",
+        "forEach": {"items": ["a", "b"]},
+        "steps": [{"name": "main", "command": ["true"]}],
+    }
+    out.update(kw)
+    return out
+
+
+def run(stages: list[dict[str, Any]] | None = None, name: str = "bad",
+        **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "nightshift.io/v1alpha1",
+        "kind": "PipelineRun",
+        "metadata": {"name": name, "namespace": "physics"},
+        "spec": {"stages": [stage()] if stages is None else stages, **spec},
+    }
+
+
+S3 = [{"name": "raw", "s3": {"bucket": "raw-data"}}]
+
+BAD: list[tuple[str, dict[str, Any], str, str]] = [
+    ("empty-stages", run([]), "cel", "should have at least 1 items"),
+    ("duplicate-stage-names", run([stage("a"), stage("a")]), "cel",
+     "stage names must be unique"),
+    ("unknown-dependency", run([stage("a", dependsOn=["nope"])]), "cel",
+     "every dependsOn entry must name a stage"),
+    ("self-dependency", run([stage("a", dependsOn=["a"])]), "cel",
+     "a stage cannot depend on itself"),
+    ("both-items-and-range",
+     run([stage(forEach={"items": ["x"], "range": {"from": 1, "to": 2}})]), "cel",
+     "set exactly one of forEach.items"),
+    ("no-item-source", run([stage(forEach={})]), "cel", "set exactly one of forEach.items"),
+    ("negative-retries", run([stage(retries={"perItem": -1})]), "cel",
+     "retries.perItem must be between 0 and 100"),
+    ("too-many-retries", run([stage(retries={"perItem": 101})]), "cel",
+     "retries.perItem must be between 0 and 100"),
+    ("zero-exit-code", run([stage(retries={"permanentExitCodes": [0]})]), "cel",
+     "should be greater than or equal to 1"),
+    ("negative-tolerate", run([stage(tolerateFailedItems=-1)]), "cel",
+     "tolerateFailedItems must be >= 0"),
+    ("range-backwards", run([stage(forEach={"range": {"from": 5, "to": 1}})]), "cel",
+     "range.to must be >= range.from"),
+    ("range-step-zero", run([stage(forEach={"range": {"from": 1, "to": 5, "step": 0}})]),
+     "cel", "range.step must be >= 1"),
+    ("stage-name-too-long", run([stage("s" * 41)]), "cel", "Too long"),
+    ("stage-name-not-dns", run([stage("Bad_Name")]), "cel", "should match"),
+    ("run-name-too-long", run(name="r" * 64), "cel",
+     "the run's name must be at most 63 characters"),
+    ("empty-steps", run([stage(steps=[])]), "cel", "should have at least 1 items"),
+    ("empty-command", run([stage(steps=[{"name": "main", "command": [""]}])]), "cel",
+     "command[0] must name a program"),
+    ("duplicate-step-names",
+     run([stage(steps=[{"name": "x", "command": ["a"]}, {"name": "x", "command": ["b"]}])]),
+     "cel", "step names must be unique"),
+    ("bad-input-mode",
+     run([stage(inputs=[{"storage": "raw", "path": "{item}", "mode": "batch"}])], storage=S3),
+     "cel", "inputs[].mode must be stage or stream"),
+    ("bad-output-mode",
+     run([stage(outputs=[{"storage": "raw", "path": "{item}", "mode": "stream"}])],
+         storage=S3),
+     "cel", "outputs[].mode must be batch or interleave"),
+    ("unknown-input-storage", run([stage(inputs=[{"storage": "nope", "path": "x"}])]),
+     "cel", "inputs[].storage must name an entry of spec.storage"),
+    ("unknown-s3-source-storage",
+     run([stage(forEach={"fromS3": {"storage": "nope"}})], storage=S3), "cel",
+     "fromS3.storage must name an entry of spec.storage"),
+    ("unknown-archive-storage", run(archive={"storage": "nope"}, storage=S3), "cel",
+     "spec.archive.storage must name an entry of spec.storage"),
+    ("storage-s3-and-pvc",
+     run(storage=[{"name": "x", "s3": {"bucket": "b"}, "pvc": {"claimName": "c"}}]), "cel",
+     "set exactly one of s3 or pvc"),
+    ("parallelism-unknown-stage", run(parallelism={"nope": 3}), "cel",
+     "every key of spec.parallelism must be the name of a stage"),
+    # --- what CEL cannot see -------------------------------------------------------
+    ("cyclic-dependencies",
+     run([stage("a", dependsOn=["c"]), stage("b", dependsOn=["a"]),
+          stage("c", dependsOn=["b"])]),
+     "invalid", "dependency cycle"),
+    ("zero-items", run([stage(forEach={"items": []})]), "invalid", "gives no items"),
+    ("100001-items-without-tolerate",
+     run([stage(forEach={"range": {"from": 0, "to": 100_000}})]), "invalid",
+     "set tolerateFailedItems"),
+    ("100001-items-tolerate-too-high",
+     run([stage(forEach={"range": {"from": 0, "to": 100_000}},
+                tolerateFailedItems=20_000)]),
+     "invalid", "tolerateFailedItems must be at most 10000"),
+    ("too-many-items",
+     run([stage(forEach={"range": {"from": 0, "to": 600_000}}, tolerateFailedItems=10)]),
+     "invalid", "above Nightshift's limit"),
+    ("newline-in-item", run([stage(forEach={"items": ["ok", "two\nlines"]})]), "invalid",
+     "contains a line break"),
+    ("empty-item", run([stage(forEach={"items": ["ok", ""]})]), "invalid", "is empty"),
+    ("format-two-fields",
+     run([stage(forEach={"range": {"from": 1, "to": 3, "format": "{}-{}"}})]), "invalid",
+     "exactly one positional field"),
+    ("format-named-field",
+     run([stage(forEach={"range": {"from": 1, "to": 3, "format": "n-{night}"}})]),
+     "invalid", "exactly one positional field"),
+    ("format-not-for-ints",
+     run([stage(forEach={"range": {"from": 1, "to": 3, "format": "{:s}"}})]), "invalid",
+     "cannot format an integer"),
+    ("format-unbalanced",
+     run([stage(forEach={"range": {"from": 1, "to": 3, "format": "night-{"}})]), "invalid",
+     "does not parse"),
+    ("reserved-step-name",
+     run([stage(steps=[{"name": "nightshift-stage-in", "command": ["x"]}])]), "invalid",
+     "reserved for the runner"),
+]
+
+
+def updated(manifest: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    out = copy.deepcopy(manifest)
+    out["spec"].update(spec)
+    return out
+
+
+BASE = run([stage("a"), stage("b", dependsOn=["a"])], storage=S3)
+
+BAD_UPDATES: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
+    ("stages-immutable", BASE, {"stages": [stage("a")]}, "spec.stages is immutable"),
+    ("storage-immutable", BASE, {"storage": []}, "spec.storage is immutable"),
+    ("archive-added", BASE, {"archive": {"storage": "raw"}}, "spec.archive is immutable"),
+    ("rerun-decreases", updated(BASE, rerunFailed=2), {"rerunFailed": 1},
+     "spec.rerunFailed can only grow"),
+    ("uncancel", updated(BASE, cancel=True), {"cancel": False},
+     "spec.cancel cannot be unset once true"),
+]
+
+# Changes that must be accepted on a created run (the mutable knobs).
+GOOD_UPDATES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("parallelism", BASE, {"parallelism": {"a": 5}}),
+    ("suspend", BASE, {"suspend": True}),
+    ("cancel", BASE, {"cancel": True}),
+    ("rerun", BASE, {"rerunFailed": 1}),
+    ("launch", BASE, {"launch": {"maxPodsPerMinute": 60}}),
+]
