@@ -6,6 +6,7 @@ and writes this one object per stage attempt, so its API cost is O(stages).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -133,13 +134,14 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
             "command": ["/bin/sh", f"{names.MOUNT_ITEMS}/{RUN_SH_KEY}", step.name, "--",
                         *step.command, *step.args],
             "env": merge_env(base_env, parts.step_env, stage.env, step.env),
-            "volumeMounts": mounts,
+            # Copies: containers sharing dicts would alias in YAML and under mutation.
+            "volumeMounts": copy.deepcopy(mounts),
         }
         if stage.image_pull_policy:
             c["imagePullPolicy"] = stage.image_pull_policy
         if stage.resources:
             # Steps run one after another, so each may use the whole stage's share.
-            c["resources"] = dict(stage.resources)
+            c["resources"] = copy.deepcopy(stage.resources)
         containers.append(c)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
