@@ -21,13 +21,14 @@ from nightshift.runner import procstat, record
 from nightshift.runner.commit import CommitResult, Committer, fifo_signal, safe, utcnow
 from nightshift.runner.config import Item, Paths, RunnerConfig
 from nightshift.runner.s3io import S3Store
-from nightshift.runner.stepsh import FIFO, REQUEST
+from nightshift.runner.stepsh import EX_TEMPFAIL, FIFO, REQUEST
 from nightshift.runner.store import DirStore
 
 log = logging.getLogger(__name__)
 
 RESULT = "commit.result"
 INTERLEAVE_EVERY = 2  # seconds between scans of interleave outputs
+PREPARE_EVERY = 10
 
 
 def read_request(state: Path) -> tuple[str, int] | None:
@@ -86,12 +87,14 @@ class Sidecar:
         node = threading.Thread(target=lambda: self.node.update(record.node_info(self.env)),
                                 daemon=True)
         node.start()
-        self.committer.prepare()
         tick = 0
         req = None
+        prepared = False
         while not self.stop.is_set():
             self.sampler.sample()
-            if tick % INTERLEAVE_EVERY == 0:
+            if not prepared and tick % PREPARE_EVERY == 0:
+                prepared = self._prepare()
+            if prepared and tick % INTERLEAVE_EVERY == 0:
                 self._interleave()
             req = read_request(self.state)
             if req:
@@ -103,15 +106,28 @@ class Sidecar:
             self._write_record(None, "terminated", CommitResult(ok=False), None)
             return 0
         step, rc = req
-        if rc == 0:
+        if not prepared and not self._prepare():
+            res = CommitResult(ok=False, error="storage unreachable: see the commit log")
+        elif rc == 0:
             res = safe(self.committer.commit_success, "commit")
         else:
             res = safe(self.committer.commit_failure, "saving failed outputs")
         phase = "succeeded" if rc == 0 and res.ok else "failed"
-        self._write_record(rc, phase, res, step)
+        # The pod's exit code: the user's, or EX_TEMPFAIL when only the commit failed.
+        self._write_record(EX_TEMPFAIL if rc == 0 and not res.ok else rc, phase, res, step)
         (self.state / RESULT).write_text("ok\n" if res.ok else "failed\n")
         fifo_signal(self.state / FIFO, "ok" if res.ok else "failed")
         return self._idle()
+
+    def _prepare(self) -> bool:
+        # Storage may be briefly unreachable when the pod starts; keep sampling /proc
+        # and try again rather than crash-looping the sidecar.
+        try:
+            self.committer.prepare()
+            return True
+        except Exception as e:
+            log.warning("preparing outputs (will retry): %s", e)
+            return False
 
     def _interleave(self) -> None:
         if not any(o.ref.mode == "interleave" for o in self.committer.outputs):

@@ -1,0 +1,260 @@
+"""The runner against a real S3-compatible server (versitygw), without Kubernetes.
+
+A "pod" here is what the kubelet would run, as processes with the pod's environment:
+a process group stands in for the pod (its leader for the pause container), temp dirs
+for the /nightshift volumes (NIGHTSHIFT_ROOT), `nightshift-runner stage-in`, then the
+commit sidecar beside the steps, each step through /nightshift/bin/step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import BotoCoreError, ClientError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from s3server import VersityGW, s3server
+
+__all__ = ["s3server"]  # the fixture, imported explicitly (no shared conftest edits)
+
+RUNNER = Path(sys.executable).with_name("nightshift-runner")
+BUCKET = "nightshift-test"
+
+
+@dataclass
+class Pod:
+    stage_in_rc: int
+    step_rcs: list[int]
+    root: Path
+
+    @property
+    def rc(self) -> int:
+        if self.stage_in_rc:
+            return self.stage_in_rc
+        return next((rc for rc in self.step_rcs if rc), 0)
+
+
+def config(gw: VersityGW, inputs: list[dict[str, Any]], outputs: list[dict[str, Any]],
+           archive: bool = True) -> dict[str, Any]:
+    return {
+        "version": 1, "run": "run1", "namespace": "ns", "stage": "reduce",
+        "storages": {"data": gw.storage_json("data", BUCKET, "proj/")},
+        "inputs": inputs, "outputs": outputs,
+        "archive": {"storage": "data", "prefix": "_nightshift"} if archive else None,
+        "cacheMaxBytes": 2**30,
+    }
+
+
+def run_pod(gw: VersityGW, root: Path, cfg: dict[str, Any], steps: list[tuple[str, str]],
+            items: list[str], index: int = 0, cache: bool = True) -> Pod:
+    """Run one item's pod; steps are (name, sh -c script)."""
+    (root / "items").mkdir(parents=True, exist_ok=True)
+    (root / "items" / "items").write_text("".join(i + "\n" for i in items))
+    if cache:
+        (root / "cache").mkdir(exist_ok=True)
+    pause = subprocess.Popen(["sleep", "600"], process_group=0)
+    env = {**os.environ, **gw.credentials_env("data"), "NIGHTSHIFT_ROOT": str(root),
+           "NIGHTSHIFT_RUNNER_CONFIG": json.dumps(cfg), "JOB_COMPLETION_INDEX": str(index),
+           "NIGHTSHIFT_PROC_PGID": str(pause.pid), "NIGHTSHIFT_IMDS_ENDPOINT": "",
+           "NIGHTSHIFT_POD_NAME": f"pod-{index}", "NODE_NAME": "node-a",
+           "NIGHTSHIFT_LAST_STEP": steps[-1][0],
+           "NIGHTSHIFT_INPUTS": str(root / "work" / "inputs"),
+           "NIGHTSHIFT_OUTPUTS": str(root / "work" / "outputs")}
+    try:
+        rc = subprocess.run([str(RUNNER), "stage-in"], env=env, process_group=pause.pid,
+                            timeout=300, check=False).returncode
+        if rc:
+            return Pod(rc, [], root)
+        sidecar = subprocess.Popen([str(RUNNER), "commit"], env=env, process_group=pause.pid)
+        rcs = []
+        try:
+            for name, script in steps:
+                rcs.append(subprocess.run(
+                    ["/bin/sh", str(root / "bin" / "step"), name, "--", "/bin/sh", "-c", script],
+                    env=env, process_group=pause.pid, timeout=300, check=False).returncode)
+                if rcs[-1]:
+                    break
+        finally:
+            sidecar.terminate()  # the kubelet stops native sidecars after the steps
+            assert sidecar.wait(30) == 0
+        return Pod(0, rcs, root)
+    finally:
+        pause.kill()
+        pause.wait()
+
+
+def put(gw: VersityGW, key: str, data: bytes, sha: bool = False) -> None:
+    meta = {"sha256": hashlib.sha256(data).hexdigest()} if sha else {}
+    gw.client().put_object(Bucket=BUCKET, Key=key, Body=data, Metadata=meta)
+
+
+def get_json(gw: VersityGW, key: str) -> dict[str, Any]:
+    body = gw.client().get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    return json.loads(body)  # type: ignore[no-any-return]
+
+
+def keys(gw: VersityGW, prefix: str) -> set[str]:
+    pages = gw.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return {o["Key"] for p in pages for o in p.get("Contents", [])}
+
+
+@pytest.fixture
+def gw(s3server: VersityGW) -> VersityGW:
+    s3server.client().create_bucket(Bucket=BUCKET)
+    return s3server
+
+
+def test_stage_run_commit_record_then_cache_hit(gw: VersityGW, tmp_path: Path) -> None:
+    big = os.urandom(40 * 2**20 + 123)  # above the ranged-GET threshold
+    put(gw, "proj/raw/night-7/small.txt", b"hello night 7\n")
+    put(gw, "proj/raw/night-7/sub/big.bin", big, sha=True)
+    cfg = config(gw, [{"storage": "data", "path": "raw/{item}/", "mode": "stage"}],
+                 [{"storage": "data", "path": "out/{item}/", "mode": "batch"}])
+    steps = [
+        ("copy", 'cp "$NIGHTSHIFT_INPUTS/small.txt" "$NIGHTSHIFT_OUTPUTS/copy.txt"'),
+        ("big", ('cat "$NIGHTSHIFT_INPUTS/sub/big.bin" "$NIGHTSHIFT_INPUTS/sub/big.bin" '
+                 '> "$NIGHTSHIFT_OUTPUTS/double.bin" && sleep 2')),
+    ]
+    pod = run_pod(gw, tmp_path / "pod1", cfg, steps, ["night-6", "night-7"], index=1)
+    assert pod.rc == 0
+    manifest = get_json(gw, "proj/out/night-7/_SUCCESS")
+    files = {f["key"]: f for f in manifest["files"]}
+    assert set(files) == {"proj/out/night-7/copy.txt", "proj/out/night-7/double.bin"}
+    assert files["proj/out/night-7/double.bin"]["size"] == 2 * len(big)
+    assert files["proj/out/night-7/double.bin"]["sha256"] == hashlib.sha256(big * 2).hexdigest()
+    body = gw.client().get_object(Bucket=BUCKET, Key="proj/out/night-7/copy.txt")["Body"].read()
+    assert body == b"hello night 7\n"
+    rec = get_json(gw, "proj/_nightshift/run1/reduce/1.json")
+    assert rec["item"] == "night-7" and rec["index"] == 1 and rec["attempt"] == 1
+    assert rec["exitCode"] == 0 and rec["phase"] == "succeeded" and rec["node"] == "node-a"
+    assert rec["bytesIn"] == len(big) + 14 and rec["bytesOut"] == 2 * len(big) + 14
+    assert rec["cacheMisses"] == 2 and rec["cacheHits"] == 0
+    assert rec["verified"] == {"sha256": 1, "md5": 1, "size": 0}
+    assert [s["name"] for s in rec["steps"]] == ["copy", "big"]
+    assert rec["samples"] >= 1 and rec["processes"] >= 1 and rec["peakRssBytes"] > 0
+    # Same node (same cache dir), next attempt: both inputs come from the node cache.
+    pod2_root = tmp_path / "pod2"
+    pod2_root.mkdir()
+    (pod2_root / "cache").symlink_to(tmp_path / "pod1" / "cache")
+    pod = run_pod(gw, pod2_root, cfg, steps, ["night-6", "night-7"], index=1)
+    assert pod.rc == 0
+    rec = get_json(gw, "proj/_nightshift/run1/reduce/1.json")
+    assert rec["attempt"] == 2 and rec["cacheHits"] == 2 and rec["cacheMisses"] == 0
+    assert [a["attempt"] for a in rec["previousAttempts"]] == [1]
+
+
+def test_failed_step_outputs_go_to_failed_prefix(gw: VersityGW, tmp_path: Path) -> None:
+    cfg = config(gw, [], [{"storage": "data", "path": "out/{item}/", "mode": "interleave"}])
+    steps = [("make", 'echo partial > "$NIGHTSHIFT_OUTPUTS/part.txt"'),
+             ("crash", "exit 3"), ("never", "exit 0")]
+    pod = run_pod(gw, tmp_path, cfg, steps, ["a"], cache=False)
+    assert pod.step_rcs == [0, 3]  # the user's exit code, for podFailurePolicy
+    assert keys(gw, "proj/out/") == set()
+    assert keys(gw, "proj/failed/") == {"proj/failed/out/a/attempt-1/part.txt"}
+    rec = get_json(gw, "proj/_nightshift/run1/reduce/0.json")
+    assert rec["exitCode"] == 3 and rec["failedStep"] == "crash" and rec["phase"] == "failed"
+
+
+def test_interleave_uploads_while_steps_run(gw: VersityGW, tmp_path: Path) -> None:
+    cfg = config(gw, [], [{"storage": "data", "path": "out/{item}/", "mode": "interleave"}])
+    committed = gw.object_path(BUCKET, "proj/out/x/first.txt")
+    # The step waits (at most 60 s) until its first file is in the store, then goes on:
+    # it can only pass if the sidecar uploaded it while the step was still running.
+    script = (f'echo 1 > "$NIGHTSHIFT_OUTPUTS/first.txt"; i=0; '
+              f'while [ ! -f "{committed}" ] && [ $i -lt 60 ]; do sleep 1; i=$((i+1)); done; '
+              f'[ -f "{committed}" ] || exit 9; echo 2 > "$NIGHTSHIFT_OUTPUTS/second.txt"')
+    pod = run_pod(gw, tmp_path, cfg, [("only", script)], ["x"], cache=False)
+    assert pod.rc == 0
+    manifest = get_json(gw, "proj/out/x/_SUCCESS")
+    assert [f["key"] for f in manifest["files"]] == ["proj/out/x/first.txt",
+                                                      "proj/out/x/second.txt"]
+
+
+def test_commit_failure_exits_75(gw: VersityGW, tmp_path: Path) -> None:
+    cfg = config(gw, [], [{"storage": "data", "path": "out/{item}/"}], archive=False)
+    cfg["storages"]["data"]["bucket"] = "no-such-bucket"
+    pod = run_pod(gw, tmp_path, cfg, [("only", 'echo x > "$NIGHTSHIFT_OUTPUTS/x"')], ["x"],
+                  cache=False)
+    assert pod.step_rcs == [75]
+
+
+@pytest.mark.parametrize("with_sha", [True, False], ids=["sha256-metadata", "md5-etag"])
+def test_corrupted_object_fails_stage_in(gw: VersityGW, tmp_path: Path, with_sha: bool) -> None:
+    data = os.urandom(1000)
+    put(gw, "proj/raw/x/f.bin", data, sha=with_sha)
+    # Damage the stored bytes behind the server's back (same size: only a checksum sees it).
+    path = gw.object_path(BUCKET, "proj/raw/x/f.bin")
+    path.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])
+    cfg = config(gw, [{"storage": "data", "path": "raw/{item}/"}],
+                 [{"storage": "data", "path": "out/{item}/"}])
+    pod = run_pod(gw, tmp_path, cfg, [("only", "exit 0")], ["x"])
+    assert pod.stage_in_rc == 65
+    rec = get_json(gw, "proj/_nightshift/run1/reduce/0.json")
+    assert rec["phase"] == "stage-in-failed" and "checksum" in rec["error"]
+    assert not list((tmp_path / "cache" / "objects").iterdir())  # nothing bad was cached
+    assert keys(gw, "proj/out/") == set()
+
+
+def test_server_killed_mid_upload_retry_succeeds(gw: VersityGW, tmp_path: Path) -> None:
+    cfg = config(gw, [], [{"storage": "data", "path": "out/{item}/"}])
+    size = 160 * 2**20  # 10 multipart parts
+    script = (f'head -c {size} /dev/urandom > "$NIGHTSHIFT_OUTPUTS/big.bin"; '
+              'echo small > "$NIGHTSHIFT_OUTPUTS/small.txt"')
+    events: list[str] = []
+    bad: list[str] = []
+    stop = threading.Event()
+    sgwtmp = gw.data_dir / BUCKET / ".sgwtmp"
+
+    def chaos() -> None:
+        # Kill the server as soon as a multipart upload is under way, restart it 2 s on.
+        while not stop.is_set():
+            if sgwtmp.exists() and any(sgwtmp.rglob("*")):
+                gw.kill()
+                events.append("killed")
+                time.sleep(2)
+                gw.start()
+                events.append("restarted")
+                return
+            time.sleep(0.01)
+
+    def watch() -> None:
+        # A consumer's view: whenever _SUCCESS is visible, every key it lists must be.
+        while not stop.is_set():
+            try:
+                manifest = get_json(gw, "proj/out/x/_SUCCESS")
+            except (ClientError, BotoCoreError):  # not there yet, or the server is down
+                time.sleep(0.05)
+                continue
+            present = keys(gw, "proj/out/x/")
+            bad.extend(f["key"] for f in manifest["files"] if f["key"] not in present)
+            events.append("manifest")
+            return
+
+    threads = [threading.Thread(target=chaos), threading.Thread(target=watch)]
+    for t in threads:
+        t.start()
+    try:
+        pod = run_pod(gw, tmp_path, cfg, [("only", script)], ["x"], cache=False)
+    finally:
+        time.sleep(0.5)
+        stop.set()
+        for t in threads:
+            t.join()
+    assert events[:3] == ["killed", "restarted", "manifest"], events
+    assert pod.rc == 0 and not bad
+    manifest = get_json(gw, "proj/out/x/_SUCCESS")
+    sizes = {f["key"]: f["size"] for f in manifest["files"]}
+    assert sizes == {"proj/out/x/big.bin": size, "proj/out/x/small.txt": 6}
+    head = gw.client().head_object(Bucket=BUCKET, Key="proj/out/x/big.bin")
+    assert head["ContentLength"] == size
+    assert gw.client().list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
