@@ -147,7 +147,10 @@ class _Planner:
         finished_with_failures = not active and any(
             v.latest is not None and v.not_succeeded and states[n] in (pg.FAILED, pg.SUCCEEDED)
             for n, v in views.items())
-        if spec.rerun_failed > rerun_handled and not active and not spec.cancel:
+        finished = not active and (pg.FAILED in states.values() or all(
+            s == pg.SUCCEEDED for s in states.values()))
+        # A request is consumed only by a finished run, so one made early is kept.
+        if spec.rerun_failed > rerun_handled and finished and not spec.cancel:
             if finished_with_failures:
                 for st in spec.stages:
                     v = views[st.name]
