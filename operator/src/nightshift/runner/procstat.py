@@ -130,7 +130,7 @@ class Sampler:
         self.samples += 1
 
     def totals(self) -> dict[str, object]:
-        counted = [p for k, p in self.last.items() if k not in self.reaped]
+        counted = list(self.last.values())
         subtracted = [self.last[k] for k in self.reaped]
         cpu = sum(p.cpu for p in counted) - sum(p.cpu for p in subtracted)
         readable = [p for p in counted if p.io is not None]

@@ -1,0 +1,64 @@
+"""Runner config parsing, item resolution and template expansion."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from nightshift.runner import config
+from nightshift.runner.config import ConfigError, Item
+
+BASE = {
+    "version": 1, "run": "r", "namespace": "ns", "stage": "s",
+    "storages": {"raw": {"kind": "s3", "bucket": "b", "prefix": "p/", "endpoint": "http://x"},
+                 "nfs": {"kind": "dir", "path": "/nightshift/storage/nfs"}},
+    "inputs": [{"storage": "raw", "path": "in/{item}/"}],
+    "outputs": [{"storage": "nfs", "path": "out/{item}/", "mode": "interleave"}],
+    "archive": {"storage": "raw", "prefix": "_ns"},
+}
+
+
+def test_parse_defaults_and_modes() -> None:
+    cfg = config.parse(json.dumps(BASE))
+    assert cfg.inputs[0].mode == "stage" and cfg.inputs[0].cache
+    assert cfg.outputs[0].mode == "interleave" and cfg.outputs[0].failed_prefix == "failed/"
+    assert cfg.storage("raw").endpoint == "http://x"
+    assert cfg.archive is not None and cfg.archive.prefix == "_ns"
+
+
+@pytest.mark.parametrize(("patch", "message"), [
+    ({"version": 2}, "version"),
+    ({"inputs": [{"storage": "nope", "path": "x"}]}, "storage 'nope'"),
+    ({"outputs": [{"storage": "raw", "path": "x", "mode": "stream"}]}, "outputs[0].mode"),
+    ({"storages": {"raw": {"kind": "s3"}}}, "bucket"),
+])
+def test_parse_errors_name_the_setting(patch: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        config.parse(json.dumps(BASE | patch))
+
+
+def test_item_from_env_wins() -> None:
+    paths = config.Paths(Path("/nonexistent"))
+    item = config.resolve_item(paths, {"NIGHTSHIFT_ITEM": "a b", "NIGHTSHIFT_ITEM_INDEX": "7",
+                                       "JOB_COMPLETION_INDEX": "2"})
+    assert item == Item("a b", 7, 2)
+
+
+def test_item_from_items_file(tmp_path: Path) -> None:
+    (tmp_path / "items").mkdir()
+    (tmp_path / "items" / "items").write_text("n-1\nn-2\n17\tn-{3}\n")
+    paths = config.Paths(tmp_path)
+    assert config.resolve_item(paths, {"JOB_COMPLETION_INDEX": "1"}) == Item("n-2", 1, 1)
+    # A rerun's items file carries each item's original index.
+    assert config.resolve_item(paths, {"JOB_COMPLETION_INDEX": "2"}) == Item("n-{3}", 17, 2)
+    with pytest.raises(ConfigError, match="no line 3"):
+        config.resolve_item(paths, {"JOB_COMPLETION_INDEX": "3"})
+
+
+def test_expand_is_plain_substitution() -> None:
+    cfg = config.parse(json.dumps(BASE))
+    item = Item("x{0}y", 4, 4)
+    assert config.expand("{run}/{stage}/{item}/{index}/{other}", cfg, item) == \
+        "r/s/x{0}y/4/{other}"
+    assert config.as_prefix("a") == "a/" and config.as_prefix("a/") == "a/"

@@ -1,0 +1,93 @@
+"""runner_parts: the runner's pod fragments, and runner_problems' messages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nightshift.api import names
+from nightshift.api.pipelinerun import Archive, Stage, StorageRef
+from nightshift.render.runner import runner_parts, runner_problems
+from nightshift.runner import config
+
+STORAGE = {
+    "raw": StorageRef.model_validate({"name": "raw", "s3": {
+        "bucket": "b", "prefix": "p/", "endpoint": "http://gw:7070", "credentialsSecret": "s3"}}),
+    "nfs": StorageRef.model_validate({"name": "nfs", "pvc": {"claimName": "shared"}}),
+}
+
+
+def stage(**kw: Any) -> Stage:
+    return Stage.model_validate({"name": "ifu", "image": "u", "steps": [
+        {"name": "a", "command": ["x"]}], "forEach": {"items": ["n1"]}, **kw})
+
+
+def test_no_runner_without_data() -> None:
+    assert runner_parts(run="r", namespace="ns", stage=stage(), storage=STORAGE, archive=None,
+                        runner_image="img") is None
+
+
+def test_parts_shape() -> None:
+    st = stage(inputs=[{"storage": "raw", "path": "in/{item}/"},
+                       {"storage": "nfs", "path": "cal/", "mode": "stream"}],
+               outputs=[{"storage": "raw", "path": "out/{item}/"}])
+    parts = runner_parts(run="r", namespace="ns", stage=st, storage=STORAGE,
+                         archive=Archive(storage="raw"), runner_image="img")
+    assert parts is not None and parts.share_process_namespace
+    stage_in, commit = parts.init_containers
+    assert stage_in["command"] == ["nightshift-runner", "stage-in"]
+    assert "restartPolicy" not in stage_in
+    assert commit["command"] == ["nightshift-runner", "commit"]
+    assert commit["restartPolicy"] == "Always"  # a native sidecar
+    vols = {v["name"]: v for v in parts.volumes}
+    assert vols["nightshift-work"] == {"name": "nightshift-work", "emptyDir": {}}
+    assert vols["nightshift-cache"]["hostPath"]["path"] == "/var/cache/nightshift"
+    assert vols["nightshift-storage-nfs"]["persistentVolumeClaim"]["claimName"] == "shared"
+    env = {e["name"]: e for e in stage_in["env"]}
+    assert env["NIGHTSHIFT_S3_0_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {
+        "name": "s3", "key": "AWS_ACCESS_KEY_ID"}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # The JSON the operator renders is what the runner parses.
+    cfg = config.parse(env["NIGHTSHIFT_RUNNER_CONFIG"]["value"])
+    assert cfg.storage("raw").access_key_env == "NIGHTSHIFT_S3_0_ACCESS_KEY_ID"
+    assert cfg.storage("nfs").path == "/nightshift/storage/nfs"
+    assert [i.mode for i in cfg.inputs] == ["stage", "stream"]
+    mounts = {m["mountPath"]: m for m in parts.step_volume_mounts}
+    assert mounts[names.MOUNT_BIN]["readOnly"] and names.MOUNT_WORK in mounts
+    assert mounts["/nightshift/storage/nfs"]["readOnly"]
+    assert {e["name"] for e in parts.step_env} == {
+        names.ENV_SCRATCH, names.ENV_INPUTS, names.ENV_OUTPUTS}
+    assert {m["mountPath"] for m in stage_in["volumeMounts"]} >= {
+        names.MOUNT_WORK, names.MOUNT_BIN, names.MOUNT_ITEMS, names.MOUNT_CACHE}
+
+
+def test_local_disk_uses_per_pod_host_dir() -> None:
+    st = stage(outputs=[{"storage": "raw", "path": "out/{item}/"}])
+    parts = runner_parts(run="r", namespace="ns", stage=st, storage=STORAGE, archive=None,
+                         runner_image="img", local_disk=True)
+    assert parts is not None
+    work = next(v for v in parts.volumes if v["name"] == "nightshift-work")
+    assert "hostPath" in work
+    assert all(m.get("subPathExpr") == "$(NIGHTSHIFT_POD_UID)"
+               for m in parts.step_volume_mounts if m["name"] == "nightshift-work")
+    assert "NIGHTSHIFT_POD_UID" in {e["name"] for e in parts.step_env}
+    cfg = json.loads(next(e["value"] for e in parts.init_containers[0]["env"]
+                          if e["name"] == "NIGHTSHIFT_RUNNER_CONFIG"))
+    assert cfg["cleanWork"] is True
+
+
+def test_problems_name_field_and_fix() -> None:
+    st = stage(inputs=[{"storage": "raw", "path": "in/", "mode": "stream"},
+                       {"storage": "gone", "path": "x"}],
+               outputs=[{"storage": "raw", "path": "out/", "mode": "sometimes"}])
+    problems = runner_problems(st, STORAGE, where="spec.stages[0]")
+    assert any(p.startswith("spec.stages[0].inputs[0].mode: stream from S3") and
+               "mode: stage" in p for p in problems)
+    assert any(p.startswith("spec.stages[0].inputs[1].storage: no storage named 'gone'")
+               for p in problems)
+    assert any(p.startswith("spec.stages[0].outputs[0].mode:") for p in problems)
+    assert any(p.startswith("spec.stages[0].outputs[0].path:") and "{item}" in p
+               for p in problems)
+    ok = stage(inputs=[{"storage": "raw", "path": "in/{item}/"}],
+               outputs=[{"storage": "nfs", "path": "out/{item}/", "mode": "interleave"}])
+    assert runner_problems(ok, STORAGE) == []
