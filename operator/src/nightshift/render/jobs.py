@@ -110,6 +110,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         storage={s.name: s for s in spec.storage},
         archive=spec.archive,
         runner_image=runner_image,
+        items_volume=VOLUME_ITEMS,
     ) or runner.RunnerParts()
     last = stage.steps[-1].name
     base_env = [

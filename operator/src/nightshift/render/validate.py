@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from nightshift.api.pipelinerun import PipelineRunSpec, Stage
 from nightshift.render import items as itemsmod
+from nightshift.render import runner
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_STAGE_NAME = 40
@@ -54,6 +55,12 @@ def validate_spec(spec: PipelineRunSpec, run_name: str) -> list[Problem]:
                              f"{st.name!r}; give every stage its own name"))
         seen.setdefault(st.name, i)
         p += _stage(path, st, spec, storage)
+        # The runner knows what it can stage in and commit; ask it, once per stage.
+        known = {str(x) for x in p}
+        for text in runner.runner_problems(st, storage, spec.archive, where=path):
+            where, _, message = text.partition(": ")
+            if str(Problem(where, message)) not in known:
+                p.append(Problem(where, message))
     p += _dependencies(spec)
     for name, value in spec.parallelism.items():
         if name not in seen:
