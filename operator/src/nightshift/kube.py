@@ -121,11 +121,12 @@ class Kube:
               query: Sequence[tuple[str, Any]] = (), content_type: str | None = None,
               accept: str = "application/json") -> Obj:
         headers = {"Accept": accept}
-        payload: str | None = None
+        payload: Any = None
         if body is not None:
-            # Serialize ourselves: the client only knows some patch content types.
-            headers["Content-Type"] = content_type or "application/json"
-            payload = json.dumps(body)
+            headers["Content-Type"] = content_type = content_type or "application/json"
+            # The client JSON-encodes bodies of +json types itself; anything else (apply
+            # patches are YAML, of which JSON is a subset) it sends as given.
+            payload = body if content_type.endswith("json") else json.dumps(body)
         try:
             m, url, hdrs, _, _ = self._api.param_serialize(
                 method=method, resource_path=path, query_params=list(query),
@@ -171,7 +172,7 @@ class Kube:
         if limit:
             query.append(("limit", limit))
         out = self._call("GET", self.path(api_version, kind, namespace), query=query)
-        items = cast(list[Obj], out.get("items", []))
+        items = cast(list[Obj], out.get("items") or [])
         # The list response omits apiVersion/kind on items; restore them for callers.
         for it in items:
             it.setdefault("apiVersion", api_version)
@@ -187,7 +188,7 @@ class Kube:
         out = self._call("GET", self.path(api_version, kind, namespace), query=query,
                          accept="application/json;as=PartialObjectMetadataList;"
                                 "g=meta.k8s.io;v=v1,application/json")
-        return cast(builtins.list[Obj], out.get("items", []))
+        return cast(builtins.list[Obj], out.get("items") or [])
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
                propagation: str = "Background") -> bool:
