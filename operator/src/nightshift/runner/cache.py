@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 EVICT_LOCK = "evict.lock"
+RESCAN_EVERY = 64
 
 
 @dataclass
@@ -66,6 +67,8 @@ class NodeCache:
         self.root = root
         self.max_bytes = max_bytes
         self.stats = CacheStats()
+        self._estimate: int | None = None
+        self._since_scan = 0
         for d in ("objects", "locks", "tmp"):
             (root / d).mkdir(parents=True, exist_ok=True)
             # Pods of different users share the node cache.
@@ -139,7 +142,17 @@ class NodeCache:
         return sum(s for _, s, _ in self.entries())
 
     def _evict(self, reserve: int = 0) -> None:
-        """Remove least recently used files until the cache plus `reserve` fits the cap."""
+        """Remove least recently used files until the cache plus `reserve` fits the cap.
+
+        Scanning the directory on every miss is quadratic in the files a pod stages, so
+        between scans we trust a running estimate (our own inserts added); other pods'
+        inserts are caught by a rescan every RESCAN_EVERY misses or near the cap.
+        """
+        if (self._estimate is not None and self._since_scan < RESCAN_EVERY
+                and self._estimate + reserve <= self.max_bytes * 0.9):
+            self._estimate += reserve
+            self._since_scan += 1
+            return
         with _flock(self.root / EVICT_LOCK):
             entries = sorted(self.entries())
             total = sum(s for _, s, _ in entries)
@@ -149,3 +162,5 @@ class NodeCache:
                 path.unlink(missing_ok=True)
                 total -= size
                 self.stats.evicted += 1
+            self._estimate = total + reserve
+            self._since_scan = 0
