@@ -16,6 +16,9 @@ class OperatorConfig:
     progress_interval: float = 5.0
     # Level-based resync even when no event arrives.
     resync: float = 60.0
+    # The KWOK provider's instance catalog (prices, families); "" finds the local
+    # cluster's. On EKS prices come from AWS instead.
+    instance_catalog: str = ""
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -26,4 +29,5 @@ class OperatorConfig:
             progress_interval=float(os.environ.get("NIGHTSHIFT_PROGRESS_INTERVAL",
                                                    cls.progress_interval)),
             resync=float(os.environ.get("NIGHTSHIFT_RESYNC", cls.resync)),
+            instance_catalog=os.environ.get("NIGHTSHIFT_INSTANCE_CATALOG", ""),
         )
