@@ -107,12 +107,19 @@ class Clouds:
     def prices(self, provider: str) -> PriceFn:
         if provider == "aws":
             if self._aws_prices is None:
-                self._aws_prices = _aws_prices(self.ec2())
+                try:
+                    self._aws_prices = _aws_prices(self.ec2())
+                except Exception as e:  # no region or credentials: prices stay unknown
+                    log.warning("AWS prices unavailable: %s; set AWS_REGION and the "
+                                "operator's AWS credentials", e)
+                    self._aws_prices = _unknown
             return self._aws_prices
         catalog = self.catalog()
-        if catalog is None:
-            return lambda _t, _c: None
-        return catalog_prices(catalog)
+        return _unknown if catalog is None else catalog_prices(catalog)
+
+
+def _unknown(_type: str, _capacity: str) -> float | None:
+    return None
 
 
 def _aws_prices(ec2: Any) -> PriceFn:
@@ -122,7 +129,7 @@ def _aws_prices(ec2: Any) -> PriceFn:
         return AwsPrices(region, pricing, ec2, ttl_seconds=3600)
     except Exception as e:  # no credentials or region: prices stay unknown
         log.warning("AWS prices unavailable: %s", e)
-        return lambda _t, _c: None
+        return _unknown
 
 
 def owner_selector(namespace: str, vc: str) -> str:

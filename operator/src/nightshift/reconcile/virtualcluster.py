@@ -111,7 +111,8 @@ def reconcile(kube: Kube, namespace: str, name: str, clouds: observe.Clouds,
         vc, choice=choice, nodes=node_list, nodeclaims=claims, pending_cpu=pending,
         price=clouds.prices(choice.provider), problems=problems, not_ready=not_ready)
     if deleting:
-        status["conditions"] = _with_deleting(vc, status["conditions"], _blocked(blockers))
+        status["conditions"] = _with_deleting(vc, status["conditions"],
+                                              _blocked(namespace, name, blockers))
     _write_status(kube, vc, status)
     if not_ready:
         requeue = ERROR_REQUEUE
@@ -256,12 +257,13 @@ def _finalize(kube: Kube, vc: dict[str, Any], crds: frozenset[str],
     return Outcome(gone=True)
 
 
-def _blocked(blockers: Sequence[str]) -> tuple[str, str]:
+def _blocked(namespace: str, name: str, blockers: Sequence[str]) -> tuple[str, str]:
     shown = ", ".join(blockers[:10]) + (f" and {len(blockers) - 10} more"
                                         if len(blockers) > 10 else "")
     return ("InUse", f"kept while PipelineRun(s) {shown} use this VirtualCluster; it is "
             f"deleted when they end. To delete it now (their pending tasks then find no "
-            f"nodes): kubectl annotate virtualcluster <name> {ANNOTATION_FORCE_DELETE}=true")
+            f"nodes): kubectl annotate virtualcluster -n {namespace} {name} "
+            f"{ANNOTATION_FORCE_DELETE}=true")
 
 
 def _with_deleting(vc: Mapping[str, Any], conds: list[dict[str, Any]],
