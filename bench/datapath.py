@@ -29,11 +29,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from s3server import VersityGW
+
 from nightshift.runner import s3io
 from nightshift.runner.cache import NodeCache
 from nightshift.runner.config import StorageConfig
 from nightshift.runner.stagein import StageStats, stage_s3
-from s3server import VersityGW
 
 BUCKET = "bench"
 UNITS = {"": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}

@@ -22,6 +22,12 @@ import pytest
 from nightshift.kube import Kube
 from tests.clusterutil import ROOT, Kubectl, wait_for
 
+# Each pytest session gets its own namespace prefix and its operator watches only that
+# glob, so concurrent sessions on one cluster never reconcile each other's objects (a
+# restart test must not pass because a second operator carried on).
+SESSION = uuid.uuid4().hex[:4]
+NAMESPACE_GLOB = f"t-{SESSION}-*"
+
 
 @dataclass(frozen=True)
 class Cluster:
@@ -78,7 +84,7 @@ def crds(kubectl: Kubectl) -> list[str]:
 
 @pytest.fixture
 def namespace(kubectl: Kubectl) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
+    name = f"t-{SESSION}-{uuid.uuid4().hex[:6]}"
     kubectl("create", "namespace", name)
     wait_for("default service account", lambda: kubectl(
         "get", "sa", "default", "-n", name, check=False).returncode == 0, 30)
@@ -100,7 +106,8 @@ class OperatorProcess:
                "NIGHTSHIFT_PROGRESS_INTERVAL": "1", **self.env}
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nightshift.cli.main", "operator", "--health-port", "0"],
+            [sys.executable, "-m", "nightshift.cli.main", "operator", "--health-port", "0",
+             "--namespace", NAMESPACE_GLOB],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def kill(self) -> None:

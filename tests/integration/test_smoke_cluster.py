@@ -25,7 +25,7 @@ def _indexed_job(name: str, completions: int, extra: dict[str, Any] | None = Non
             "template": {
                 "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "1s",
                                              "pod-complete.stage.kwok.x-k8s.io/jitter-delay":
-                                             "0s"}},
+                                             "1s"}},
                 "spec": pod_spec,
             },
         },

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from nightshift.api.pipelinerun import PHASES, PipelineRunSpec
-from nightshift.render.plan import plan
 from pydantic import BaseModel
 
+from nightshift.api.pipelinerun import PHASES, PipelineRunSpec
+from nightshift.render.plan import plan
 from tests.unit.test_plan import failed, make_run, observe, start_a, with_status
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "pipelinerun.yaml"

@@ -4,8 +4,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from nightshift.api.virtualcluster import VirtualClusterSpec
 from pydantic import BaseModel
+
+from nightshift.api.virtualcluster import VirtualClusterSpec
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "virtualcluster.yaml"
 

@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from nightshift.api import names
 from nightshift.api.pipelinerun import ForEach, RangeSource
 from nightshift.render import items as it

@@ -8,7 +8,6 @@ from nightshift.api import names
 from nightshift.api.pipelinerun import PipelineRunSpec
 from nightshift.render import items as it
 from nightshift.render import jobs
-
 from tests.bad_pipelineruns import run as manifest
 from tests.bad_pipelineruns import stage
 from tests.golden_util import check_golden

@@ -5,10 +5,10 @@ from typing import Any
 
 import pytest
 import yaml
+
 from nightshift.api import names
 from nightshift.render import vcnames
 from nightshift.render.nodepools import Usage, render_virtualcluster
-
 from tests.golden_util import check_golden
 from tests.unit.vcfixtures import POOLS, vc
 

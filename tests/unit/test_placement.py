@@ -14,6 +14,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
+
 from nightshift.aws import AwsError
 from nightshift.aws.placement import (
     OWNER_CONFLICT,
@@ -128,6 +129,6 @@ def test_never_deletes_another_owners_group(ec2: tuple[Any, Stubber]) -> None:
 
 
 def test_name_is_deterministic_and_valid() -> None:
-    assert NAME == vcnames.placement_group_name("physics", "snfactory", "mpi")
+    assert vcnames.placement_group_name("physics", "snfactory", "mpi") == NAME
     assert NAME.startswith("nightshift-physics-snfactory-mpi-") and len(NAME) <= 255
-    assert NAME != vcnames.placement_group_name("chem", "snfactory", "mpi")
+    assert vcnames.placement_group_name("chem", "snfactory", "mpi") != NAME

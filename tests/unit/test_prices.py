@@ -8,8 +8,8 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
-from nightshift.aws.prices import AwsPrices, catalog_prices, load_kwok_catalog
 
+from nightshift.aws.prices import AwsPrices, catalog_prices, load_kwok_catalog
 from tests.unit.vcfixtures import CATALOG_ENTRIES
 
 KWOK_CATALOG = Path(

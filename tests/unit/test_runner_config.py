@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from nightshift.runner import config
 from nightshift.runner.config import ConfigError, Item
 

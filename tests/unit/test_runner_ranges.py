@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 
 import pytest
+
 from nightshift.runner.stagein import plan_ranges, relative_dest, verifier
 from nightshift.runner.store import ObjectInfo
 

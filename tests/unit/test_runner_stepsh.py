@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from nightshift.runner import stepsh
 from nightshift.runner.commit import fifo_signal
 from nightshift.runner.sidecar import read_request, step_times

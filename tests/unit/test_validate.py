@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from nightshift.api.pipelinerun import PipelineRunSpec
-from nightshift.render import validate
 from pydantic import ValidationError
 
+from nightshift.api.pipelinerun import PipelineRunSpec
+from nightshift.render import validate
 from tests.bad_pipelineruns import BAD, run, stage
 
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from nightshift.api.virtualcluster import VirtualClusterSpec
-from nightshift.render.vcvalidate import summarize, validate
 from pydantic import ValidationError
 
+from nightshift.api.virtualcluster import VirtualClusterSpec
+from nightshift.render.vcvalidate import summarize, validate
 from tests.bad_virtualclusters import BAD
 from tests.unit.vcfixtures import POOLS, catalog, vc
 
@@ -29,7 +29,8 @@ def test_table_is_well_formed() -> None:
     assert {b[2] for b in BAD} == {"cel", "invalid"}
 
 
-@pytest.mark.parametrize(("case_id", "manifest", "kind", "text"), INVALID, ids=[b[0] for b in INVALID])
+@pytest.mark.parametrize(("case_id", "manifest", "kind", "text"), INVALID,
+                         ids=[b[0] for b in INVALID])
 def test_invalid_cases_name_the_field(case_id: str, manifest: dict[str, Any], kind: str,
                                       text: str) -> None:
     found = problems_of(manifest)

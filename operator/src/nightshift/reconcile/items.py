@@ -15,10 +15,19 @@ from nightshift.aws.s3 import S3Error, S3Target, list_keys
 from nightshift.kube import Kube
 from nightshift.render import items as render_items
 from nightshift.render.plan import ItemsInfo
+from nightshift.render.validate import check_items
 
 
 class ResolveError(Exception):
-    """The items of a stage cannot be resolved now; the message names the field."""
+    """The items of a stage cannot be resolved now; the message names the field.
+
+    `invalid` marks items that were read but are unusable (none, too many, a line
+    break): the spec's source is wrong, not merely not there yet.
+    """
+
+    def __init__(self, message: str, invalid: bool = False) -> None:
+        super().__init__(message)
+        self.invalid = invalid
 
 
 def frozen_items(kube: Kube, namespace: str, run: str,
@@ -47,6 +56,10 @@ def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str) -> None
     spec = PipelineRunSpec.model_validate(run["spec"])
     stage = next(s for s in spec.stages if s.name == stage_name)
     items = resolve(kube, run["metadata"]["namespace"], spec, stage)
+    index = next(i for i, s in enumerate(spec.stages) if s.name == stage_name)
+    problems = check_items(f"spec.stages[{index}].forEach", items, stage)
+    if problems:
+        raise ResolveError("; ".join(map(str, problems)), invalid=True)
     ref = render_items.RunRef.of(run)
     for cm in render_items.items_configmaps(ref, stage.name, items):
         kube.apply(cm)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import names
+from nightshift.api import conditions, names
 from nightshift.api.pipelinerun import TERMINAL_PHASES, PipelineRunSpec
 from nightshift.kube import Kube, KubeError
 from nightshift.reconcile.config import OperatorConfig
@@ -66,13 +66,18 @@ def reconcile(kube: Kube, namespace: str, name: str, config: OperatorConfig,
             except ResolveError as e:
                 # Nothing frozen: the stage waits, the user sees why, and a fix (say,
                 # creating the ConfigMap) is picked up on a later pass.
-                _warn_once(kube, run, state, "ItemsUnresolved", str(e))
+                _unresolved(kube, run, state, stage, e)
                 return Outcome(requeue_after=10.0)
         items = frozen_items(kube, namespace, name, spec) if spec else {}
         p = plan(observe())
 
     for manifest in p.apply:
         kube.apply(manifest)
+    for change in p.patch:
+        # Merge patches, not apply: see Plan.patch (mutable fields of existing Jobs).
+        meta = change["metadata"]
+        kube.merge_patch(change["apiVersion"], change["kind"], meta["name"],
+                         meta.get("namespace", namespace), {"spec": change["spec"]})
     for ref in p.delete:
         kube.delete(ref["apiVersion"], ref["kind"], ref["name"], namespace,
                     propagation=ref.get("propagation", "Background"))
@@ -158,10 +163,31 @@ def _sample(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _warn_once(kube: Kube, run: dict[str, Any], state: LoopState, reason: str,
-               message: str) -> None:
-    if message in state.warned:
-        return
-    state.warned.add(message)
-    with contextlib.suppress(KubeError):
-        kube.event(run, "Warning", reason, message)
+def _unresolved(kube: Kube, run: dict[str, Any], state: LoopState, stage: str,
+                err: ResolveError) -> None:
+    """Say why a stage cannot start: a condition (Invalid, or Progressing=False while the
+    source may still appear) and one Warning event per distinct message."""
+    message = f"stage {stage}: {err}"
+    gen = int(run["metadata"].get("generation") or 0)
+    old = run.get("status") or {}
+    if err.invalid:
+        new = [conditions.condition(conditions.INVALID, conditions.TRUE, "InvalidItems",
+                                    message, gen)]
+        phase = "Failed"
+    else:
+        new = [conditions.condition(conditions.PROGRESSING, conditions.FALSE,
+                                    "ItemsUnresolved", message, gen)]
+        phase = old.get("phase") or "Pending"
+    kept = [c for c in old.get("conditions") or [] if c["type"] != new[0]["type"]]
+    merged = conditions.merge(old.get("conditions"), new)
+    status = {**old, "phase": phase, "observedGeneration": gen,
+              "conditions": [*kept, *merged]}
+    if status != old:
+        kube.patch_status(names.API_VERSION, names.PIPELINERUN, run["metadata"]["name"],
+                          run["metadata"]["namespace"], status,
+                          resource_version=run["metadata"].get("resourceVersion"))
+    if message not in state.warned:
+        state.warned.add(message)
+        with contextlib.suppress(KubeError):
+            kube.event(run, "Warning", "ItemsUnresolved" if not err.invalid
+                       else "InvalidItems", message)

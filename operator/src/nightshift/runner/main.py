@@ -94,7 +94,7 @@ def cmd_stage_in(env: dict[str, str]) -> int:
 
 
 def cmd_commit(env: dict[str, str]) -> int:
-    from nightshift.runner.sidecar import Sidecar  # noqa: PLC0415 - only the sidecar needs it
+    from nightshift.runner.sidecar import Sidecar
 
     paths = config.paths_from_env(env)
     cfg = config.load(env)

@@ -1,0 +1,174 @@
+"""PipelineRuns on the local cluster: barriers, failures, disruptions, restarts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nightshift.api import names
+from nightshift.kube import Kube
+from tests.clusterutil import Kubectl, wait_for
+from tests.integration.conftest import OperatorProcess
+from tests.integration.prutil import (
+    get_run,
+    jobs,
+    kwok_node_pool,
+    pipelinerun,
+    stage,
+    stage_status,
+    wait_phase,
+)
+
+
+@pytest.fixture
+def pool(kubectl: Kubectl, namespace: str) -> Iterator[str]:
+    """A static pool of one big KWOK node, private to the test."""
+    name = f"p-{namespace}"
+    kubectl.apply(kwok_node_pool(name))
+    yield name
+    kubectl("delete", "node", f"kwok-{name}", "--wait=false", check=False)
+
+
+def _ts(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["creationTimestamp"])
+
+
+def test_three_stages_with_a_barrier(kube: Kube, kubectl: Kubectl, operator: OperatorProcess,
+                                     namespace: str, pool: str) -> None:
+    kubectl.apply(pipelinerun("split-invert", namespace, [
+        stage("split", pool, 6),
+        stage("invert", pool, 4, dependsOn=["split"]),
+        stage("concat", pool, 1, dependsOn=["invert"], forEach={"items": ["all"]}),
+    ]))
+    run = wait_phase(kube, namespace, "split-invert", {"Succeeded", "Failed"}, 150)
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    by_stage = {j["metadata"]["labels"][names.LABEL_STAGE]: j
+                for j in jobs(kube, namespace, "split-invert")}
+    assert sorted(by_stage) == ["concat", "invert", "split"]
+    assert [by_stage[s]["spec"]["completions"] for s in ("split", "invert", "concat")] == \
+        [6, 4, 1]
+    # The barrier: a stage's Job exists only after the stage it depends on completed.
+    split_done = stage_status(run, "split")["completionTime"]
+    invert_done = stage_status(run, "invert")["completionTime"]
+    assert _ts(by_stage["invert"]) >= split_done
+    assert _ts(by_stage["concat"]) >= invert_done
+    for s, n in (("split", 6), ("invert", 4), ("concat", 1)):
+        st = stage_status(run, s)
+        assert (st["succeeded"], st["failed"], st["total"]) == (n, 0, n)
+    assert run["status"]["progress"] == "11/11"
+    events = kubectl("get", "events", "-n", namespace,
+                     "--field-selector", "involvedObject.name=split-invert",
+                     "-o", "jsonpath={.items[*].reason}").stdout.split()
+    assert events, "no events on the run"
+    assert len(events) == len(set(events)) or len(events) <= 10, events
+
+
+def _failing(codes: dict[int, int]) -> dict[str, str]:
+    ann = {"nightshift.io/kwok-exit-codes": "true",
+           "pod-complete.stage.kwok.x-k8s.io/weight": "0",
+           "nightshift.io/kwok-delay": "500ms"}
+    ann.update({f"nightshift.io/kwok-exit-code-{i}": str(c) for i, c in codes.items()})
+    return ann
+
+
+def test_failed_items_are_retried_then_reported(kube: Kube, kubectl: Kubectl,
+                                                operator: OperatorProcess, namespace: str,
+                                                pool: str) -> None:
+    kubectl.apply(pipelinerun("flaky", namespace, [
+        # Index 1 fails with a retryable code, index 3 with a permanent one.
+        stage("reduce", pool, 5, retries={"perItem": 2, "permanentExitCodes": [42]},
+              podAnnotations=_failing({1: 3, 3: 42})),
+        stage("after", pool, 1, dependsOn=["reduce"]),
+    ]))
+    run = wait_phase(kube, namespace, "flaky", {"Succeeded", "Failed"}, 150)
+    assert run["status"]["phase"] == "Failed", run["status"]
+    st = stage_status(run, "reduce")
+    assert st["failed"] == 2 and st["succeeded"] == 3, st
+    assert st["failedItems"] == "1,3", st
+    job = next(j for j in jobs(kube, namespace, "flaky")
+               if j["metadata"]["labels"][names.LABEL_STAGE] == "reduce")
+    # Retryable: 1 + perItem attempts; permanent (FailIndex): one attempt only.
+    pods = kube.list("v1", "Pod", namespace,
+                     label_selector=f"batch.kubernetes.io/job-name={job['metadata']['name']}")
+    per_index: dict[str, int] = {}
+    for p in pods:
+        idx = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]
+        per_index[idx] = per_index.get(idx, 0) + 1
+    assert per_index["1"] == 3, per_index
+    assert per_index["3"] == 1, per_index
+    # Why: the failure samples name exit codes; the condition names the items.
+    codes = {s.get("exitCode") for s in st.get("failureSamples", [])}
+    assert codes & {3, 42}, st
+    failed = next(c for c in run["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True" and "reduce" in failed["message"], failed
+    # The dependent stage never started.
+    assert all(j["metadata"]["labels"][names.LABEL_STAGE] != "after"
+               for j in jobs(kube, namespace, "flaky"))
+
+
+def test_disruptions_do_not_use_retries(kube: Kube, kubectl: Kubectl,
+                                        operator: OperatorProcess, namespace: str,
+                                        pool: str) -> None:
+    # KWOK picks a duration between delay and jitter-delay: equal means exactly 20 s.
+    slow = {"pod-complete.stage.kwok.x-k8s.io/delay": "20s",
+            "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "20s"}
+    kubectl.apply(pipelinerun("spot", namespace, [
+        stage("work", pool, 3, retries={"perItem": 0}, podAnnotations=slow),
+    ]))
+
+    def running_pods() -> list[dict[str, Any]]:
+        pods = kube.list("v1", "Pod", namespace, label_selector=f"{names.LABEL_RUN}=spot",
+                         field_selector="status.phase=Running")
+        return pods if len(pods) == 3 else []
+
+    victims = wait_for("3 running pods", running_pods, 60)
+    victim = victims[0]["metadata"]["name"]
+    # The Eviction API adds the DisruptionTarget condition, as a spot interruption's
+    # drain does; podFailurePolicy's Ignore rule must keep the retry budget (0) intact.
+    kubectl("create", "--raw",
+            f"/api/v1/namespaces/{namespace}/pods/{victim}/eviction", "-f", "-",
+            input_='{"apiVersion":"policy/v1","kind":"Eviction","metadata":'
+                   f'{{"name":"{victim}","namespace":"{namespace}"}}}}')
+    wait_for("the evicted pod to be gone", lambda: kube.get(
+        "v1", "Pod", victim, namespace) is None, 60)
+    run = wait_phase(kube, namespace, "spot", {"Succeeded", "Failed"}, 120)
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    assert stage_status(run, "work")["succeeded"] == 3
+    # The replacement ran under a new name; the Job counted no failure.
+    pods = kube.list("v1", "Pod", namespace, label_selector=f"{names.LABEL_RUN}=spot")
+    assert victim not in {p["metadata"]["name"] for p in pods}
+    job = jobs(kube, namespace, "spot")[0]
+    assert not (job.get("status") or {}).get("failed"), job["status"]
+
+
+def test_operator_killed_mid_run_finishes_without_duplicates(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str) -> None:
+    slowish = {"pod-complete.stage.kwok.x-k8s.io/delay": "2s",
+               "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "4s"}
+    kubectl.apply(pipelinerun("restart", namespace, [
+        stage("a", pool, 30, podAnnotations=slowish),
+        stage("b", pool, 10, dependsOn=["a"], podAnnotations=slowish),
+    ], parallelism={"a": 10}))
+    wait_for("stage a to make progress", lambda: (
+        (get_run(kube, namespace, "restart").get("status") or {}).get("succeeded", 0) > 0),
+        90)
+    operator.kill()
+    try:
+        # While the operator is down the Job keeps running; nothing else creates Jobs.
+        wait_for("stage a's Job to progress with the operator down", lambda: any(
+            (j.get("status") or {}).get("succeeded", 0) >= 12
+            for j in jobs(kube, namespace, "restart")), 60)
+    finally:
+        operator.start()
+    run = wait_phase(kube, namespace, "restart", {"Succeeded", "Failed"}, 150)
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    all_jobs = jobs(kube, namespace, "restart")
+    assert len(all_jobs) == 2, [j["metadata"]["name"] for j in all_jobs]
+    for j in all_jobs:
+        n = j["spec"]["completions"]
+        assert j["status"]["succeeded"] == n
+        assert j["status"]["completedIndexes"] == f"0-{n - 1}"
+    assert run["status"]["succeeded"] == 40
