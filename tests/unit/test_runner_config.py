@@ -48,13 +48,15 @@ def test_item_from_env_wins() -> None:
 
 def test_item_from_items_file(tmp_path: Path) -> None:
     (tmp_path / "items").mkdir()
-    (tmp_path / "items" / "items").write_text("n-1\nn-2\n17\tn-{3}\n")
+    (tmp_path / "items" / "items").write_text("n-1\nn-2\nn-{3}\n")
     paths = config.Paths(tmp_path)
     assert config.resolve_item(paths, {"JOB_COMPLETION_INDEX": "1"}) == Item("n-2", 1, 1)
-    # A rerun's items file carries each item's original index.
-    assert config.resolve_item(paths, {"JOB_COMPLETION_INDEX": "2"}) == Item("n-{3}", 17, 2)
     with pytest.raises(ConfigError, match="no line 3"):
         config.resolve_item(paths, {"JOB_COMPLETION_INDEX": "3"})
+    # A rerun Job maps its completion indexes to the items' original ones.
+    (tmp_path / "items" / "indexes").write_text("2\n0\n")
+    assert config.resolve_item(paths, {"JOB_COMPLETION_INDEX": "0"}) == Item("n-{3}", 2, 0)
+    assert config.resolve_item(paths, {"JOB_COMPLETION_INDEX": "1"}) == Item("n-1", 0, 1)
 
 
 def test_expand_is_plain_substitution() -> None:

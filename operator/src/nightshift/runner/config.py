@@ -22,6 +22,8 @@ ENV_POD_NAME = "NIGHTSHIFT_POD_NAME"
 ENV_POD_UID = "NIGHTSHIFT_POD_UID"
 ENV_NODE_NAME = "NODE_NAME"
 ENV_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+# The retry Jobs' map from completion index to original index (see render/items.py).
+INDEXES_KEY = "indexes"
 ENV_LAST_STEP = "NIGHTSHIFT_LAST_STEP"
 
 CONFIG_VERSION = 1
@@ -213,10 +215,12 @@ class Item:
 
 
 def resolve_item(paths: Paths, env: dict[str, str] | None = None) -> Item:
-    """The item of this pod: NIGHTSHIFT_ITEM when set, else the items file line.
+    """The item of this pod: NIGHTSHIFT_ITEM when set, else looked up like run.sh does.
 
-    A line may be `<original index>\\t<item>` so that a rerun of failed items keeps
-    each item's original index (and so its task record and output keys).
+    The items volume holds the stage's list in chunks (`items`, `items.<start>`, ...)
+    and, for a Job that reruns failed items, `indexes[.<start>]`: the original index of
+    each completion index. Keeping the original index keeps each item's task record and
+    output keys stable across reruns.
     """
     env = dict(os.environ) if env is None else env
     ci_text = env.get(ENV_COMPLETION_INDEX, "")
@@ -230,21 +234,36 @@ def resolve_item(paths: Paths, env: dict[str, str] | None = None) -> Item:
             f"neither {names.ENV_ITEM} nor {ENV_COMPLETION_INDEX} is set: "
             "the runner only runs in pods of an Indexed Job"
         )
-    try:
-        with items_file.open(encoding="utf-8") as f:
-            for n, raw in enumerate(f):
-                if n == ci:
-                    line = raw.rstrip("\n")
-                    if "\t" in line:
-                        orig, value = line.split("\t", 1)
-                        return Item(value, int(orig), ci)
-                    return Item(line, ci, ci)
-    except FileNotFoundError:
+    folder = items_file.parent
+    if not items_file.exists():
         raise ConfigError(
             f"items file {items_file} is missing: mount the stage's items ConfigMap at "
             f"{names.MOUNT_ITEMS} in the runner containers"
-        ) from None
-    raise ConfigError(f"items file {items_file} has no line {ci} (JOB_COMPLETION_INDEX)")
+        )
+    orig = ci
+    if (folder / INDEXES_KEY).exists():
+        text = nth_line(folder, INDEXES_KEY, ci)
+        if text is None or not text.strip().isdigit():
+            raise ConfigError(f"{folder}/{INDEXES_KEY} has no index for completion {ci}")
+        orig = int(text)
+    value = nth_line(folder, items_file.name, orig)
+    if value is None:
+        raise ConfigError(f"items in {folder} have no line {orig} (completion index {ci})")
+    return Item(value, orig, ci)
+
+
+def nth_line(folder: Path, base: str, n: int) -> str | None:
+    """Line n (0-based) of a list kept in `base`, `base.<start>`, ... chunk files."""
+    file, start = folder / base, 0
+    for f in sorted(folder.glob(f"{base}.*")):
+        suffix = f.name[len(base) + 1:]
+        if suffix.isdigit() and int(suffix) <= n and int(suffix) >= start:
+            file, start = f, int(suffix)
+    with file.open(encoding="utf-8") as fh:
+        for i, raw in enumerate(fh):
+            if i == n - start:
+                return raw.rstrip("\n")
+    return None
 
 
 def expand(template: str, cfg: RunnerConfig, item: Item) -> str:
