@@ -75,7 +75,10 @@ async def _loop(key: Key, memo: Any, stop: Callable[[], bool]) -> None:
         await asyncio.sleep(config.min_pass_interval)
 
 
-@kopf.daemon(names.GROUP, names.VERSION, names.VIRTUALCLUSTERS, cancellation_timeout=10)
+# The backoff lets a pass in flight finish before kopf cancels the daemon on deletion
+# (the deletion loop then takes over); the VirtualCluster's event wakes it to notice.
+@kopf.daemon(names.GROUP, names.VERSION, names.VIRTUALCLUSTERS, cancellation_backoff=5.0,
+             cancellation_timeout=10)
 async def virtualcluster_daemon(name: str, namespace: str | None, memo: Any,
                                 stopped: kopf.DaemonStopped, **_: Any) -> None:
     await _loop(_key(namespace or "", name), memo, lambda: bool(stopped))
