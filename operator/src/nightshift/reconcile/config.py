@@ -13,7 +13,7 @@ class OperatorConfig:
     min_pass_interval: float = 1.0
     # Progress-only status updates (counts moved, nothing else) are written at most this
     # often; phase and condition changes are written at once.
-    progress_interval: float = 5.0
+    progress_interval: float = 10.0
     # Level-based resync even when no event arrives.
     resync: float = 60.0
     # The KWOK provider's instance catalog (prices, families); "" finds the local

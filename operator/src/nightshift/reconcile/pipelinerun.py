@@ -94,15 +94,13 @@ def reconcile(kube: Kube, namespace: str, name: str, config: OperatorConfig,
 _PROGRESS_KEYS = ("succeeded", "failed", "running", "ready", "progress")
 
 
-def _significant(status: dict[str, Any] | None) -> Any:
-    if not status:
-        return None
-    s = {k: v for k, v in status.items() if k not in _PROGRESS_KEYS}
-    s["stages"] = [
-        {k: v for k, v in st.items() if k not in _PROGRESS_KEYS}
-        for st in status.get("stages", [])
-    ]
-    return s
+def _significant(value: Any) -> Any:
+    """The status without its counters, at any depth (stages, attempts)."""
+    if isinstance(value, dict):
+        return {k: _significant(v) for k, v in value.items() if k not in _PROGRESS_KEYS}
+    if isinstance(value, list):
+        return [_significant(v) for v in value]
+    return value
 
 
 def _write_status(kube: Kube, run: dict[str, Any], p: Plan, config: OperatorConfig,
@@ -112,7 +110,7 @@ def _write_status(kube: Kube, run: dict[str, Any], p: Plan, config: OperatorConf
     if new == old:
         return
     now = time.monotonic()
-    if (_significant(new) == _significant(old)
+    if (_significant(dict(new)) == _significant(dict(old))
             and now - state.last_status_write < config.progress_interval):
         # Only counters moved and we wrote recently: the next pass will write them.
         return
