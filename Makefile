@@ -8,7 +8,7 @@ export PATH := $(PATH):/usr/lib/go-1.23/bin
 export GOTOOLCHAIN ?= auto
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv upstream lint unit integration test demo cluster-up cluster-down cluster-status clean
+.PHONY: help deps venv upstream lint unit integration test demo cluster-up cluster-down cluster-status images clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ demo: upstream ## local cluster + operator + a pipeline with a progress bar
 
 cluster-up: upstream ## start the local cluster (NIGHTSHIFT_DEFAULT_QPS=1 for upstream client QPS)
 	$(VENV)/bin/nightshift-localcluster up $(if $(NIGHTSHIFT_DEFAULT_QPS),--default-qps,)
+
+images: ## build images/*/Dockerfile and ./Dockerfile into the real node's containerd (hack/images.sh)
+	bash hack/images.sh
 
 cluster-down: ## stop exactly what cluster-up started
 	@if [ -x $(VENV)/bin/nightshift-localcluster ]; then $(VENV)/bin/nightshift-localcluster down; fi

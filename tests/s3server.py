@@ -38,24 +38,28 @@ def binary() -> Path:
     return cache / "bin" / f"versitygw-{VERSION}" / "versitygw"
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
 class VersityGW:
-    def __init__(self, data_dir: Path, log_dir: Path | None = None) -> None:
+    def __init__(self, data_dir: Path, log_dir: Path | None = None,
+                 host: str = "127.0.0.1") -> None:
+        # host: where it listens; pods on the local cluster's real node need the bridge's
+        # gateway address (tests/integration/test_real_node.py).
+        self.host = host
         self.data_dir = data_dir
         self.log_path = (log_dir or data_dir.parent) / "versitygw.log"
-        self.port = free_port()
+        self.port = free_port(host)
         self.access_key = "nightshift"
         self.secret_key = secrets.token_hex(16)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> None:
         exe = binary()
@@ -64,7 +68,7 @@ class VersityGW:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
-            [str(exe), "--port", f"127.0.0.1:{self.port}", "--access", self.access_key,
+            [str(exe), "--port", f"{self.host}:{self.port}", "--access", self.access_key,
              "--secret", self.secret_key, "posix", str(self.data_dir)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
@@ -74,7 +78,7 @@ class VersityGW:
                 raise RuntimeError(f"versitygw exited {self.proc.returncode}: "
                                    f"{self.log_path.read_text()[-2000:]}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                with socket.create_connection((self.host, self.port), timeout=0.2):
                     return
             except OSError:
                 time.sleep(0.05)

@@ -29,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--default-qps", action="store_true",
                       help="keep the controller-manager's and scheduler's upstream client QPS "
                       "(20/30) instead of the raised 300/600")
+    p_up.add_argument("--real-node", action=argparse.BooleanOptionalAction, default=None,
+                      help="one real worker node (containerd + kubelet) beside the KWOK ones; "
+                      "default: on where the machine allows it (root, cgroups, bridge, "
+                      "iptables), or NIGHTSHIFT_REAL_NODE=1/0")
     sub.add_parser("down", help="stop exactly the processes `up` started")
     sub.add_parser("status", help="show each part, its PID and whether it is alive")
     sub.add_parser("env", help="print shell exports: eval \"$(nightshift-localcluster env)\"")
@@ -38,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         layout = Layout.discover()
         if args.cmd == "up":
-            cluster.up(layout, Qps.upstream_defaults() if args.default_qps else Qps(), _say)
+            cluster.up(layout, Qps.upstream_defaults() if args.default_qps else Qps(), _say,
+                       real_node=args.real_node)
             console.print(f"kubeconfig: {layout.kubeconfig}\n"
                           f"try: eval \"$(nightshift-localcluster env)\" && kubectl get nodes")
         elif args.cmd == "down":

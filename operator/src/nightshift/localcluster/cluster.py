@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nightshift.localcluster import components, procs, tools
+from nightshift.localcluster import components, procs, realnode, tools
 from nightshift.localcluster.components import Ports, Qps
 from nightshift.localcluster.paths import Layout, LocalClusterError
 from nightshift.localcluster.pki import Pki, write_kubeconfig
@@ -38,6 +38,7 @@ class State:
     processes: list[dict[str, Any]]
     qps: int
     started: float
+    real_node: bool = False
 
     def proc_objs(self) -> list[procs.Proc]:
         return [procs.Proc(**p) for p in self.processes]
@@ -78,7 +79,7 @@ def kubectl(layout: Layout, *args: str, input_: str | None = None,
     return r
 
 
-def up(layout: Layout, qps: Qps, say: Say) -> State:
+def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None) -> State:
     state, alive, dead = running(layout)
     if state is not None and alive and not dead:
         say(f"already up: {state.server} (kubeconfig {layout.kubeconfig})")
@@ -89,8 +90,10 @@ def up(layout: Layout, qps: Qps, say: Say) -> State:
 
     tools.ensure(layout)
     layout.logs.mkdir(parents=True, exist_ok=True)
+    # The real node's pods reach the API server at the bridge's gateway address.
+    node = realnode.decide(layout, real_node, say)
     pki = Pki(layout.pki)
-    pki.ensure()
+    pki.ensure(extra_ips=[node.gateway] if node else None)
     ports = Ports(*(procs.free_port() for _ in range(8)))
     server = f"https://127.0.0.1:{ports.apiserver}"
     write_kubeconfig(layout.kubeconfig, pki.kubeconfig("admin", server))
@@ -103,7 +106,7 @@ def up(layout: Layout, qps: Qps, say: Say) -> State:
 
     def record() -> State:
         st = State(server=server, ports=asdict(ports), processes=[asdict(p) for p in started],
-                   qps=qps.qps, started=time.time())
+                   qps=qps.qps, started=time.time(), real_node=node is not None)
         _save_state(layout, st)
         return st
 
@@ -116,8 +119,12 @@ def up(layout: Layout, qps: Qps, say: Say) -> State:
             f"http://127.0.0.1:{ports.etcd_client}/health"), 30, etcd)
 
         say("kube-apiserver")
-        api = procs.start("kube-apiserver", components.apiserver(layout, pki, ports),
-                          layout.logs)
+        api_argv = components.apiserver(layout, pki, ports)
+        if node is not None:
+            api_argv = [*components.apiserver(layout, pki, ports, bind="0.0.0.0",
+                                              advertise=node.gateway),
+                        *realnode.apiserver_flags(pki, node)]
+        api = procs.start("kube-apiserver", api_argv, layout.logs)
         started.append(api)
         record()
         admin = pki.token("admin")
@@ -160,9 +167,14 @@ def up(layout: Layout, qps: Qps, say: Say) -> State:
         procs.wait_until("the default service account", lambda: kubectl(
             layout, "get", "serviceaccount", "default", "-n", "default", check=False
         ).returncode == 0, 60)
+        if node is not None:
+            realnode.start(layout, pki, server, node, started, record, say)
+            st = record()
     except BaseException:
         say("start-up failed; stopping what was started (logs kept in "
             f"{layout.logs})")
+        if node is not None:
+            realnode.stop(layout, started, False, say)
         for p in reversed(started):
             procs.stop(p)
         _state_file(layout).unlink(missing_ok=True)
@@ -174,8 +186,12 @@ def up(layout: Layout, qps: Qps, say: Say) -> State:
 def down(layout: Layout, say: Say) -> None:
     state = load_state(layout)
     if state is None:
+        realnode.stop(layout, [], False, say)  # host changes of a killed `up`, if any
         say("not running (no state file)")
         return
+    if state.real_node:
+        api = [p for p in state.proc_objs() if p.name == "kube-apiserver"]
+        realnode.stop(layout, state.proc_objs(), bool(api) and procs.alive(api[0]), say)
     for p in reversed(state.proc_objs()):
         if procs.alive(p):
             say(f"stopping {p.name} (pid {p.pid})")

@@ -27,6 +27,9 @@ IDENTITIES: dict[str, tuple[str, str]] = {
     "karpenter": ("nightshift-karpenter", "system:masters"),
     "operator": ("nightshift-operator", "system:masters"),
     "kube-proxy": ("system:kube-proxy", ""),
+    # The real node (realnode.py): the Node authorizer knows a kubelet by this name/group.
+    "kubelet": ("system:node:nightshift-real", "system:nodes"),
+    "dns": ("nightshift-dns", ""),
 }
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -101,11 +104,13 @@ class Pki:
         if not self.sa_key.exists():
             _openssl("genrsa", "-out", str(self.sa_key), "2048")
             _openssl("rsa", "-in", str(self.sa_key), "-pubout", "-out", str(self.sa_pub))
-        if not self.tokens_csv.exists():
-            rows = []
-            for user, group in IDENTITIES.values():
-                rows.append(f'{secrets.token_hex(16)},{user},{user},"{group}"')
-            self.tokens_csv.write_text("\n".join(rows) + "\n")
+        # Identities added since the file was written get a token too; old ones keep theirs.
+        text = self.tokens_csv.read_text() if self.tokens_csv.exists() else ""
+        have = {line.split(",")[1] for line in text.splitlines() if line.count(",") >= 2}
+        rows = [f'{secrets.token_hex(16)},{user},{user},"{group}"'
+                for user, group in IDENTITIES.values() if user not in have]
+        if rows:
+            self.tokens_csv.write_text(text + "\n".join(rows) + "\n")
             self.tokens_csv.chmod(0o600)
 
     def kubeconfig(self, identity: str, server: str) -> dict[str, object]:

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Builds Nightshift's images into the local cluster's containerd, without a registry:
+#   hack/images.sh            # base (if not cached), then every Dockerfile
+#   hack/images.sh base       # only the base image
+#   hack/images.sh build DIR  # only DIR/Dockerfile (e.g. images/runner, or .)
+#
+# Every Dockerfile takes its base as `ARG BASE=<public image>` then `FROM ${BASE}`; here
+# BASE is a Debian bookworm root filesystem made with debootstrap (python3 + pip, so it
+# stands in for python:3.11-slim-bookworm, which no registry here serves). Debian's
+# dockerd, run by hand (own data dir, no iptables, no bridge), builds each Dockerfile;
+# `docker save | ctr -n k8s.io images import -` loads the result into the containerd of
+# the local cluster's real node, tagged <name>:dev:
+#   images/<name>/Dockerfile -> nightshift-<name>:dev
+#   ./Dockerfile (operator)  -> nightshift-operator:dev
+# Caches: $NIGHTSHIFT_CACHE/images/base-<key>.tar (the root filesystem, keyed by the
+# suite, package list and ISO week) and $NIGHTSHIFT_CACHE/docker (dockerd's layers), so
+# a warm run rebuilds only what changed.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+CACHE=${NIGHTSHIFT_CACHE:-$HOME/.cache/nightshift}
+STATE=${NIGHTSHIFT_LOCALCLUSTER_DIR:-$root/.localcluster}
+TAG=${NIGHTSHIFT_IMAGE_TAG:-dev}
+SUITE=bookworm
+MIRROR=${NIGHTSHIFT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+BASE_PKGS=python3,python3-pip,python3-venv,ca-certificates
+# The host's own extra CAs (a TLS-inspecting proxy's, a company's) go into the base too,
+# so pip inside builds trusts what the host trusts; they are part of the cache key.
+LOCAL_CAS=/usr/local/share/ca-certificates
+cas_hash=$( (find "$LOCAL_CAS" -type f -name '*.crt' -print0 2>/dev/null | sort -z | xargs -0r cat) | sha256sum | cut -c1-6)
+base_key="$SUITE-$(printf '%s' "$BASE_PKGS" | sha256sum | cut -c1-6)-$cas_hash-$(date +%G-w%V)"
+BASE_TAR="$CACHE/images/base-$base_key.tar"
+BASE_IMAGE="nightshift-base:$base_key"
+CTR_SOCK="$STATE/realnode/containerd/containerd.sock"
+DOCKER="/usr/bin/docker"   # Debian's client, same API as its daemon
+DOCKER_DIR="$STATE/docker"
+export DOCKER_HOST="unix://$DOCKER_DIR/docker.sock" DOCKER_BUILDKIT=0
+
+die() { echo "images: $*" >&2; exit 1; }
+cleanup() { remove_rootfs; stop_dockerd; }
+trap cleanup EXIT
+step() { printf '==> %s\n' "$*"; }
+[ "$(id -u)" -eq 0 ] || die "run as root: debootstrap, dockerd and ctr need it"
+for b in debootstrap dockerd ctr; do
+  command -v "$b" >/dev/null || die "$b is missing: run hack/realnode-deps.sh"
+done
+[ -x "$DOCKER" ] || die "$DOCKER is missing: run hack/realnode-deps.sh (package docker.io)"
+
+build_base_tar() {
+  [ -s "$BASE_TAR" ] && return
+  step "base root filesystem: debootstrap --variant=minbase $SUITE + $BASE_PKGS (~1 min)"
+  mkdir -p "$CACHE/images"
+  rfs=$(mktemp -d "$CACHE/images/rootfs.XXXXXX")
+  debootstrap --variant=minbase --include="$BASE_PKGS" "$SUITE" "$rfs" "$MIRROR" \
+    >"$CACHE/images/debootstrap.log" 2>&1 \
+    || die "debootstrap failed; last lines of $CACHE/images/debootstrap.log:
+$(tail -n 15 "$CACHE/images/debootstrap.log")"
+  # Make it behave like python:3.11-slim: `python` and `pip` on PATH, and pip free to
+  # install into the image's own Python (the image is the environment; PEP 668's guard
+  # is for hosts). Trim apt lists and caches.
+  if compgen -G "$LOCAL_CAS/*.crt" >/dev/null; then
+    cp -r "$LOCAL_CAS"/. "$rfs/usr/local/share/ca-certificates/"
+    chroot "$rfs" update-ca-certificates >/dev/null 2>&1 || die "update-ca-certificates in the base failed"
+  fi
+  rm -f "$rfs"/usr/lib/python3*/EXTERNALLY-MANAGED
+  ln -sf /usr/bin/python3 "$rfs/usr/local/bin/python"
+  ln -sf /usr/bin/pip3 "$rfs/usr/local/bin/pip"
+  rm -rf "$rfs"/var/lib/apt/lists/* "$rfs"/var/cache/apt/*.bin "$rfs"/var/cache/apt/archives/*.deb
+  : >"$rfs/etc/resolv.conf"
+  printf 'deb %s %s main\n' "$MIRROR" "$SUITE" >"$rfs/etc/apt/sources.list"
+  tar -C "$rfs" --numeric-owner --xattrs -cf "$BASE_TAR.tmp" . && mv "$BASE_TAR.tmp" "$BASE_TAR"
+  remove_rootfs
+}
+rfs=""
+# debootstrap mounts proc/sys inside the target while it runs: unmount before removing.
+remove_rootfs() {
+  [ -n "$rfs" ] || return 0
+  awk -v r="$rfs/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
+    umount -l "$m" || true; done
+  rm -rf "$rfs"; rfs=""
+}
+
+dockerd_pid=""
+start_dockerd() {
+  mkdir -p "$DOCKER_DIR" "$CACHE/docker"
+  if "$DOCKER" version >/dev/null 2>&1; then return; fi
+  step "dockerd (data $CACHE/docker, no iptables, no bridge)"
+  # --oom-score-adjust=0: root here may lack CAP_SYS_RESOURCE to lower its own score.
+  dockerd --data-root "$CACHE/docker" --exec-root "$DOCKER_DIR/exec" \
+    --pidfile "$DOCKER_DIR/dockerd.pid" -H "$DOCKER_HOST" \
+    --iptables=false --ip-forward=false --ip-masq=false --bridge=none \
+    --oom-score-adjust=0 >"$DOCKER_DIR/dockerd.log" 2>&1 &
+  dockerd_pid=$!
+  for _ in $(seq 1 150); do
+    "$DOCKER" version >/dev/null 2>&1 && return
+    kill -0 "$dockerd_pid" 2>/dev/null || die "dockerd exited; see $DOCKER_DIR/dockerd.log:
+$(tail -n 15 "$DOCKER_DIR/dockerd.log")"
+    sleep 0.2
+  done
+  die "dockerd did not answer in 30 s; see $DOCKER_DIR/dockerd.log"
+}
+stop_dockerd() {
+  [ -n "$dockerd_pid" ] || return 0
+  kill "$dockerd_pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$dockerd_pid" 2>/dev/null || true
+  dockerd_pid=""
+}
+
+load_base() {
+  build_base_tar
+  "$DOCKER" image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return
+  step "docker import $BASE_IMAGE"
+  "$DOCKER" import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["python3"]' "$BASE_TAR" "$BASE_IMAGE" >/dev/null
+}
+
+ctr_import() {
+  [ -S "$CTR_SOCK" ] || die "the local cluster's real node is not running (no $CTR_SOCK):
+start it with \`make cluster-up\` (real node on), then re-run \`make images\`"
+  "$DOCKER" save "$1" | ctr --address "$CTR_SOCK" -n k8s.io images import - >/dev/null \
+    || die "ctr import of $1 failed"
+}
+
+# image_name <dir>: the tag for the Dockerfile in <dir>.
+image_name() {
+  local rel=${1#"$root"/}
+  case $rel in
+    "$root"|.|"") echo "nightshift-operator:$TAG" ;;
+    images/*) echo "nightshift-${rel#images/}:$TAG" ;;
+    *) echo "nightshift-$(basename "$rel"):$TAG" ;;
+  esac
+}
+
+build_one() {
+  local dir; dir=$(cd "$1" && pwd)
+  local name; name=$(image_name "$dir")
+  step "docker build $name (${dir#"$root"/}/Dockerfile, BASE=$BASE_IMAGE)"
+  # Build context: the repo root, so Dockerfiles can COPY the package.
+  "$DOCKER" build --network host --build-arg "BASE=$BASE_IMAGE" -f "$dir/Dockerfile" \
+    -t "$name" "$root" >"$DOCKER_DIR/build-${name%%:*}.log" 2>&1 \
+    || die "docker build of $name failed; last lines of $DOCKER_DIR/build-${name%%:*}.log:
+$(tail -n 25 "$DOCKER_DIR/build-${name%%:*}.log")"
+  step "ctr import $name"
+  ctr_import "$name"
+}
+
+all_dirs() {
+  echo "$root"
+  find "$root/images" -mindepth 2 -maxdepth 2 -name Dockerfile -printf '%h\n' | sort
+}
+
+cmd=${1:-all}
+case $cmd in
+  rootfs) build_base_tar; echo "$BASE_TAR" ;;
+  base) start_dockerd; load_base; ctr_import "$BASE_IMAGE" ;;
+  build) shift; [ $# -gt 0 ] || die "build needs a directory with a Dockerfile"
+    start_dockerd; load_base; for d in "$@"; do build_one "$d"; done ;;
+  all) start_dockerd; load_base
+    while read -r d; do build_one "$d"; done < <(all_dirs) ;;
+  *) die "unknown command '$cmd' (all|rootfs|base|build DIR...)" ;;
+esac
+stop_dockerd
