@@ -42,7 +42,7 @@ def real_node(kubectl: Kubectl) -> dict[str, Any]:
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     if not ready or ready[0]["status"] != "True":
         pytest.skip(f"real node {NODE_NAME} is not Ready")
-    names = {n for img in node["status"].get("images", []) for n in img.get("names", [])}
+    names = {n for img in node["status"].get("images") or [] for n in img.get("names") or []}
     if f"docker.io/library/{RUNNER_IMAGE}" not in names:
         pytest.skip(f"{RUNNER_IMAGE} is not in the real node's containerd: run `make images`")
     return node
