@@ -136,19 +136,6 @@ def test_pod_reads_the_api_with_its_service_account(real_node: dict[str, Any],
     assert seen == {"configmap": 200, "value": value, "secrets": 403}
 
 
-def dedupe_work_volume(pod: dict[str, Any]) -> None:
-    """Work around a renderer bug seen here first (the API server refuses the Job): with
-    runner parts, render_job adds the `nightshift-work` volume and its mount twice (once
-    itself, once from runner_parts). Keep the first of each; remove this when fixed."""
-    seen: set[str] = set()
-    pod["volumes"] = [v for v in pod["volumes"]
-                      if not (v["name"] in seen or seen.add(v["name"]))]  # type: ignore[func-returns-value]
-    for c in [*pod.get("initContainers", []), *pod["containers"]]:
-        paths: set[str] = set()
-        c["volumeMounts"] = [m for m in c.get("volumeMounts", [])
-                             if not (m["mountPath"] in paths or paths.add(m["mountPath"]))]  # type: ignore[func-returns-value]
-
-
 @pytest.fixture
 def s3_on_gateway(gateway: str) -> Iterator[VersityGW]:
     if not binary().exists():
@@ -206,7 +193,6 @@ def test_runner_stage_in_steps_commit_in_real_pods(
         parallelism=2, suspend=False, runner_image=RUNNER_IMAGE)
     # No PipelineRun owns it here (the garbage collector would delete an orphan).
     manifest["metadata"].pop("ownerReferences")
-    dedupe_work_volume(manifest["spec"]["template"]["spec"])
     on_real_node(manifest["spec"]["template"]["spec"])
     kubectl.apply(manifest)
     name = manifest["metadata"]["name"]

@@ -22,6 +22,8 @@ SHAREDSTORAGES = "sharedstorages"
 # on the nodes its NodePools launch) and a PipelineRun stage (which selects it).
 LABEL_POOL = f"{GROUP}/pool"
 LABEL_VIRTUAL_CLUSTER = f"{GROUP}/virtual-cluster"
+# NodePools are cluster-scoped: nodes also say which namespace's VirtualCluster they serve.
+LABEL_VIRTUAL_CLUSTER_NAMESPACE = f"{GROUP}/virtual-cluster-namespace"
 LABEL_RUN = f"{GROUP}/pipeline-run"
 LABEL_STAGE = f"{GROUP}/stage"
 LABEL_ATTEMPT = f"{GROUP}/attempt"

@@ -1,9 +1,10 @@
-"""kopf registrations: one daemon per object reconciles it in a loop; watch events wake it.
+"""kopf registrations: one loop per object reconciles it; watch events only wake it.
 
-Why daemons rather than on.create/on.update handlers: a run's truth is its Jobs, not
+Why loops rather than on.create/on.update handlers: a run's truth is its Jobs, not
 the diff of its spec. A per-object loop that re-reads everything each pass is
-level-based by construction, restarts cleanly (kopf resumes daemons for existing
-objects), and lets a burst of Job status events collapse into a single pass.
+level-based by construction, restarts cleanly (kopf's initial listing restarts the
+loops of existing objects), and lets a burst of Job status events collapse into a
+single pass.
 """
 
 from __future__ import annotations
@@ -49,32 +50,60 @@ async def job_event(meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
     WAKEUPS.wake(_run_key(namespace or "", meta["labels"][names.LABEL_RUN]))
 
 
+# One reconcile loop (an asyncio task) per PipelineRun. Not a kopf daemon: kopf puts a
+# finalizer on every object that has one, and a PipelineRun needs none (its Jobs and
+# ConfigMaps go with it through ownerReferences). Without the finalizer, deleting a run
+# never waits for the operator, and a run costs one API write less.
+LOOPS: dict[Key, asyncio.Task[None]] = {}
+
+
 @kopf.on.event(names.GROUP, names.VERSION, names.PIPELINERUNS)
-async def pipelinerun_event(name: str, namespace: str | None, **_: Any) -> None:
-    WAKEUPS.wake(_run_key(namespace or "", name))
+async def pipelinerun_event(type: str | None, name: str, namespace: str | None,
+                            meta: kopf.Meta, memo: Any, **_: Any) -> None:
+    key = _run_key(namespace or "", name)
+    if type == "DELETED" or meta.get("deletionTimestamp"):
+        task = LOOPS.pop(key, None)
+        if task is not None:
+            task.cancel()
+        WAKEUPS.forget(key)
+        return
+    # kopf's initial listing (type None) starts loops for runs that existed before a
+    # restart: the operator carries on from the Jobs.
+    if key not in LOOPS or LOOPS[key].done():
+        LOOPS[key] = asyncio.create_task(_pipelinerun_loop(key, memo))
+    WAKEUPS.wake(key)
 
 
-@kopf.daemon(names.GROUP, names.VERSION, names.PIPELINERUNS, cancellation_timeout=10)
-async def pipelinerun_daemon(name: str, namespace: str | None, memo: Any,
-                             stopped: kopf.DaemonStopped, **_: Any) -> None:
-    namespace = namespace or ""
-    key = _run_key(namespace, name)
+@kopf.on.cleanup()
+async def stop_loops(**_: Any) -> None:
+    tasks = list(LOOPS.values())
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    LOOPS.clear()
+
+
+async def _pipelinerun_loop(key: Key, memo: Any) -> None:
+    _, namespace, name = key
     kube: Kube = memo.kube
     config: OperatorConfig = memo.config
     loop_state = pipelinerun.LoopState()
-    try:
-        while not stopped:
-            try:
-                outcome = await asyncio.to_thread(
-                    pipelinerun.reconcile, kube, namespace, name, config, loop_state)
-            except KubeError as e:
-                # Conflicts and transient API errors: the next pass re-reads everything.
-                log.warning("PipelineRun %s/%s: %s; retrying", namespace, name, e)
-                outcome = pipelinerun.Outcome(requeue_after=2.0)
-            if outcome.gone:
-                return
-            await WAKEUPS.wait(key, outcome.requeue_after or config.resync)
-            # Let a burst of events (many Jobs changing together) land before re-reading.
-            await asyncio.sleep(config.min_pass_interval)
-    finally:
-        WAKEUPS.forget(key)
+    while True:
+        try:
+            outcome = await asyncio.to_thread(
+                pipelinerun.reconcile, kube, namespace, name, config, loop_state)
+        except KubeError as e:
+            # Conflicts and transient API errors: the next pass re-reads everything.
+            log.warning("PipelineRun %s/%s: %s; retrying", namespace, name, e)
+            outcome = pipelinerun.Outcome(requeue_after=2.0)
+        except Exception:
+            # A bug must not kill the loop silently: log it and retry with backoff.
+            log.exception("PipelineRun %s/%s: reconcile failed; retrying", namespace, name)
+            outcome = pipelinerun.Outcome(requeue_after=10.0)
+        if outcome.gone:
+            LOOPS.pop(key, None)
+            WAKEUPS.forget(key)
+            return
+        await WAKEUPS.wait(key, outcome.requeue_after or config.resync)
+        # Let a burst of events (many Jobs changing together) land before re-reading.
+        await asyncio.sleep(config.min_pass_interval)

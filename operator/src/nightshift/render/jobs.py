@@ -22,7 +22,6 @@ from nightshift.render.items import (
 
 ANNOTATION_RERUN = f"{names.GROUP}/rerun-failed"  # TODO(lead): move to api.names
 VOLUME_ITEMS = "nightshift-items"
-VOLUME_WORK = "nightshift-work"
 DISRUPTION_TARGET = "DisruptionTarget"
 # Job API limit on completions-with-backoffLimitPerIndex before stricter rules apply.
 HIGH_COMPLETIONS = 100_000
@@ -121,9 +120,14 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         {"name": names.ENV_ATTEMPT, "value": str(attempt)},
         {"name": ENV_LAST_STEP, "value": last},
     ]
+    # With a runner, its parts own the work volume (emptyDir, or per-pod local disk);
+    # without one, a plain emptyDir gives the steps their scratch.
+    runner_work = any(v["name"] == runner.VOLUME_WORK for v in parts.volumes)
+    own_work_mount = [] if any(m["name"] == runner.VOLUME_WORK for m in parts.step_volume_mounts) \
+        else [{"name": runner.VOLUME_WORK, "mountPath": names.MOUNT_WORK}]
     mounts = [
         {"name": VOLUME_ITEMS, "mountPath": names.MOUNT_ITEMS, "readOnly": True},
-        {"name": VOLUME_WORK, "mountPath": names.MOUNT_WORK},
+        *own_work_mount,
         *parts.step_volume_mounts,
     ]
     containers = []
@@ -151,7 +155,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         "volumes": [
             {"name": VOLUME_ITEMS,
              "projected": {"sources": [{"configMap": {"name": n}} for n in configmaps]}},
-            {"name": VOLUME_WORK, "emptyDir": {}},
+            *([] if runner_work else [{"name": runner.VOLUME_WORK, "emptyDir": {}}]),
             *parts.volumes,
         ],
         # Thousands of pods in a namespace with many Services need no service env vars.
@@ -167,6 +171,9 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         pod_spec["nodeSelector"] = {names.LABEL_POOL: stage.pool}
         pod_spec["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
                                     "value": stage.pool, "effect": "NoSchedule"}]
+        if spec.virtual_cluster:
+            pod_spec["affinity"] = _virtual_cluster_affinity(spec.virtual_cluster,
+                                                             run.namespace)
     return {
         "metadata": {
             # Ours last: a user label must not detach a pod from its run or stage.
@@ -189,3 +196,23 @@ def merge_env(*lists: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for e in lst:
             merged[e["name"]] = dict(e)
     return list(merged.values())
+
+
+def _virtual_cluster_affinity(vc: str, namespace: str) -> dict[str, Any]:
+    """Only this VirtualCluster's nodes, or hand-labeled (static) ones.
+
+    Pool names are per namespace but NodePools and nodes are cluster-scoped: without
+    this, a `workers` stage could land on another collaboration's `workers` nodes.
+    Static-mode nodes carry only the pool label, hence the second (OR'ed) term.
+    """
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [
+                {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "In", "values": [vc]},
+                {"key": names.LABEL_VIRTUAL_CLUSTER_NAMESPACE, "operator": "In",
+                 "values": [namespace]},
+            ]},
+            {"matchExpressions": [
+                {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "DoesNotExist"},
+            ]},
+        ]}}}

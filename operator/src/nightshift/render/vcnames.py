@@ -13,7 +13,7 @@ import hashlib
 from nightshift.api import names
 
 # Not in api/names.py (owned elsewhere); candidates to move there.
-LABEL_VC_NAMESPACE = f"{names.GROUP}/virtual-cluster-namespace"
+LABEL_VC_NAMESPACE = names.LABEL_VIRTUAL_CLUSTER_NAMESPACE
 LABEL_CAPACITY_HALF = f"{names.GROUP}/capacity"
 TAG_NAMESPACE = f"{names.GROUP}/namespace"
 TAG_VIRTUAL_CLUSTER = names.LABEL_VIRTUAL_CLUSTER
