@@ -36,8 +36,8 @@ unit: venv ## unit and golden tests (no cluster)
 
 # pytest exits 5 when it collected no tests; make treats any non-zero exit as failure,
 # so an empty suite fails `make test` and CI.
-integration: upstream ## integration tests on the local cluster (or $$KUBECONFIG)
-	$(VENV)/bin/pytest tests/integration $(PYTEST_ARGS)
+integration: upstream ## integration tests on the local cluster with its real node (or $$KUBECONFIG)
+	VENV=$(VENV) bash hack/integration.sh $(PYTEST_ARGS)
 
 test: lint unit integration ## everything CI runs
 

@@ -91,14 +91,22 @@ class Audit:
         return self.path.stat().st_size if self.path.exists() else 0
 
     def since(self, offset: int) -> list[dict[str, Any]]:
+        files = [(self.path, offset)]
+        if self.path.stat().st_size < offset:
+            # Rotated since the mark: the rest of the old file, then all of the new one.
+            rotated = sorted(self.path.parent.glob("audit-*.log"), key=lambda p: p.stat().st_mtime)
+            if not rotated:
+                raise RuntimeError("the audit log was rotated and its backup is gone")
+            files = [(rotated[-1], offset), (self.path, 0)]
         out = []
-        with self.path.open("rb") as f:
-            f.seek(offset)
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
+        for path, start in files:
+            with path.open("rb") as f:
+                f.seek(start)
+                for line in f:
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        continue
         return out
 
 
@@ -262,8 +270,15 @@ def main() -> int:
     for node in nodes(max(2, max(args.sizes) // 4000 + 1)):
         kubectl.apply(node)
     audit = Audit(layout.logs / "audit.log")
-    results = [one_size(n, layout, kube, kubectl, audit,
-                        args.parallelism or min(n, 5000)) for n in args.sizes]
+    results = []
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"fanout-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for n in args.sizes:
+        results.append(one_size(n, layout, kube, kubectl, audit,
+                                args.parallelism or min(n, 5000)))
+        console.print(results[-1])
+        path.write_text(json.dumps({"results": results, "qps": Qps().qps}, indent=2))
 
     table = Table(title="PipelineRun vs bare Indexed Job (same cluster, same run)")
     for col in ("items", "bare Job s", "PipelineRun s", "ratio", "writes/item",
@@ -276,10 +291,6 @@ def main() -> int:
     console.print(table)
     for r in results:
         console.print(f"{r['items']:,} items, operator writes: {r['write_kinds']}")
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"fanout-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"results": results, "qps": Qps().qps}, indent=2))
     console.print(f"results: {path}")
     return 0
 

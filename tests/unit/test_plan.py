@@ -269,12 +269,13 @@ def test_parallelism_is_mutable_through_spec_parallelism() -> None:
 def test_staggered_launch_raises_parallelism_from_the_recorded_start() -> None:
     run = make_run(launch={"maxPodsPerMinute": 30})
     p, job = start_a(run)
-    assert job["spec"]["parallelism"] == 30 and p.requeue_after == 60
+    # Waves of 30 * 10 / 60 = 5 pods every 10 s.
+    assert job["spec"]["parallelism"] == 5 and p.requeue_after == 10
     run = advance(run, p)
     # A restarted operator: the start time comes from status, not memory.
-    later = T0 + timedelta(seconds=90)
-    p = plan(observe(run, [with_status(job, active=30)], items=items_for(run, "a"), now=later))
-    assert p.patch[0]["spec"] == {"parallelism": 60} and p.requeue_after == 30
+    later = T0 + timedelta(seconds=95)
+    p = plan(observe(run, [with_status(job, active=5)], items=items_for(run, "a"), now=later))
+    assert p.patch[0]["spec"] == {"parallelism": 50} and p.requeue_after == 5
     p = plan(observe(run, [with_status(job, active=30)], items=items_for(run, "a"),
                      now=T0 + timedelta(minutes=5)))
     assert p.patch[0]["spec"] == {"parallelism": 100} and p.requeue_after is None

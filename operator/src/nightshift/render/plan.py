@@ -66,6 +66,10 @@ class Plan:
     patch: list[dict[str, Any]] = field(default_factory=list)
 
 
+# Seconds between the parallelism raises of a staggered launch.
+LAUNCH_STEP = 10
+
+
 def rfc3339(t: datetime) -> str:
     return t.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -246,10 +250,12 @@ class _Planner:
         started = parse_time(start)
         now = self.obs.now.replace(tzinfo=None, microsecond=0)
         elapsed = max(0.0, (now - started).total_seconds()) if started else 0.0
-        steps = int(elapsed // 60) + 1
-        allowed = rate * steps
+        # Raise every LAUNCH_STEP seconds by that share of the per-minute rate, so pods
+        # start in small waves rather than one burst per minute.
+        steps = int(elapsed // LAUNCH_STEP) + 1
+        allowed = max(1, (rate * steps * LAUNCH_STEP) // 60)
         if allowed < target:
-            wait = 60.0 * steps - elapsed
+            wait = LAUNCH_STEP * steps - elapsed
             self.requeue = wait if self.requeue is None else min(self.requeue, wait)
         return int(min(target, allowed))
 

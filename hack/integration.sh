@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make integration`: the integration suite on the local cluster, real node included.
+#   1. start the local cluster (left as it was found: a cluster already up stays up);
+#   2. build our images into the real node's containerd when the cluster has one;
+#   3. run pytest tests/integration (with $KUBECONFIG set, steps 1-2 are skipped and the
+#      suite runs against that cluster instead).
+# pytest's exit code is the script's: 5 (no tests collected) fails make and CI.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv=${VENV:-.venv}
+lc="$venv/bin/nightshift-localcluster"
+
+if [ -n "${KUBECONFIG:-}" ]; then
+  exec "$venv/bin/pytest" tests/integration "$@"
+fi
+was_up=0
+"$lc" status >/dev/null 2>&1 && was_up=1
+"$lc" up || exit 1
+stop() { [ "$was_up" = 1 ] || [ -n "${NIGHTSHIFT_KEEP_CLUSTER:-}" ] || "$lc" down; }
+trap stop EXIT
+state=${NIGHTSHIFT_LOCALCLUSTER_DIR:-$root/.localcluster}
+if [ -S "$state/realnode/containerd/containerd.sock" ]; then
+  bash hack/images.sh || { echo "integration: building images failed (see above)" >&2; exit 1; }
+else
+  echo "integration: no real node in this cluster; its tests will be skipped"
+fi
+"$venv/bin/pytest" tests/integration "$@"
