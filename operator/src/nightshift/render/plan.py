@@ -245,7 +245,7 @@ class _Planner:
         cap = jobsmod.max_parallelism(max(completions, 1))
         target = cap if target is None else min(target, cap)
         rate = spec.launch.max_pods_per_minute
-        if not rate or target <= rate:
+        if not rate or target <= max(1, (rate * LAUNCH_STEP) // 60):
             return int(target)
         started = parse_time(start)
         now = self.obs.now.replace(tzinfo=None, microsecond=0)
