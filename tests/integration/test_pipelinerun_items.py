@@ -1,0 +1,92 @@
+"""Item sources resolved by the operator: a ConfigMap list, an S3 prefix listing."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nightshift.api import names
+from nightshift.kube import Kube
+from tests.clusterutil import Kubectl, wait_for
+from tests.integration.conftest import OperatorProcess
+from tests.integration.prutil import kwok_node_pool, pipelinerun, stage, stage_status, wait_phase
+from tests.s3server import VersityGW, s3server
+
+__all__ = ["s3server"]  # the fixture, used by name below
+
+
+@pytest.fixture
+def pool(kubectl: Kubectl, namespace: str) -> Iterator[str]:
+    name = f"p-{namespace}"
+    kubectl.apply(kwok_node_pool(name))
+    yield name
+    kubectl("delete", "node", f"kwok-{name}", "--wait=false", check=False)
+
+
+def _frozen(kube: Kube, namespace: str, run: str) -> list[str]:
+    cms = kube.list("v1", "ConfigMap", namespace, label_selector=f"{names.LABEL_RUN}={run}")
+    assert len(cms) == 1, [c["metadata"]["name"] for c in cms]
+    return str(cms[0]["data"][names.ITEMS_KEY]).splitlines()
+
+
+def test_items_from_a_configmap(kube: Kube, kubectl: Kubectl, operator: OperatorProcess,
+                                namespace: str, pool: str) -> None:
+    kubectl.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bands"},
+                   "data": {"items": "band-001\nband-002\n\nband-003\n"}}, namespace)
+    kubectl.apply(pipelinerun("cm", namespace, [
+        stage("invert", pool, forEach={"fromConfigMap": {"name": "bands"}})]))
+    run = wait_phase(kube, namespace, "cm", {"Succeeded", "Failed"}, 90)
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    assert stage_status(run, "invert")["total"] == 3
+    assert _frozen(kube, namespace, "cm") == ["band-001", "band-002", "band-003"]
+
+
+def test_missing_configmap_says_what_to_create(kube: Kube, kubectl: Kubectl,
+                                               operator: OperatorProcess, namespace: str,
+                                               pool: str) -> None:
+    kubectl.apply(pipelinerun("nocm", namespace, [
+        stage("invert", pool, forEach={"fromConfigMap": {"name": "later"}})]))
+
+    def unresolved() -> dict[str, Any] | None:
+        run = kube.get(names.API_VERSION, names.PIPELINERUN, "nocm", namespace) or {}
+        for c in (run.get("status") or {}).get("conditions") or []:
+            if c["type"] == "Progressing" and c.get("reason") == "ItemsUnresolved":
+                return dict(c)
+        return None
+
+    cond = wait_for("an ItemsUnresolved condition", unresolved, 60)
+    assert "fromConfigMap" in cond["message"] and "later" in cond["message"], cond
+    # Creating the ConfigMap is enough: a later pass picks it up.
+    kubectl.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "later"},
+                   "data": {"items": "a\nb\n"}}, namespace)
+    run = wait_phase(kube, namespace, "nocm", {"Succeeded"}, 90)
+    assert stage_status(run, "invert")["total"] == 2
+
+
+def test_items_from_an_s3_listing(kube: Kube, kubectl: Kubectl, operator: OperatorProcess,
+                                  namespace: str, pool: str, s3server: VersityGW) -> None:
+    s3 = s3server.client()
+    s3.create_bucket(Bucket="raw")
+    for key in ("nights/0001.fits", "nights/0002.fits", "nights/notes.txt",
+                "nights/0003.fits", "other/0009.fits"):
+        s3.put_object(Bucket="raw", Key=key, Body=b"x")
+    kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3"},
+                   "data": {
+                       "AWS_ACCESS_KEY_ID": base64.b64encode(
+                           s3server.access_key.encode()).decode(),
+                       "AWS_SECRET_ACCESS_KEY": base64.b64encode(
+                           s3server.secret_key.encode()).decode()}}, namespace)
+    kubectl.apply(pipelinerun("s3", namespace, [
+        stage("reduce", pool, forEach={"fromS3": {"storage": "raw", "prefix": "nights/",
+                                                  "suffix": ".fits"}}),
+    ], storage=[{"name": "raw", "s3": {"bucket": "raw", "endpoint": s3server.endpoint,
+                                       "credentialsSecret": "s3"}}]))
+    run = wait_phase(kube, namespace, "s3", {"Succeeded", "Failed"}, 90)
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    assert _frozen(kube, namespace, "s3") == ["0001.fits", "0002.fits", "0003.fits"]
+    # Frozen at start: objects written later do not change the run's items.
+    s3.put_object(Bucket="raw", Key="nights/0004.fits", Body=b"x")
+    assert _frozen(kube, namespace, "s3") == ["0001.fits", "0002.fits", "0003.fits"]
