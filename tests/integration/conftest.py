@@ -21,6 +21,7 @@ import pytest
 
 from nightshift.kube import Kube
 from tests.clusterutil import ROOT, Kubectl, wait_for
+from tests.integration.prutil import kwok_node_pool
 
 # Each pytest session gets its own namespace prefix and its operator watches only that
 # glob, so concurrent sessions on one cluster never reconcile each other's objects (a
@@ -90,6 +91,15 @@ def namespace(kubectl: Kubectl) -> Iterator[str]:
         "get", "sa", "default", "-n", name, check=False).returncode == 0, 30)
     yield name
     kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def pool(kubectl: Kubectl, namespace: str) -> Iterator[str]:
+    """A static Nightshift pool of one big KWOK node, private to the test."""
+    name = f"p-{namespace}"
+    kubectl.apply(kwok_node_pool(name))
+    yield name
+    kubectl("delete", "node", f"kwok-{name}", "--wait=false", check=False)
 
 
 class OperatorProcess:

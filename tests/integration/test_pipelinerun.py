@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from nightshift.api import names
 from nightshift.kube import Kube
@@ -14,21 +11,11 @@ from tests.integration.conftest import OperatorProcess
 from tests.integration.prutil import (
     get_run,
     jobs,
-    kwok_node_pool,
     pipelinerun,
     stage,
     stage_status,
     wait_phase,
 )
-
-
-@pytest.fixture
-def pool(kubectl: Kubectl, namespace: str) -> Iterator[str]:
-    """A static pool of one big KWOK node, private to the test."""
-    name = f"p-{namespace}"
-    kubectl.apply(kwok_node_pool(name))
-    yield name
-    kubectl("delete", "node", f"kwok-{name}", "--wait=false", check=False)
 
 
 def _ts(obj: dict[str, Any]) -> str:

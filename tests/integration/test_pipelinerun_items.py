@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from nightshift.api import names
 from nightshift.kube import Kube
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.conftest import OperatorProcess
-from tests.integration.prutil import kwok_node_pool, pipelinerun, stage, stage_status, wait_phase
+from tests.integration.prutil import pipelinerun, stage, stage_status, wait_phase
 from tests.s3server import VersityGW, s3server
 
 __all__ = ["s3server"]  # the fixture, used by name below
-
-
-@pytest.fixture
-def pool(kubectl: Kubectl, namespace: str) -> Iterator[str]:
-    name = f"p-{namespace}"
-    kubectl.apply(kwok_node_pool(name))
-    yield name
-    kubectl("delete", "node", f"kwok-{name}", "--wait=false", check=False)
 
 
 def _frozen(kube: Kube, namespace: str, run: str) -> list[str]:

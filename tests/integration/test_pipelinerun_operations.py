@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from nightshift.api import names
 from nightshift.kube import Kube
@@ -15,20 +12,11 @@ from tests.integration.conftest import OperatorProcess
 from tests.integration.prutil import (
     get_run,
     jobs,
-    kwok_node_pool,
     pipelinerun,
     stage,
     stage_status,
     wait_phase,
 )
-
-
-@pytest.fixture
-def pool(kubectl: Kubectl, namespace: str) -> Iterator[str]:
-    name = f"p-{namespace}"
-    kubectl.apply(kwok_node_pool(name))
-    yield name
-    kubectl("delete", "node", f"kwok-{name}", "--wait=false", check=False)
 
 
 def _patch(kubectl: Kubectl, namespace: str, name: str, spec: dict[str, Any]) -> None:

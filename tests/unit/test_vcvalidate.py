@@ -6,7 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from nightshift.api.virtualcluster import VirtualClusterSpec
-from nightshift.render.vcvalidate import summarize, validate
+from nightshift.render.problems import summarize
+from nightshift.render.vcvalidate import validate
 from tests.bad_virtualclusters import BAD
 from tests.unit.vcfixtures import POOLS, catalog, vc
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from nightshift.api.pipelinerun import PipelineRunSpec, Stage
 from nightshift.render import items as itemsmod
 from nightshift.render import runner
+from nightshift.render.problems import Problem
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_STAGE_NAME = 40
@@ -26,15 +26,6 @@ MAX_RETRIES = 100
 INPUT_MODES = ("stage", "stream")
 OUTPUT_MODES = ("batch", "interleave")
 RESERVED_CONTAINER_PREFIX = "nightshift-"
-
-
-@dataclass(frozen=True)
-class Problem:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
 
 
 def validate_spec(spec: PipelineRunSpec, run_name: str) -> list[Problem]:

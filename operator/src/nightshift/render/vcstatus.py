@@ -21,8 +21,8 @@ from nightshift.render.nodepools import (
     Usage,
     vc_identity,
 )
+from nightshift.render.problems import Problem, summarize
 from nightshift.render.provider import ProviderChoice
-from nightshift.render.vcvalidate import Problem, summarize
 
 PriceFn = Callable[[str, str], float | None]
 

@@ -9,9 +9,6 @@ still gets a clear message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 from nightshift.api.virtualcluster import NodeClass, Pool, VirtualClusterSpec
 from nightshift.render.catalog import (
     CLASS_CATEGORIES,
@@ -22,23 +19,7 @@ from nightshift.render.catalog import (
     is_graviton,
     parse_quantity,
 )
-
-
-@dataclass(frozen=True)
-class Problem:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-def summarize(problems: Sequence[Problem], limit: int = 5) -> str:
-    """One condition message: the first few problems, then a count of the rest."""
-    text = "; ".join(str(p) for p in problems[:limit])
-    if len(problems) > limit:
-        text += f"; and {len(problems) - limit} more"
-    return text
+from nightshift.render.problems import Problem
 
 
 def validate(
