@@ -13,7 +13,7 @@ export GOFLAGS=-mod=mod GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 export GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
 
 die() { echo "build-upstream: $*" >&2; exit 1; }
-command -v go >/dev/null || die "Go is not installed. Install Go >= 1.24 (Debian: apt-get install golang-1.24, or from go.dev) and put it on PATH."
+command -v go >/dev/null || die "Go is not installed: run \`make deps\` (Debian 12: golang-1.23 from bookworm-backports) or install Go >= 1.21 and put it on PATH."
 
 # wrapper <dir> <module-lines...>: a throwaway module that requires what we build.
 wrapper() {

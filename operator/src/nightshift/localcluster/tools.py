@@ -49,9 +49,9 @@ def ensure(layout: Layout) -> None:
         if shutil.which("go") is None:
             raise LocalClusterError(
                 "Go is needed to build etcd, Kubernetes, KWOK and Karpenter for the local "
-                "cluster, and `go` is not on PATH. Install Go >= 1.24 (Debian 12: "
-                "apt-get install -y golang-1.24 && export PATH=/usr/lib/go-1.24/bin:$PATH), "
-                "or run `make deps`."
+                "cluster, and `go` is not on PATH. Run `make deps` (on Debian 12 it installs "
+                "golang-1.23 from bookworm-backports), or install Go >= 1.21 and put it on "
+                "PATH; Go fetches the newer toolchain the modules ask for by itself."
             )
         print("building the local cluster's upstream parts (cold: ~15 min on 2 cores) ...",
               flush=True)
