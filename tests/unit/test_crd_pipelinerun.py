@@ -5,45 +5,29 @@ from __future__ import annotations
 import re
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from nightshift.api.pipelinerun import PHASES, PipelineRunSpec
 from nightshift.render.plan import plan
+from tests.crdutil import load_crd, openapi_schema, undocumented
 from tests.unit.test_plan import failed, make_run, observe, start_a, with_status
 
-CRD = Path(__file__).resolve().parents[2] / "crds" / "pipelinerun.yaml"
+CRD = "pipelinerun.yaml"
 CEL_FUNCTIONS = {"all", "exists", "exists_one", "filter", "size", "map"}
 
 
 def crd() -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(CRD.read_text())
-    return doc
+    return load_crd(CRD)
 
 
 def schema() -> dict[str, Any]:
-    s: dict[str, Any] = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return s
-
-
-def undocumented(s: dict[str, Any], path: str) -> list[str]:
-    missing = []
-    for name, prop in (s.get("properties") or {}).items():
-        if name != "metadata" and not prop.get("description"):
-            missing.append(f"{path}.{name}")
-        missing += undocumented(prop, f"{path}.{name}")
-    if isinstance(s.get("items"), dict):
-        if not s["items"].get("description"):
-            missing.append(f"{path}[]")
-        missing += undocumented(s["items"], f"{path}[]")
-    return missing
+    return openapi_schema(CRD)
 
 
 def test_every_property_has_a_description() -> None:
-    assert undocumented(schema(), "") == []
+    assert undocumented(schema()) == []
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:

@@ -1,45 +1,25 @@
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from nightshift.api.virtualcluster import VirtualClusterSpec
+from tests.crdutil import load_crd, openapi_schema, undocumented
 
-CRD = Path(__file__).resolve().parents[2] / "crds" / "virtualcluster.yaml"
+CRD = "virtualcluster.yaml"
 
 
 def crd() -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(CRD.read_text())
-    return doc
+    return load_crd(CRD)
 
 
 def schema() -> dict[str, Any]:
-    s: dict[str, Any] = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return s
-
-
-def walk(s: dict[str, Any], path: str) -> list[str]:
-    """Paths of properties without a description."""
-    missing = []
-    for name, prop in (s.get("properties") or {}).items():
-        p = f"{path}.{name}"
-        if name != "metadata" and not prop.get("description"):
-            missing.append(p)
-        missing += walk(prop, p)
-    if isinstance(s.get("items"), dict):
-        if not s["items"].get("description"):
-            missing.append(f"{path}[]")
-        missing += walk(s["items"], f"{path}[]")
-    if isinstance(s.get("additionalProperties"), dict):
-        missing += walk(s["additionalProperties"], f"{path}{{}}")
-    return missing
+    return openapi_schema(CRD)
 
 
 def test_every_property_has_a_description() -> None:
-    assert walk(schema(), "") == []
+    assert undocumented(schema()) == []
 
 
 def _model_fields(model: type[BaseModel]) -> set[str]:

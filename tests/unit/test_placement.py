@@ -8,10 +8,8 @@ the shapes EC2 returns.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import Stubber
 
@@ -27,15 +25,6 @@ from nightshift.render.nodeclasses import ownership_tags
 NAME = vcnames.placement_group_name("physics", "snfactory", "mpi")
 UID = "0b6c1f7e-uid"
 TAGS = ownership_tags("physics", "snfactory", "mpi")
-
-
-@pytest.fixture
-def ec2() -> Iterator[tuple[Any, Stubber]]:
-    client = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="k",
-                          aws_secret_access_key="s")
-    with Stubber(client) as stub:
-        yield client, stub
-        stub.assert_no_pending_responses()
 
 
 def group(owner: str = UID, state: str = "available") -> dict[str, Any]:

@@ -7,10 +7,8 @@ the test did not expect fails the test (the Stubber has no response for it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from botocore.exceptions import NoRegionError
 from botocore.stub import Stubber
@@ -28,15 +26,6 @@ from tests.unit.vcfixtures import POOLS, vc
 
 UID = "uid-1"  # vcfixtures.vc's metadata.uid
 GROUP = vcnames.placement_group_name("physics", "snfactory", "mpi")
-
-
-@pytest.fixture
-def ec2() -> Iterator[tuple[Any, Stubber]]:
-    client = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="k",
-                          aws_secret_access_key="s")
-    with Stubber(client) as stub:
-        yield client, stub
-        stub.assert_no_pending_responses()
 
 
 def body(*pools: dict[str, Any]) -> tuple[dict[str, Any], VirtualClusterSpec]:
