@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -67,7 +66,3 @@ def job_complete(kube: Kube, namespace: str, name: str) -> bool:
     job = kube.get("batch/v1", "Job", name, namespace)
     conds = ((job or {}).get("status") or {}).get("conditions") or []
     return any(c["type"] == "Complete" and c["status"] == "True" for c in conds)
-
-
-def env_kubeconfig() -> str | None:
-    return os.environ.get("KUBECONFIG")

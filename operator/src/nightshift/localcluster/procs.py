@@ -24,15 +24,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
 # Children started by this process: poll() is the reliable liveness check for them.
 # /proc/<pid>/cmdline can lag just after exec (seen under gVisor), so it only serves
 # for PIDs recorded by an earlier process (`down` from another shell).

@@ -27,7 +27,6 @@ from nightshift.render.plan import Observed, Plan, plan
 class Outcome:
     requeue_after: float | None = None
     gone: bool = False
-    terminal: bool = False
 
 
 @dataclass
@@ -87,7 +86,7 @@ def reconcile(kube: Kube, namespace: str, name: str, config: OperatorConfig,
         with contextlib.suppress(KubeError):
             kube.event(run, ev.type, ev.reason, ev.message)
     terminal = p.status.get("phase") in TERMINAL_PHASES
-    return Outcome(requeue_after=p.requeue_after if not terminal else None, terminal=terminal)
+    return Outcome(requeue_after=None if terminal else p.requeue_after)
 
 
 # Status fields that move with every pod: written at most every progress_interval.
