@@ -3,7 +3,7 @@
 "cel" cases are refused by the CRD's schema/CEL rules at admission (the lead runs them
 against the real API server; the substring is from the API server's message).
 "invalid" cases pass admission and get an Invalid condition from
-nightshift.render.validate whose message holds the substring. tests/unit/test_validate.py
+nightshift.pipelinerun.validate whose message holds the substring. tests/unit/test_validate.py
 also checks that every "cel" case is caught by the Python side (defence in depth for
 objects stored before a rule existed).
 

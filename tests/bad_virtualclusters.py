@@ -2,7 +2,7 @@
 
 "cel" cases are refused by the CRD's schema/CEL rules (the lead runs them against the
 real API server); "invalid" cases pass admission and get an Invalid condition from
-nightshift.render.vcvalidate (checked by tests/unit/test_vcvalidate.py, with the
+nightshift.virtualcluster.validate (checked by tests/unit/test_vcvalidate.py, with the
 provider given in the manifest or "aws" when auto).
 """
 

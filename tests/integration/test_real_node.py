@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from nightshift.api.pipelinerun import PipelineRunSpec
 from nightshift.localcluster.nodeconfig import NODE_LABEL, NODE_NAME, NODE_TAINT
-from nightshift.render import items as it
-from nightshift.render import jobs
-from nightshift.render.runner import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
+from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun import jobs
+from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
+from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.clusterutil import Kubectl, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

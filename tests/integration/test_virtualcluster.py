@@ -16,12 +16,12 @@ import pytest
 import yaml
 
 from nightshift.api import names
-from nightshift.api.virtualcluster import VirtualClusterSpec
 from nightshift.kube import Kube
-from nightshift.render import vcnames
-from nightshift.render.catalog import CLASS_CATEGORIES, category_of, parse_quantity
-from nightshift.render.nodepools import render_virtualcluster
-from nightshift.render.vcvalidate import validate
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster.catalog import CLASS_CATEGORIES, category_of, parse_quantity
+from nightshift.virtualcluster.nodepools import render_virtualcluster
+from nightshift.virtualcluster.spec import VirtualClusterSpec
+from nightshift.virtualcluster.validate import validate
 from tests.bad_virtualclusters import BAD
 from tests.clusterutil import ROOT, Kubectl, wait_for
 from tests.integration.conftest import OperatorProcess

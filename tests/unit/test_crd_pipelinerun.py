@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from nightshift.api.pipelinerun import PHASES, PipelineRunSpec
-from nightshift.render.plan import plan
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.spec import PHASES, PipelineRunSpec
 from tests.crdutil import load_crd, openapi_schema, undocumented
 from tests.unit.test_plan import failed, make_run, observe, start_a, with_status
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from nightshift.api.virtualcluster import VirtualClusterSpec
+from nightshift.virtualcluster.spec import VirtualClusterSpec
 from tests.crdutil import load_crd, openapi_schema, undocumented
 
 CRD = "virtualcluster.yaml"
@@ -61,5 +61,5 @@ def test_names_and_columns() -> None:
 
 def test_enums_match_models() -> None:
     pool = schema()["properties"]["spec"]["properties"]["pools"]["items"]["properties"]
-    from nightshift.api.virtualcluster import POOL_CLASSES
+    from nightshift.virtualcluster.spec import POOL_CLASSES
     assert tuple(pool["class"]["enum"]) == POOL_CLASSES

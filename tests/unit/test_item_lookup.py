@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.render import items as render_items
+from nightshift.pipelinerun import items as render_items
 from nightshift.runner.config import Paths, resolve_item
 
 RUN = render_items.RunRef(name="r", namespace="ns", uid="u")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from nightshift.api import names
-from nightshift.api.pipelinerun import ForEach, RangeSource
-from nightshift.render import items as it
+from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun.spec import ForEach, RangeSource
 
 RUN = it.RunRef(name="nightly", namespace="physics", uid="uid-1")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from nightshift.api import names
-from nightshift.api.pipelinerun import PipelineRunSpec
-from nightshift.render import items as it
-from nightshift.render import jobs
+from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun import jobs
+from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.bad_pipelineruns import run as manifest
 from tests.bad_pipelineruns import stage
 from tests.golden_util import check_golden

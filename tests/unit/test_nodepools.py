@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from nightshift.api import names
-from nightshift.render import vcnames
-from nightshift.render.nodepools import Usage, render_virtualcluster
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster.nodepools import Usage, render_virtualcluster
 from tests.golden_util import check_golden
 from tests.unit.vcfixtures import POOLS, vc
 

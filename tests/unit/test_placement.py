@@ -19,8 +19,8 @@ from nightshift.aws.placement import (
     delete_placement_group,
     ensure_placement_group,
 )
-from nightshift.render import vcnames
-from nightshift.render.nodeclasses import ownership_tags
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster.nodeclasses import ownership_tags
 
 NAME = vcnames.placement_group_name("physics", "snfactory", "mpi")
 UID = "0b6c1f7e-uid"

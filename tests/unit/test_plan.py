@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from nightshift.api import conditions as cond
-from nightshift.render import items as it
-from nightshift.render import jobs as jobsmod
-from nightshift.render.plan import ItemsInfo, Observed, Plan, plan
+from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun import jobs as jobsmod
+from nightshift.pipelinerun.plan import ItemsInfo, Observed, Plan, plan
 from tests.bad_pipelineruns import BAD, stage
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)

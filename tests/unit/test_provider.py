@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from nightshift.render.provider import (
+from nightshift.virtualcluster.provider import (
     CRD_EC2NODECLASS,
     CRD_KWOKNODECLASS,
     CRD_NODEPOOL,

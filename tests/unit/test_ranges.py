@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from nightshift.render import ranges
+from nightshift.api import ranges
 
 
 @pytest.mark.parametrize(("indexes", "text"), [

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from nightshift.api import names
-from nightshift.api.pipelinerun import Archive, Stage, StorageRef
-from nightshift.render.runner import runner_parts, runner_problems
+from nightshift.pipelinerun.runnerparts import runner_parts, runner_problems
+from nightshift.pipelinerun.spec import Archive, Stage, StorageRef
 from nightshift.runner import config
 
 STORAGE = {

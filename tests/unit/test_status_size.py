@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nightshift.render import items as it
-from nightshift.render import ranges
-from nightshift.render.plan import ItemsInfo, plan
+from nightshift.api import ranges
+from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun.plan import ItemsInfo, plan
 from tests.bad_pipelineruns import stage
 from tests.unit.test_plan import T0, advance, jobs_of, observe, with_status
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from nightshift.api.pipelinerun import PipelineRunSpec
-from nightshift.render import validate
+from nightshift.pipelinerun import validate
+from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.bad_pipelineruns import BAD, run, stage
 
 

@@ -13,15 +13,15 @@ import pytest
 from botocore.exceptions import NoRegionError
 from botocore.stub import Stubber
 
-from nightshift.api.virtualcluster import VirtualClusterSpec
-from nightshift.reconcile import vcobserve
-from nightshift.reconcile.virtualcluster import (
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster import observe as vcobserve
+from nightshift.virtualcluster.reconcile import (
     _blocked,
     _transitions,
     delete_placement_groups,
     ensure_placement_groups,
 )
-from nightshift.render import vcnames
+from nightshift.virtualcluster.spec import VirtualClusterSpec
 from tests.unit.vcfixtures import POOLS, vc
 
 UID = "uid-1"  # vcfixtures.vc's metadata.uid

@@ -3,10 +3,10 @@ from __future__ import annotations
 from typing import Any
 
 from nightshift.api import conditions, names
-from nightshift.render import vcnames
-from nightshift.render.problems import Problem
-from nightshift.render.provider import CRD_KWOKNODECLASS, CRD_NODEPOOL, detect_provider
-from nightshift.render.vcstatus import usage_by_nodepool, virtualcluster_status
+from nightshift.api.problems import Problem
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster.provider import CRD_KWOKNODECLASS, CRD_NODEPOOL, detect_provider
+from nightshift.virtualcluster.status import usage_by_nodepool, virtualcluster_status
 from tests.unit.vcfixtures import POOLS, catalog, vc
 
 KWOK = detect_provider({CRD_NODEPOOL, CRD_KWOKNODECLASS})

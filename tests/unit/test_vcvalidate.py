@@ -5,9 +5,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from nightshift.api.virtualcluster import VirtualClusterSpec
-from nightshift.render.problems import summarize
-from nightshift.render.vcvalidate import validate
+from nightshift.api.problems import summarize
+from nightshift.virtualcluster.spec import VirtualClusterSpec
+from nightshift.virtualcluster.validate import validate
 from tests.bad_virtualclusters import BAD
 from tests.unit.vcfixtures import POOLS, catalog, vc
 

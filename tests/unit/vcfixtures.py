@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nightshift.render.catalog import InstanceCatalog, parse_kwok_catalog
+from nightshift.virtualcluster.catalog import InstanceCatalog, parse_kwok_catalog
 
 AWS_NODECLASS: dict[str, Any] = {
     "role": "KarpenterNodeRole-demo",

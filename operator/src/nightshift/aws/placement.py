@@ -1,6 +1,6 @@
 """EC2 cluster placement groups for cluster-compute pools.
 
-The group's name is deterministic (nightshift.render.vcnames.placement_group_name) so
+The group's name is deterministic (nightshift.virtualcluster.objectnames.placement_group_name) so
 that the EC2NodeClass can name it before it exists and every reconcile pass finds the
 same one. The owner's UID in a tag tells our group from a same-named stranger's: a
 VirtualCluster deleted and recreated under the same name gets a new UID and must not
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from nightshift.aws import AwsError, aws_errors
-from nightshift.render import vcnames
+from nightshift.virtualcluster import objectnames as vcnames
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client

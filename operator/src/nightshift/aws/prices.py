@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nightshift.aws import AwsError, aws_errors
-from nightshift.render.catalog import InstanceCatalog, parse_kwok_catalog
+from nightshift.virtualcluster.catalog import InstanceCatalog, parse_kwok_catalog
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client

@@ -1,4 +1,4 @@
-"""The runner's configuration: one JSON env var rendered by render/runner.py, plus the pod.
+"""The runner's configuration: one JSON env var rendered by pipelinerun/runnerparts.py, plus the pod.
 
 The JSON (NIGHTSHIFT_RUNNER_CONFIG) carries only what the operator knows at render time:
 resolved storages and the input/output *templates*. The item itself is resolved here, at
@@ -22,7 +22,7 @@ ENV_POD_NAME = "NIGHTSHIFT_POD_NAME"
 ENV_POD_UID = "NIGHTSHIFT_POD_UID"
 ENV_NODE_NAME = "NODE_NAME"
 ENV_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
-# The retry Jobs' map from completion index to original index (see render/items.py).
+# The retry Jobs' map from completion index to original index (see pipelinerun/items.py).
 INDEXES_KEY = "indexes"
 ENV_LAST_STEP = "NIGHTSHIFT_LAST_STEP"
 

@@ -10,12 +10,12 @@ import base64
 from typing import Any
 
 from nightshift.api import names
-from nightshift.api.pipelinerun import PipelineRunSpec, Stage, StorageRef
 from nightshift.aws.s3 import S3Error, S3Target, list_keys
 from nightshift.kube import Kube
-from nightshift.render import items as render_items
-from nightshift.render.plan import ItemsInfo
-from nightshift.render.validate import check_items
+from nightshift.pipelinerun import items as render_items
+from nightshift.pipelinerun.plan import ItemsInfo
+from nightshift.pipelinerun.spec import PipelineRunSpec, Stage, StorageRef
+from nightshift.pipelinerun.validate import check_items
 
 
 class ResolveError(Exception):

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from nightshift.api import names
-from nightshift.api.virtualcluster import Pool, VirtualClusterSpec
-from nightshift.render import vcnames
-from nightshift.render.catalog import (
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster.catalog import (
     CLASS_CATEGORIES,
     CLASS_MIN_GENERATION,
     KWOK_ARCH,
@@ -27,7 +26,8 @@ from nightshift.render.catalog import (
     kwok_family,
     parse_quantity,
 )
-from nightshift.render.nodeclasses import ec2_nodeclass, kwok_nodeclass, metadata
+from nightshift.virtualcluster.nodeclasses import ec2_nodeclass, kwok_nodeclass, metadata
+from nightshift.virtualcluster.spec import Pool, VirtualClusterSpec
 
 Provider = Literal["aws", "kwok", "static"]
 

@@ -19,14 +19,14 @@ from typing import Any
 import kopf
 
 from nightshift.api import names
-from nightshift.api.pipelinerun import TERMINAL_PHASES
+from nightshift.config import OperatorConfig
+from nightshift.engine.wakeups import Key
 from nightshift.kube import Kube, KubeError
-from nightshift.reconcile import virtualcluster
-from nightshift.reconcile.config import OperatorConfig
-from nightshift.reconcile.handlers import WAKEUPS
-from nightshift.reconcile.vcobserve import Clouds
-from nightshift.reconcile.wakeups import Key
-from nightshift.render import vcnames
+from nightshift.pipelinerun.handlers import WAKEUPS
+from nightshift.pipelinerun.spec import TERMINAL_PHASES
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster import reconcile as virtualcluster
+from nightshift.virtualcluster.observe import Clouds
 
 log = logging.getLogger("nightshift")
 

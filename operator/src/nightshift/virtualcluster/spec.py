@@ -2,7 +2,7 @@
 
 Mirrors crds/virtualcluster.yaml. What CEL can check lives in the CRD; what it cannot
 (instance types against the catalog, the detected provider's needs) lives in
-nightshift.render.vcvalidate and surfaces as an Invalid condition.
+nightshift.virtualcluster.validate and surfaces as an Invalid condition.
 """
 
 from __future__ import annotations

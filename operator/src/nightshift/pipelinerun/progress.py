@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nightshift.render import ranges
+from nightshift.api import ranges
 
 RUNNING = "Running"
 SUCCEEDED = "Succeeded"

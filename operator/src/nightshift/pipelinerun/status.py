@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nightshift.api import conditions as cond
-from nightshift.render import progress as pg
-from nightshift.render import ranges
+from nightshift.api import ranges
+from nightshift.pipelinerun import progress as pg
 
 StageRecord = dict[str, Any]
 FAILED_ITEMS_CHARS = 512

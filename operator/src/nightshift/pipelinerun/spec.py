@@ -2,7 +2,7 @@
 
 Mirrors crds/pipelinerun.yaml. Validation that CEL can express lives in the CRD;
 what it cannot (cycles, item counts from ConfigMaps or S3) lives in
-nightshift.render.validate and surfaces as an Invalid condition.
+nightshift.pipelinerun.validate and surfaces as an Invalid condition.
 """
 
 from __future__ import annotations

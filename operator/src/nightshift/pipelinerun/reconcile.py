@@ -16,11 +16,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import conditions, names
-from nightshift.api.pipelinerun import TERMINAL_PHASES, PipelineRunSpec
+from nightshift.config import OperatorConfig
 from nightshift.kube import Kube, KubeError
-from nightshift.reconcile.config import OperatorConfig
-from nightshift.reconcile.items import ResolveError, frozen_items, resolve_and_freeze
-from nightshift.render.plan import Observed, Plan, plan
+from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
+from nightshift.pipelinerun.plan import Observed, Plan, plan
+from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import names
-from nightshift.api.pipelinerun import PipelineRunSpec
-from nightshift.render import items as itemsmod
-from nightshift.render import jobs as jobsmod
-from nightshift.render import progress as pg
-from nightshift.render import validate
-from nightshift.render.items import RunRef
-from nightshift.render.status import StageRecord, build_status, stage_record
+from nightshift.pipelinerun import items as itemsmod
+from nightshift.pipelinerun import jobs as jobsmod
+from nightshift.pipelinerun import progress as pg
+from nightshift.pipelinerun import validate
+from nightshift.pipelinerun.items import RunRef
+from nightshift.pipelinerun.spec import PipelineRunSpec
+from nightshift.pipelinerun.status import StageRecord, build_status, stage_record
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from typing import Any
 import boto3
 
 from nightshift.api import names
-from nightshift.api.pipelinerun import TERMINAL_PHASES
 from nightshift.aws.prices import (
     PRICING_REGION,
     AwsPrices,
@@ -25,14 +24,15 @@ from nightshift.aws.prices import (
     catalog_prices,
     load_kwok_catalog,
 )
+from nightshift.config import OperatorConfig
 from nightshift.kube import Kube
 from nightshift.localcluster.paths import Layout
-from nightshift.reconcile.config import OperatorConfig
-from nightshift.render import vcnames
-from nightshift.render.catalog import InstanceCatalog, parse_quantity
-from nightshift.render.nodeclasses import EC2_API, KWOK_API
-from nightshift.render.nodepools import KARPENTER_API
-from nightshift.render.provider import (
+from nightshift.pipelinerun.spec import TERMINAL_PHASES
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster.catalog import InstanceCatalog, parse_quantity
+from nightshift.virtualcluster.nodeclasses import EC2_API, KWOK_API
+from nightshift.virtualcluster.nodepools import KARPENTER_API
+from nightshift.virtualcluster.provider import (
     CRD_EC2NODECLASS,
     CRD_KWOKNODECLASS,
     CRD_NODEPOOL,

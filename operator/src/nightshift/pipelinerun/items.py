@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nightshift.api import names
-from nightshift.api.pipelinerun import ForEach
+from nightshift.pipelinerun.spec import ForEach
 
 # ConfigMaps are capped at 1 MiB including metadata; leave room for both.
 CHUNK_BYTES = 900_000

@@ -1,6 +1,6 @@
 """The runner's share of a stage's pod: pure, spec in, pod fragments out.
 
-The seam between the Job renderer (render/jobs.py) and the task runner
+The seam between the Job renderer (pipelinerun/jobs.py) and the task runner
 (nightshift.runner): the Job renderer asks for these parts and splices them in
 before the step containers.
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nightshift.api import names
-from nightshift.api.pipelinerun import Archive, DataRef, Stage, StorageRef
+from nightshift.pipelinerun.spec import Archive, DataRef, Stage, StorageRef
 
 STAGE_IN_CONTAINER = "nightshift-stage-in"
 COMMIT_CONTAINER = "nightshift-commit"

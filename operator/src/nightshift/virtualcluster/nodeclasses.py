@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from nightshift.api import names
-from nightshift.api.virtualcluster import DEFAULT_AMI_ALIAS, NodeClass, Pool
-from nightshift.render import vcnames
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster.spec import DEFAULT_AMI_ALIAS, NodeClass, Pool
 
 EC2_API = "karpenter.k8s.aws/v1"
 KWOK_API = "karpenter.kwok.sh/v1alpha1"

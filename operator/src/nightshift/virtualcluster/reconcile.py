@@ -19,18 +19,18 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import conditions, names
-from nightshift.api.virtualcluster import VirtualClusterSpec
 from nightshift.aws import AwsError
 from nightshift.aws.placement import delete_placement_group, ensure_placement_group
 from nightshift.kube import Kube, KubeError
-from nightshift.reconcile import vcobserve as observe
-from nightshift.render import vcnames
-from nightshift.render.catalog import InstanceCatalog
-from nightshift.render.nodeclasses import ownership_tags
-from nightshift.render.nodepools import render_virtualcluster
-from nightshift.render.provider import ProviderChoice, detect_provider
-from nightshift.render.vcstatus import usage_by_nodepool, virtualcluster_status
-from nightshift.render.vcvalidate import validate
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster import observe
+from nightshift.virtualcluster.catalog import InstanceCatalog
+from nightshift.virtualcluster.nodeclasses import ownership_tags
+from nightshift.virtualcluster.nodepools import render_virtualcluster
+from nightshift.virtualcluster.provider import ProviderChoice, detect_provider
+from nightshift.virtualcluster.spec import VirtualClusterSpec
+from nightshift.virtualcluster.status import usage_by_nodepool, virtualcluster_status
+from nightshift.virtualcluster.validate import validate
 
 log = logging.getLogger("nightshift")
 

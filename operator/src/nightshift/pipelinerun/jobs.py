@@ -11,14 +11,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nightshift.api import names
-from nightshift.api.pipelinerun import PipelineRunSpec, Stage
-from nightshift.render import runner
-from nightshift.render.items import (
+from nightshift.pipelinerun import runnerparts as runner
+from nightshift.pipelinerun.items import (
     ENV_LAST_STEP,
     RUN_SH_KEY,
     RunRef,
     job_name,
 )
+from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 ANNOTATION_RERUN = f"{names.GROUP}/rerun-failed"  # TODO(lead): move to api.names
 VOLUME_ITEMS = "nightshift-items"

@@ -9,8 +9,8 @@ still gets a clear message.
 
 from __future__ import annotations
 
-from nightshift.api.virtualcluster import NodeClass, Pool, VirtualClusterSpec
-from nightshift.render.catalog import (
+from nightshift.api.problems import Problem
+from nightshift.virtualcluster.catalog import (
     CLASS_CATEGORIES,
     InstanceCatalog,
     category_of,
@@ -19,7 +19,7 @@ from nightshift.render.catalog import (
     is_graviton,
     parse_quantity,
 )
-from nightshift.render.problems import Problem
+from nightshift.virtualcluster.spec import NodeClass, Pool, VirtualClusterSpec
 
 
 def validate(

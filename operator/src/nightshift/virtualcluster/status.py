@@ -11,18 +11,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nightshift.api import conditions, names
-from nightshift.api.virtualcluster import Pool
-from nightshift.render import vcnames
-from nightshift.render.catalog import parse_quantity
-from nightshift.render.nodepools import (
+from nightshift.api.problems import Problem, summarize
+from nightshift.virtualcluster import objectnames as vcnames
+from nightshift.virtualcluster.catalog import parse_quantity
+from nightshift.virtualcluster.nodepools import (
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
     LABEL_NODEPOOL,
     Usage,
     vc_identity,
 )
-from nightshift.render.problems import Problem, summarize
-from nightshift.render.provider import ProviderChoice
+from nightshift.virtualcluster.provider import ProviderChoice
+from nightshift.virtualcluster.spec import Pool
 
 PriceFn = Callable[[str, str], float | None]
 

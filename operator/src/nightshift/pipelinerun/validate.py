@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from nightshift.api.pipelinerun import PipelineRunSpec, Stage
-from nightshift.render import items as itemsmod
-from nightshift.render import runner
-from nightshift.render.problems import Problem
+from nightshift.api.problems import Problem
+from nightshift.pipelinerun import items as itemsmod
+from nightshift.pipelinerun import runnerparts as runner
+from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_STAGE_NAME = 40

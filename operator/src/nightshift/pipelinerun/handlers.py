@@ -16,10 +16,10 @@ from typing import Any
 import kopf
 
 from nightshift.api import names
+from nightshift.config import OperatorConfig
+from nightshift.engine.wakeups import Key, Wakeups
 from nightshift.kube import Kube, KubeError
-from nightshift.reconcile import pipelinerun
-from nightshift.reconcile.config import OperatorConfig
-from nightshift.reconcile.wakeups import Key, Wakeups
+from nightshift.pipelinerun import reconcile as pipelinerun
 
 WAKEUPS = Wakeups()
 log = logging.getLogger("nightshift")
