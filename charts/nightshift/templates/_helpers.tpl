@@ -1,0 +1,126 @@
+{{- define "nightshift.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "nightshift.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nightshift.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "nightshift.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nightshift.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "nightshift.labels" -}}
+{{ include "nightshift.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: nightshift
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ include "nightshift.chart" . }}
+{{- end -}}
+
+{{- define "nightshift.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "nightshift.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "nightshift.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "nightshift.runnerImage" -}}
+{{- printf "%s:%s" .Values.runnerImage.repository (default .Chart.AppVersion .Values.runnerImage.tag) -}}
+{{- end -}}
+
+{{- define "nightshift.catalogPath" -}}
+{{- if .Values.config.instanceCatalogConfigMap.name -}}
+/etc/nightshift/catalog/{{ .Values.config.instanceCatalogConfigMap.key }}
+{{- else -}}
+{{- .Values.config.instanceCatalog -}}
+{{- end -}}
+{{- end -}}
+
+{{- /*
+The operator's rules on namespaced resources, one row each in
+operator/src/nightshift/kubecalls.py (tests/unit/test_chart_rbac.py checks they match
+exactly). Granted by a ClusterRole bound cluster-wide when the operator watches all
+namespaces, else by a Role in each watched namespace.
+*/ -}}
+{{- define "nightshift.namespacedRules" -}}
+# PipelineRuns: kopf lists and watches them (one reconcile loop per run) and a pass
+# re-reads its run with a GET; a VirtualCluster being deleted lists the runs that
+# still use it. The operator never writes a run's spec or metadata.
+- apiGroups: [nightshift.io]
+  resources: [pipelineruns]
+  verbs: [get, list, watch]
+# A run's status is the operator's output, written through the status subresource only.
+- apiGroups: [nightshift.io]
+  resources: [pipelineruns/status]
+  verbs: [patch]
+# VirtualClusters: kopf's daemon lists and watches them, a pass re-reads one with a GET,
+# and patch adds and removes the finalizers (ours, nightshift.io/virtual-cluster, which
+# holds the object until its NodePools and nodes are gone, and kopf's for its daemon).
+- apiGroups: [nightshift.io]
+  resources: [virtualclusters]
+  verbs: [get, list, watch, patch]
+- apiGroups: [nightshift.io]
+  resources: [virtualclusters/status]
+  verbs: [patch]
+# A run's stages are Indexed Jobs: created by server-side apply (patch, and create for a
+# new one), parallelism and suspend changed by merge patch; the watch wakes the run's
+# loop. No delete: a run's Jobs go with the run through their ownerReferences.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, watch, create, patch]
+# A run's items are frozen into ConfigMaps it owns (server-side apply; the list reads
+# only their metadata); get reads a forEach.fromConfigMap item list.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, create, patch]
+# Read-only and never all pods: a few failed pods of one Job (exit codes for status),
+# and a VirtualCluster's unscheduled pipeline pods (the CPU its pools are asked for).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+# The operator posts its own events on runs and VirtualClusters (on transitions only;
+# kopf's per-handler events are off).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- if .Values.rbac.readSecrets }}
+# rbac.readSecrets: a run's forEach.fromS3 storage may name a credentialsSecret (S3
+# outside AWS); the operator reads it to list the bucket. Only get, never list or
+# watch: it reads exactly the Secret a run names.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+{{- end }}
+{{- if and .Values.peering.enabled .Values.watchNamespaces }}
+# kopf peering of a namespace-restricted operator: one KopfPeering per watched
+# namespace, read by every replica, keep-alives written only into ours.
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  verbs: [list, watch]
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  resourceNames: [{{ .Values.peering.name | quote }}]
+  verbs: [patch]
+{{- end }}
+{{- end -}}
