@@ -13,19 +13,27 @@ import pytest
 from botocore.exceptions import NoRegionError
 from botocore.stub import Stubber
 
+from nightshift.api.events import Event, condition_events
+from nightshift.aws.clients import Ec2Access
 from nightshift.virtualcluster import objectnames as vcnames
 from nightshift.virtualcluster import observe as vcobserve
-from nightshift.virtualcluster.reconcile import (
-    _blocked,
-    _transitions,
-    delete_placement_groups,
-    ensure_placement_groups,
-)
+from nightshift.virtualcluster import placement
+from nightshift.virtualcluster.plan import blocked, not_ready_messages, placement_pools
 from nightshift.virtualcluster.spec import VirtualClusterSpec
 from tests.unit.vcfixtures import POOLS, vc
 
 UID = "uid-1"  # vcfixtures.vc's metadata.uid
 GROUP = vcnames.placement_group_name("physics", "snfactory", "mpi")
+
+
+def ensure_placement_groups(factory: Any, obj: dict[str, Any],
+                            spec: VirtualClusterSpec) -> list[str]:
+    return placement.ensure_groups(Ec2Access(factory), obj, placement_pools(spec))
+
+
+def delete_placement_groups(factory: Any, obj: dict[str, Any],
+                            spec: VirtualClusterSpec) -> list[str]:
+    return placement.delete_groups(Ec2Access(factory), obj, placement_pools(spec))
 
 
 def body(*pools: dict[str, Any]) -> tuple[dict[str, Any], VirtualClusterSpec]:
@@ -140,24 +148,24 @@ def test_group_in_use_keeps_the_finalizer_with_the_aws_message(
 
 
 def test_blocked_message_names_runs_and_the_force_annotation() -> None:
-    reason, msg = _blocked("physics", "snfactory", ["night-1", "night-2"])
+    reason, msg = blocked("physics", "snfactory", ["night-1", "night-2"])
     assert reason == "InUse"
     assert "night-1, night-2" in msg
     assert "kubectl annotate virtualcluster -n physics snfactory " \
            "nightshift.io/force-delete=true" in msg
-    _, many = _blocked("physics", "snfactory", [f"r{i}" for i in range(12)])
+    _, many = blocked("physics", "snfactory", [f"r{i}" for i in range(12)])
     assert "and 2 more" in many
 
 
 def test_events_only_for_transitions() -> None:
     old = [{"type": "Ready", "status": "True", "reason": "NodePoolsApplied", "message": ""}]
     same = [{"type": "Ready", "status": "True", "reason": "NodePoolsApplied", "message": "x"}]
-    assert _transitions(old, same) == []
+    assert condition_events(old, same) == []
     down = [{"type": "Ready", "status": "False", "reason": "NotReady", "message": "why"}]
-    assert _transitions(old, down) == [("Ready", "False", "NotReady", "why")]
+    assert condition_events(old, down) == [Event("Warning", "NotReady", "Ready=False: why")]
     # A new object's quiet "no problem" conditions are not news; Ready is.
     fresh = [*same, {"type": "Invalid", "status": "False", "reason": "Valid", "message": ""}]
-    assert _transitions(None, fresh) == [("Ready", "True", "NodePoolsApplied", "x")]
+    assert condition_events(None, fresh) == [Event("Normal", "NodePoolsApplied", "Ready=True: x")]
 
 
 def test_pod_cpu_counts_sidecars_with_containers_and_inits_one_at_a_time() -> None:
@@ -181,5 +189,5 @@ def test_not_ready_quotes_karpenters_message() -> None:
         {"kind": "NodePool", "metadata": {"name": "b"}, "status": {"conditions": [
             {"type": "Ready", "status": "Unknown"}]}},
     ]
-    assert vcobserve.not_ready(objs) == [
+    assert not_ready_messages(objs) == [
         "NodePool a is not ready (NodeClassNotReady: NodeClass not found)"]

@@ -3,7 +3,88 @@
 from __future__ import annotations
 
 import os
+import re
+import urllib.parse
 from dataclasses import dataclass
+
+ENV_S3_ENDPOINTS = "NIGHTSHIFT_S3_ENDPOINTS"
+ENV_S3_OPERATOR_IDENTITY = "NIGHTSHIFT_S3_OPERATOR_IDENTITY"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_HOST = re.compile(r"^(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?|\[[0-9a-f:.]+\])$")
+_PORT = re.compile(r"^[0-9]{1,5}$")
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off", "")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An S3 endpoint URL reduced to what decides where a request goes."""
+
+    scheme: str
+    host: str
+    port: int | None  # None: any port (allow-list entries written `host:*`)
+    path: str
+
+    def matches(self, other: Endpoint) -> bool:
+        return ((self.scheme, self.host, self.path) == (other.scheme, other.host, other.path)
+                and self.port in (None, other.port))
+
+
+def parse_endpoint(url: str, any_port: bool = False) -> Endpoint:
+    """Parse strictly: what cannot be read one way only (user info, a query, an odd port)
+    is refused, so the URL checked is the URL boto3 connects to."""
+    parts = urllib.parse.urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS:
+        raise ValueError(f"{url!r} must start with http:// or https://")
+    if parts.query or parts.fragment or "@" in parts.netloc or "\\" in url:
+        raise ValueError(f"{url!r} must be scheme://host[:port][/path], nothing more")
+    netloc = parts.netloc.lower()
+    if netloc.startswith("["):
+        host, _, rest = netloc.partition("]")
+        host, port = host + "]", rest.removeprefix(":")
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{url!r}: cannot read the port")
+    else:
+        host, _, port = netloc.partition(":")
+    if not _HOST.match(host):
+        raise ValueError(f"{url!r}: {host!r} is not a host name or IP address")
+    if port == "*" and any_port:
+        number = None
+    elif not port:
+        number = _DEFAULT_PORTS[scheme]
+    elif _PORT.match(port) and 0 < int(port) < 65536:
+        number = int(port)
+    else:
+        raise ValueError(f"{url!r}: {port!r} is not a port")
+    return Endpoint(scheme, host, number, parts.path.rstrip("/"))
+
+
+def endpoint_allowed(endpoint: str, allowed: tuple[str, ...]) -> bool:
+    try:
+        want = parse_endpoint(endpoint)
+    except ValueError:
+        return False
+    return any(parse_endpoint(a, any_port=True).matches(want) for a in allowed)
+
+
+def _endpoints(raw: str) -> tuple[str, ...]:
+    out = tuple(e.strip() for e in raw.split(",") if e.strip())
+    for e in out:
+        try:
+            parse_endpoint(e, any_port=True)
+        except ValueError as err:
+            raise ValueError(f"{ENV_S3_ENDPOINTS}: {err} (a comma-separated list of "
+                             "http[s]://host[:port|:*] URLs)") from None
+    return out
+
+
+def _flag(name: str, raw: str) -> bool:
+    if raw.strip().lower() in _TRUE:
+        return True
+    if raw.strip().lower() in _FALSE:
+        return False
+    raise ValueError(f"{name}: {raw!r} is not true or false")
 
 
 @dataclass(frozen=True)
@@ -19,6 +100,15 @@ class OperatorConfig:
     # The KWOK provider's instance catalog (prices, families); "" finds the local
     # cluster's. On EKS prices come from AWS instead.
     instance_catalog: str = ""
+    # Prometheus /metrics port; 0 serves none.
+    metrics_port: int = 0
+    # S3 endpoints the operator may send requests to when it lists a stage's items
+    # (fromS3); empty: AWS's own only (storages with no endpoint). An entry's port may be
+    # `*`. See docs/security.md.
+    s3_endpoints: tuple[str, ...] = ()
+    # Whether a fromS3 listing without a credentials Secret may use the operator's own
+    # identity (its service account's IAM role); otherwise such a listing is refused.
+    s3_operator_identity: bool = False
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -30,4 +120,8 @@ class OperatorConfig:
                                                    cls.progress_interval)),
             resync=float(os.environ.get("NIGHTSHIFT_RESYNC", cls.resync)),
             instance_catalog=os.environ.get("NIGHTSHIFT_INSTANCE_CATALOG", ""),
+            metrics_port=int(os.environ.get("NIGHTSHIFT_METRICS_PORT", "0") or 0),
+            s3_endpoints=_endpoints(os.environ.get(ENV_S3_ENDPOINTS, "")),
+            s3_operator_identity=_flag(ENV_S3_OPERATOR_IDENTITY,
+                                       os.environ.get(ENV_S3_OPERATOR_IDENTITY, "")),
         )

@@ -9,15 +9,17 @@ kinds Nightshift touches, with API discovery as the fallback.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from kubernetes import client, config  # type: ignore[import-untyped]
 from kubernetes.client.rest import ApiException  # type: ignore[import-untyped]
 
+from nightshift import metrics
 from nightshift.api import names
 from nightshift.api.conditions import now_rfc3339
 
@@ -30,6 +32,26 @@ class KubeError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
+
+
+@contextlib.contextmanager
+def naming(kind: str, name: str, doing: str) -> Iterator[None]:
+    """Re-raise a KubeError with the object it concerns, so the condition a user sees
+    says which object the API server refused, not only why."""
+    try:
+        yield
+    except KubeError as e:
+        raise KubeError(e.status, e.reason, f"{doing} {kind} {name}: {e.message}") from None
+
+
+def resource_of(path: str) -> str:
+    """`jobs`, `jobs/status`, `nodes`... from a request path (for metrics labels)."""
+    seg = path.split("?", maxsplit=1)[0].strip("/").split("/")
+    start = 2 if seg[0] == "api" else 3
+    rest = seg[start:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    return "/".join([rest[0], *rest[2:3]]) if rest else "?"
 
 
 @dataclass(frozen=True)
@@ -69,9 +91,11 @@ def _base(api_version: str) -> str:
 
 
 class Kube:
-    def __init__(self, api_client: Any, field_manager: str = names.FIELD_MANAGER) -> None:
+    def __init__(self, api_client: Any, field_manager: str = names.FIELD_MANAGER,
+                 request_timeout: float = 60) -> None:
         self._api = api_client
         self.field_manager = field_manager
+        self.request_timeout = request_timeout
         self._discovered: dict[tuple[str, str], Resource] = {}
         self._lock = threading.Lock()
 
@@ -85,6 +109,26 @@ class Kube:
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         # Pipelines fan out in bursts; keep enough connections for concurrent reconciles.
         cfg.connection_pool_maxsize = 8
+        return cls(client.ApiClient(cfg))
+
+    @classmethod
+    def for_user(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
+        """A person's client, chosen as kubectl chooses: the kubeconfig (--kubeconfig,
+        KUBECONFIG, ~/.kube/config) and its context first, in-cluster config only when
+        there is no kubeconfig (a plugin run from a pod)."""
+        cfg = client.Configuration()
+        try:
+            config.load_kube_config(config_file=kubeconfig, context=context,
+                                    client_configuration=cfg)
+        except config.ConfigException as e:
+            if kubeconfig or context:
+                raise KubeError(0, "BadKubeconfig", f"kubeconfig {kubeconfig or ''} "
+                                f"context {context or '(current)'}: {e}") from None
+            try:
+                config.load_incluster_config(client_configuration=cfg)
+            except config.ConfigException:
+                raise KubeError(0, "NoKubeconfig", f"no kubeconfig ({e}; set KUBECONFIG "
+                                "or pass --kubeconfig) and not running in a pod") from None
         return cls(client.ApiClient(cfg))
 
     # -- paths -----------------------------------------------------------------------
@@ -120,6 +164,7 @@ class Kube:
     def _call(self, method: str, path: str, body: Any = None,
               query: Sequence[tuple[str, Any]] = (), content_type: str | None = None,
               accept: str = "application/json") -> Obj:
+        metrics.API_CALLS.labels(method, resource_of(path)).inc()
         headers = {"Accept": accept}
         payload: Any = None
         if body is not None:
@@ -132,7 +177,7 @@ class Kube:
                 method=method, resource_path=path, query_params=list(query),
                 header_params=headers, auth_settings=["BearerToken"])
             resp = self._api.call_api(m, url, header_params=hdrs, body=payload,
-                                      _request_timeout=60)
+                                      _request_timeout=self.request_timeout)
             data = resp.read()
         except ApiException as e:
             raise _error(e) from None
@@ -235,8 +280,53 @@ class Kube:
         }
         self._call("POST", self.path("v1", "Event", ns), ev)
 
+    def pod_log(self, namespace: str, name: str, container: str | None = None,
+                previous: bool = False, tail_lines: int | None = None) -> str:
+        """A container's log as text (GET pods/<name>/log)."""
+        query: list[tuple[str, Any]] = []
+        if container:
+            query.append(("container", container))
+        if previous:
+            query.append(("previous", "true"))
+        if tail_lines is not None:
+            query.append(("tailLines", tail_lines))
+        data = self._raw("GET", self.path("v1", "Pod", namespace, name, "log"), query,
+                         accept="text/plain")
+        return data.decode(errors="replace")
+
+    def _raw(self, method: str, path: str, query: Sequence[tuple[str, Any]] = (),
+             accept: str = "*/*") -> bytes:
+        """A call whose answer is not JSON (logs): the body as bytes."""
+        try:
+            m, url, hdrs, _, _ = self._api.param_serialize(
+                method=method, resource_path=path, query_params=list(query),
+                header_params={"Accept": accept}, auth_settings=["BearerToken"])
+            resp = self._api.call_api(m, url, header_params=hdrs, _request_timeout=60)
+            data = resp.read() or b""
+        except ApiException as e:
+            raise _error(e) from None
+        if not 200 <= resp.status < 300:
+            raise _error(ApiException(status=resp.status, reason=resp.reason,
+                                      body=data.decode(errors="replace")))
+        return cast(bytes, data)
+
     def crd_exists(self, name: str) -> bool:
         return self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) is not None
+
+
+def node_labels(name: str, timeout: float = 2) -> dict[str, str]:
+    """The labels of Node `name`, read in-cluster with the pod's service account.
+
+    For the runner, which knows its node only by name; raises when not in a cluster or
+    when RBAC does not let the pod get Nodes.
+    """
+    cfg = client.Configuration()
+    config.load_incluster_config(client_configuration=cfg)
+    with client.ApiClient(cfg) as api:
+        node = Kube(api, request_timeout=timeout).get("v1", "Node", name)
+    if node is None:
+        raise KubeError(404, "NotFound", f"node {name} does not exist")
+    return dict(node.get("metadata", {}).get("labels") or {})
 
 
 def _error(e: ApiException) -> KubeError:
@@ -249,3 +339,21 @@ def _error(e: ApiException) -> KubeError:
     except (TypeError, ValueError):
         pass
     return KubeError(int(e.status or 0), reason, message)
+
+
+def user_namespace(kubeconfig: str | None = None, context: str | None = None) -> str:
+    """The namespace kubectl would use: the context's, else the pod's own, else default."""
+    try:
+        contexts, current = config.list_kube_config_contexts(kubeconfig)
+    except (config.ConfigException, OSError):
+        try:
+            with open(_SA_NAMESPACE) as f:
+                return f.read().strip() or "default"
+        except OSError:
+            return "default"
+    chosen = next((c for c in contexts or [] if c.get("name") == context), None) \
+        if context else current
+    return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+
+
+_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

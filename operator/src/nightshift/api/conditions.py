@@ -11,6 +11,8 @@ PROGRESSING = "Progressing"
 FAILED = "Failed"
 INVALID = "Invalid"
 CAPACITY_LIMITED = "CapacityLimited"
+# Set by the engine (engine/loop.py) when passes keep failing; cleared when they succeed.
+RECONCILE_ERROR = "ReconcileError"
 
 TRUE = "True"
 FALSE = "False"

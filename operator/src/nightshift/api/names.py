@@ -43,6 +43,15 @@ TAINT_POOL = LABEL_POOL
 
 # Annotations.
 ANNOTATION_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+# On a VirtualCluster: delete it even while PipelineRuns still use it.
+ANNOTATION_FORCE_DELETE = f"{GROUP}/force-delete"
+# On a retry Job: the rerun number, so the planner acts once per failed-items rerun.
+ANNOTATION_RERUN = f"{GROUP}/rerun-failed"
+# On each items (or rerun indexes) ConfigMap chunk: how many lines it holds, the list
+# index of its first line, and the length of the whole list (api/runnerwire.py).
+ANNOTATION_ITEM_COUNT = f"{GROUP}/item-count"
+ANNOTATION_ITEM_START = f"{GROUP}/item-start"
+ANNOTATION_ITEMS_TOTAL = f"{GROUP}/items-total"
 
 # Field manager for server-side apply.
 FIELD_MANAGER = "nightshift-operator"
@@ -62,6 +71,17 @@ ENV_SCRATCH = "NIGHTSHIFT_SCRATCH"
 ENV_INPUTS = "NIGHTSHIFT_INPUTS"
 ENV_OUTPUTS = "NIGHTSHIFT_OUTPUTS"
 ENV_ATTEMPT = "NIGHTSHIFT_ATTEMPT"
+# The step wrapper commits outputs after the step of this name (pipelinerun/jobs.py).
+ENV_LAST_STEP = "NIGHTSHIFT_LAST_STEP"
+
+# Environment only the runner containers see (pipelinerun/runnerparts.py renders it,
+# nightshift.runner reads it; the schema of the JSON is api/runnerwire.py).
+ENV_RUNNER_CONFIG = "NIGHTSHIFT_RUNNER_CONFIG"
+ENV_POD_NAME = "NIGHTSHIFT_POD_NAME"
+ENV_POD_UID = "NIGHTSHIFT_POD_UID"
+ENV_NODE_NAME = "NODE_NAME"
+# Set by the Job controller in every pod of an Indexed Job.
+ENV_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
 
 # The runner's volume layout inside every pipeline pod (design for storage/MPI later):
 #   /nightshift/items/items      the stage's item list, one per line (ConfigMap)
@@ -69,9 +89,24 @@ ENV_ATTEMPT = "NIGHTSHIFT_ATTEMPT"
 #                                node-local RAID0 hostPath when the pool has localDisk)
 #   /nightshift/bin              the runner's wrapper script, dropped by the init container
 #   /nightshift/cache            node-level whole-file S3 cache (hostPath, shared per node)
+#   /nightshift/storage/<name>   a PVC storage the stage reads or writes
 MOUNT_ROOT = "/nightshift"
 MOUNT_ITEMS = f"{MOUNT_ROOT}/items"
 MOUNT_WORK = f"{MOUNT_ROOT}/work"
 MOUNT_BIN = f"{MOUNT_ROOT}/bin"
 MOUNT_CACHE = f"{MOUNT_ROOT}/cache"
+MOUNT_STORAGE = f"{MOUNT_ROOT}/storage"
+MOUNT_INPUTS = f"{MOUNT_WORK}/inputs"
+MOUNT_OUTPUTS = f"{MOUNT_WORK}/outputs"
+# The runner's step wrapper; run.sh execs the step through it when it is there.
+STEP_BINARY = f"{MOUNT_BIN}/step"
+
+# Keys of the items volume (the chunk naming and lookup rules are api/runnerwire.py).
 ITEMS_KEY = "items"
+INDEXES_KEY = "indexes"  # retry Jobs: completion index -> original item index
+RUN_SH_KEY = "run.sh"
+ITEMS_FILE = f"{MOUNT_ITEMS}/{ITEMS_KEY}"
+# SharedStorage: its PersistentVolumes are cluster-scoped, so they say whose they are.
+LABEL_STORAGE_NAMESPACE = f"{GROUP}/storage-namespace"
+# On a SharedStorage pod template: a digest of its rendered config, so a change rolls it.
+ANNOTATION_CONFIG_HASH = f"{GROUP}/config-hash"

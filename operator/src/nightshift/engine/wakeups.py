@@ -1,9 +1,8 @@
 """Wake-ups for per-object reconcile loops.
 
-Each PipelineRun (and VirtualCluster) has one kopf daemon that reconciles in a loop.
-Watch events on the objects it owns (Jobs, nodes) only *wake* that loop; many events
-arriving together coalesce into one pass, which keeps API writes O(passes), not
-O(events) or O(items).
+Watch events on the objects a loop owns (Jobs, nodes, NodeClaims) only *wake* that
+loop: however many arrive while it waits or runs, the next wait returns once, so a
+burst of events coalesces into one pass and API writes stay O(passes), not O(events).
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import names
+from nightshift.api.events import Event
+from nightshift.api.fieldpath import field_path
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
@@ -29,13 +31,6 @@ from nightshift.pipelinerun.status import StageRecord, build_status, stage_recor
 class ItemsInfo:
     count: int
     configmaps: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str  # Normal | Warning
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -106,7 +101,7 @@ class _Planner:
             spec = PipelineRunSpec.model_validate(self.obs.run.get("spec") or {})
         except ValidationError as e:
             self.problems = [validate.Problem(
-                "spec." + ".".join(str(x) for x in err["loc"]), err["msg"]) for err in e.errors()]
+                field_path("spec", *err["loc"]), err["msg"]) for err in e.errors()]
             return self._finish(None, {}, rerun_handled=int(self.old.get("rerunFailed") or 0))
         self.problems = validate.validate_spec(spec, self.ref.name)
         by_stage = self._jobs_by_stage(spec)

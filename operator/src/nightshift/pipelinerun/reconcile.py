@@ -8,7 +8,6 @@ count moved. Never a list of all pods.
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -17,29 +16,29 @@ from pydantic import ValidationError
 
 from nightshift.api import conditions, names
 from nightshift.config import OperatorConfig
-from nightshift.kube import Kube, KubeError
+from nightshift.engine.loop import Outcome
+from nightshift.engine.status import StatusWriter
+from nightshift.kube import Kube, KubeError, naming
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
-from nightshift.pipelinerun.plan import Observed, Plan, plan
+from nightshift.pipelinerun.plan import Observed, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 
-
-@dataclass(frozen=True)
-class Outcome:
-    requeue_after: float | None = None
-    gone: bool = False
+# Status fields that move with every pod: written at most every progress_interval.
+PROGRESS_KEYS = frozenset(("succeeded", "failed", "running", "ready", "progress"))
 
 
 @dataclass
 class LoopState:
-    """What one run's daemon remembers between passes (lost on restart, harmlessly)."""
+    """What one run's loop remembers between passes (lost on restart, harmlessly)."""
 
-    last_status_write: float = 0.0
+    writer: StatusWriter = field(default_factory=lambda: StatusWriter(
+        names.API_VERSION, names.PIPELINERUN, PROGRESS_KEYS))
     failed_seen: dict[str, int] = field(default_factory=dict)
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
 
 
-def reconcile(kube: Kube, namespace: str, name: str, config: OperatorConfig,
+def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
               state: LoopState) -> Outcome:
     run = kube.get(names.API_VERSION, names.PIPELINERUN, name, namespace)
     if run is None or run["metadata"].get("deletionTimestamp"):
@@ -71,52 +70,25 @@ def reconcile(kube: Kube, namespace: str, name: str, config: OperatorConfig,
         p = plan(observe())
 
     for manifest in p.apply:
-        kube.apply(manifest)
+        with naming(manifest["kind"], manifest["metadata"]["name"], "applying"):
+            kube.apply(manifest)
     for change in p.patch:
         # Merge patches, not apply: see Plan.patch (mutable fields of existing Jobs).
         meta = change["metadata"]
-        kube.merge_patch(change["apiVersion"], change["kind"], meta["name"],
-                         meta.get("namespace", namespace), {"spec": change["spec"]})
+        with naming(change["kind"], meta["name"], "patching"):
+            kube.merge_patch(change["apiVersion"], change["kind"], meta["name"],
+                             meta.get("namespace", namespace), {"spec": change["spec"]})
     for ref in p.delete:
         kube.delete(ref["apiVersion"], ref["kind"], ref["name"], namespace,
                     propagation=ref.get("propagation", "Background"))
-    _write_status(kube, run, p, config, state)
+    state.writer.progress_interval = config.progress_interval
+    state.writer.write(kube, run, p.status)
     for ev in p.events:
         # An event lost is not worth failing the pass for.
         with contextlib.suppress(KubeError):
             kube.event(run, ev.type, ev.reason, ev.message)
     terminal = p.status.get("phase") in TERMINAL_PHASES
     return Outcome(requeue_after=None if terminal else p.requeue_after)
-
-
-# Status fields that move with every pod: written at most every progress_interval.
-_PROGRESS_KEYS = ("succeeded", "failed", "running", "ready", "progress")
-
-
-def _significant(value: Any) -> Any:
-    """The status without its counters, at any depth (stages, attempts)."""
-    if isinstance(value, dict):
-        return {k: _significant(v) for k, v in value.items() if k not in _PROGRESS_KEYS}
-    if isinstance(value, list):
-        return [_significant(v) for v in value]
-    return value
-
-
-def _write_status(kube: Kube, run: dict[str, Any], p: Plan, config: OperatorConfig,
-                  state: LoopState) -> None:
-    old = run.get("status") or {}
-    new = p.status
-    if new == old:
-        return
-    now = time.monotonic()
-    if (_significant(dict(new)) == _significant(dict(old))
-            and now - state.last_status_write < config.progress_interval):
-        # Only counters moved and we wrote recently: the next pass will write them.
-        return
-    kube.patch_status(names.API_VERSION, names.PIPELINERUN, run["metadata"]["name"],
-                      run["metadata"]["namespace"], new,
-                      resource_version=run["metadata"].get("resourceVersion"))
-    state.last_status_write = now
 
 
 def _failure_samples(kube: Kube, namespace: str, jobs: list[dict[str, Any]],

@@ -1,5 +1,6 @@
 """What a VirtualCluster pass reads: installed CRDs, its nodes and NodeClaims, the CPU
-pending pods ask of each pool, its own NodePools and node classes, and prices.
+pending pods ask of each pool, its own NodePools and node classes, the runs that use
+it (when it is being deleted), and the prices of the instances it runs.
 
 Every read is a labeled LIST or a GET: never all pods, never all nodes. Pending pods
 are read only in the VirtualCluster's namespace, only pipeline pods, only unscheduled.
@@ -8,36 +9,36 @@ are read only in the VirtualCluster's namespace, only pipeline pods, only unsche
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-import boto3
+from pydantic import ValidationError
 
 from nightshift.api import names
-from nightshift.aws.prices import (
-    PRICING_REGION,
-    AwsPrices,
-    PriceFn,
-    catalog_prices,
-    load_kwok_catalog,
-)
-from nightshift.config import OperatorConfig
+from nightshift.aws.clients import Ec2Access, unknown_price
+from nightshift.aws.prices import PriceFn, catalog_prices, load_kwok_catalog
 from nightshift.kube import Kube
-from nightshift.localcluster.paths import Layout
 from nightshift.pipelinerun.spec import TERMINAL_PHASES
 from nightshift.virtualcluster import objectnames as vcnames
 from nightshift.virtualcluster.catalog import InstanceCatalog, parse_quantity
 from nightshift.virtualcluster.nodeclasses import EC2_API, KWOK_API
-from nightshift.virtualcluster.nodepools import KARPENTER_API
+from nightshift.virtualcluster.nodepools import (
+    KARPENTER_API,
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+)
+from nightshift.virtualcluster.plan import Observed
 from nightshift.virtualcluster.provider import (
     CRD_EC2NODECLASS,
     CRD_KWOKNODECLASS,
     CRD_NODEPOOL,
     WATCHED_CRDS,
+    detect_provider,
 )
+from nightshift.virtualcluster.spec import VirtualClusterSpec
 
 log = logging.getLogger("nightshift")
 
@@ -55,81 +56,89 @@ CRD_TTL_SECONDS = 30.0
 
 
 @dataclass
-class Clouds:
-    """Process-wide, lazily built: the instance catalog, AWS clients and price caches."""
+class CrdCache:
+    """Which of the CRDs a VirtualCluster may use are installed, re-read every TTL."""
 
-    config: OperatorConfig
-    _catalog: InstanceCatalog | None = None
-    _catalog_tried: bool = False
-    _aws_prices: PriceFn | None = None
-    _ec2: Any = None
-    _crds: tuple[float, frozenset[str]] | None = None
-    # Overrides for tests (a stubbed EC2 client).
-    ec2_factory: Any = None
-    errors: list[str] = field(default_factory=list)
+    ttl: float = CRD_TTL_SECONDS
+    _seen: tuple[float, frozenset[str]] | None = None
 
-    def installed_crds(self, kube: Kube) -> frozenset[str]:
+    def installed(self, kube: Kube) -> frozenset[str]:
         now = time.monotonic()
-        if self._crds is None or self._crds[0] < now:
+        if self._seen is None or self._seen[0] < now:
             found = frozenset(c for c in WATCHED_CRDS if kube.crd_exists(c))
-            self._crds = (now + CRD_TTL_SECONDS, found)
-        return self._crds[1]
-
-    def catalog(self) -> InstanceCatalog | None:
-        """The KWOK instance catalog: NIGHTSHIFT_INSTANCE_CATALOG, else the local
-        cluster's copy; None when neither exists (then prices are unknown)."""
-        if not self._catalog_tried:
-            self._catalog_tried = True
-            path = self.config.instance_catalog
-            if not path:
-                try:
-                    candidate = Layout.discover().instance_types_file
-                    path = str(candidate) if candidate.exists() else ""
-                except Exception:  # no local cluster layout here (in a pod, on EKS)
-                    path = ""
-            if path:
-                try:
-                    self._catalog = load_kwok_catalog(path)
-                except (OSError, ValueError) as e:
-                    log.warning("instance catalog %s unreadable: %s; set "
-                                "NIGHTSHIFT_INSTANCE_CATALOG to the KWOK provider's "
-                                "instance-type file", path, e)
-        return self._catalog
-
-    def ec2(self) -> Any:
-        if self._ec2 is None:
-            if self.ec2_factory is not None:
-                self._ec2 = self.ec2_factory()
-            else:
-                self._ec2 = boto3.client("ec2")
-        return self._ec2
-
-    def prices(self, provider: str) -> PriceFn:
-        if provider == "aws":
-            if self._aws_prices is None:
-                try:
-                    self._aws_prices = _aws_prices(self.ec2())
-                except Exception as e:  # no region or credentials: prices stay unknown
-                    log.warning("AWS prices unavailable: %s; set AWS_REGION and the "
-                                "operator's AWS credentials", e)
-                    self._aws_prices = _unknown
-            return self._aws_prices
-        catalog = self.catalog()
-        return _unknown if catalog is None else catalog_prices(catalog)
+            self._seen = (now + self.ttl, found)
+        return self._seen[1]
 
 
-def _unknown(_type: str, _capacity: str) -> float | None:
-    return None
-
-
-def _aws_prices(ec2: Any) -> PriceFn:
+def load_catalog(path: str) -> InstanceCatalog | None:
+    """The KWOK provider's instance catalog (NIGHTSHIFT_INSTANCE_CATALOG); None when not
+    configured or unreadable (then kwok pools accept any family and prices are unknown)."""
+    if not path:
+        return None
     try:
-        region = ec2.meta.region_name or os.environ.get("AWS_REGION", "us-east-1")
-        pricing = boto3.client("pricing", region_name=PRICING_REGION)
-        return AwsPrices(region, pricing, ec2, ttl_seconds=3600)
-    except Exception as e:  # no credentials or region: prices stay unknown
-        log.warning("AWS prices unavailable: %s", e)
-        return _unknown
+        return load_kwok_catalog(path)
+    except (OSError, ValueError) as e:
+        log.warning("instance catalog %s unreadable: %s; set NIGHTSHIFT_INSTANCE_CATALOG to "
+                    "the KWOK provider's instance-type file", path, e)
+        return None
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a pass reads besides the VirtualCluster's own objects, built once."""
+
+    crds: CrdCache
+    catalog: InstanceCatalog | None
+    aws: Ec2Access
+
+    def price_fn(self, provider: str) -> PriceFn:
+        if provider == "aws":
+            return self.aws.prices()
+        return unknown_price if self.catalog is None else catalog_prices(self.catalog)
+
+
+def observe(kube: Kube, sources: Sources, namespace: str, name: str,
+            now: datetime) -> Observed | None:
+    """Everything the planner needs, prices included; None when the object is gone."""
+    vc = kube.get(names.API_VERSION, names.VIRTUALCLUSTER, name, namespace)
+    if vc is None:
+        return None
+    crds = sources.crds.installed(kube)
+    deleting = bool(vc["metadata"].get("deletionTimestamp"))
+    try:
+        spec: VirtualClusterSpec | None = VirtualClusterSpec.model_validate(vc.get("spec") or {})
+    except ValidationError:
+        spec = None
+    provider = detect_provider(crds, spec.provider).provider if spec else "kwok"
+    static = static_pools(spec, crds)
+    claims = nodeclaims(kube, crds, namespace, name)
+    node_list = nodes(kube, namespace, name, static)
+    price = sources.price_fn(provider)
+    prices = {pair: price(*pair) for pair in sorted(instance_pairs(node_list))}
+    return Observed(
+        vc=vc, crds=crds, catalog=sources.catalog if provider == "kwok" else None,
+        owned=owned(kube, crds, namespace, name, [NODEPOOL, *NODECLASSES]),
+        nodeclaims=claims, nodes=node_list,
+        pending_cpu=pending_cpu(kube, namespace, [p.name for p in spec.pools]) if spec else {},
+        prices=prices,
+        running_runs=running_runs(kube, namespace, name) if deleting else (),
+        now=now)
+
+
+def static_pools(spec: VirtualClusterSpec | None, crds: frozenset[str]) -> tuple[str, ...]:
+    if spec is None or detect_provider(crds, spec.provider).mode != "static":
+        return ()
+    return tuple(p.name for p in spec.pools)
+
+
+def instance_pairs(node_list: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    out = set()
+    for node in node_list:
+        labels = node.get("metadata", {}).get("labels") or {}
+        itype, cap = labels.get(LABEL_INSTANCE_TYPE), labels.get(LABEL_CAPACITY_TYPE)
+        if itype and cap:
+            out.add((str(itype), str(cap)))
+    return out
 
 
 def owner_selector(namespace: str, vc: str) -> str:

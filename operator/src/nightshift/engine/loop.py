@@ -1,0 +1,248 @@
+"""One reconcile loop per object, for every kind: the operator's only engine.
+
+Why loops rather than kopf's on.create/on.update handlers: an object's truth is what
+it owns (Jobs, NodePools, nodes), not the diff of its spec. A per-object loop that
+re-reads everything each pass is level-based by construction, restarts cleanly (kopf's
+initial listing starts a loop for every existing object), and lets a burst of watch
+events collapse into one pass.
+
+Why not kopf daemons: kopf puts a finalizer on every object that has one and stops
+the daemon as soon as the object is marked for deletion. A kind that needs clean-up
+adds its own finalizer (its pass does, before creating anything that must not outlive
+the object) and this same loop carries on through deletion until the pass says the
+object is gone; a kind that needs none (PipelineRun: its children go with it through
+ownerReferences) never waits for the operator to be up to be deleted.
+
+A kind supplies one synchronous pass function, `(namespace, name, state) -> Outcome`,
+that observes, plans (pure) and applies; `state` is what the object's loop remembers
+between passes (lost on restart, harmlessly: the next pass re-reads everything). The
+engine supplies, the same for every kind:
+- wake-ups and their coalescing: events only set a flag; a pass runs at most once per
+  settle interval however many arrive;
+- a per-object lock, so a pass in flight is never overlapped by another one for the
+  same object (a deletion racing a pass, an object re-created under the same name);
+- the error policy: any exception is logged and retried with exponential backoff
+  (API errors as warnings, anything else with its traceback), and after
+  `report_after` failures in a row the object gets a `ReconcileError` condition
+  saying what fails, cleared by the next successful pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from nightshift import metrics
+from nightshift.engine.wakeups import Key, Wakeups
+from nightshift.kube import KubeError
+
+log = logging.getLogger("nightshift")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a pass tells its loop: when to look again (None: the resync interval), or
+    that the object is gone and the loop ends."""
+
+    requeue_after: float | None = None
+    gone: bool = False
+
+
+S = TypeVar("S")
+PassFn = Callable[[str, str, S], Outcome]
+# Sets (message) or clears (None) the object's ReconcileError condition.
+ReportFn = Callable[[str, str, str | None], None]
+
+
+@dataclass(frozen=True)
+class ErrorPolicy:
+    first_delay: float = 2.0
+    max_delay: float = 60.0
+    # Failures in a row before the object's status says so: one failed pass is usually
+    # a conflict or a blip; three are something a person should see.
+    report_after: int = 3
+
+    def delay(self, failures: int) -> float:
+        return float(min(self.first_delay * 2 ** max(failures - 1, 0), self.max_delay))
+
+
+def describe(error: BaseException) -> str:
+    if isinstance(error, KubeError):
+        return f"the Kubernetes API answered {error.status} {error.reason}: {error.message}"
+    return f"{type(error).__name__}: {error}"
+
+
+@dataclass
+class _Loop(Generic[S]):
+    state: S
+    task: asyncio.Task[None] | None = None
+    stopping: bool = False
+
+
+class Loops(Generic[S]):
+    """The loops of one kind's objects. Created at import time by the kind's handlers
+    module; `bind` gives it the pass once the operator has its API client and config."""
+
+    def __init__(self, kind: str, state: Callable[[], S], *,
+                 finalizer: str | None = None) -> None:
+        self.kind = kind
+        self.finalizer = finalizer
+        self.settle = 1.0
+        self.resync = 60.0
+        self.policy = ErrorPolicy()
+        self.wakeups = Wakeups()
+        self._new_state = state
+        self._pass: PassFn[S] | None = None
+        self._report: ReportFn | None = None
+        self._loops: dict[Key, _Loop[S]] = {}
+        self._locks: dict[Key, asyncio.Lock] = {}
+
+    def bind(self, pass_fn: PassFn[S], *, settle: float, resync: float,
+             report: ReportFn | None = None, policy: ErrorPolicy | None = None) -> None:
+        self._pass = pass_fn
+        self.settle = settle
+        self.resync = resync
+        self._report = report
+        self.policy = policy or self.policy
+
+    def states(self) -> dict[Key, S]:
+        """Each running loop's state (for events that must find their objects by it)."""
+        return {k: lp.state for k, lp in self._loops.items() if not lp.stopping}
+
+    def key(self, namespace: str, name: str) -> Key:
+        return (self.kind, namespace, name)
+
+    def running(self) -> list[Key]:
+        return [k for k, lp in self._loops.items() if not lp.stopping]
+
+    def wake(self, namespace: str, name: str) -> None:
+        """Something the object owns changed: run a pass soon (coalesced)."""
+        metrics.WAKEUPS.labels(self.kind).inc()
+        self.wakeups.wake(self.key(namespace, name))
+
+    def on_object_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
+        """The kind's own watch event (type None: kopf's initial listing)."""
+        meta = body.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name"))
+        if event_type == "DELETED":
+            self.stop(namespace, name)
+            return
+        if meta.get("deletionTimestamp") and (
+                self.finalizer is None or self.finalizer not in (meta.get("finalizers") or [])):
+            # Nothing of ours left to clean up: the object goes without us.
+            self.stop(namespace, name)
+            return
+        self.ensure(namespace, name)
+
+    def ensure(self, namespace: str, name: str) -> None:
+        """Start the object's loop unless one runs; wake it either way."""
+        key = self.key(namespace, name)
+        current = self._loops.get(key)
+        if current is None or current.stopping or current.task is None or current.task.done():
+            me: _Loop[S] = _Loop(self._new_state())
+            self._loops[key] = me
+            me.task = asyncio.create_task(self._run(key, me),
+                                          name=f"{self.kind} {namespace}/{name}")
+            metrics.LOOPS.labels(self.kind).set(len(self.running()))
+        self.wake(namespace, name)
+
+    def stop(self, namespace: str, name: str) -> None:
+        """End the object's loop after the pass in flight, if any (never mid-pass: the
+        lock then keeps a successor loop from overlapping it)."""
+        key = self.key(namespace, name)
+        current = self._loops.get(key)
+        if current is not None:
+            current.stopping = True
+            self.wakeups.wake(key)
+
+    async def shutdown(self) -> None:
+        tasks = [lp.task for lp in self._loops.values() if lp.task is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._loops.clear()
+
+    async def _run(self, key: Key, me: _Loop[S]) -> None:
+        _, namespace, name = key
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        failures = 0
+        reported = False
+        try:
+            while not me.stopping:
+                async with lock:
+                    if me.stopping:
+                        break
+                    outcome, error = await self._one_pass(namespace, name, me.state)
+                    if error is None:
+                        if reported:
+                            await self._call_report(namespace, name, None)
+                            reported = False
+                        failures = 0
+                    else:
+                        failures += 1
+                        delay = self.policy.delay(failures)
+                        outcome = Outcome(requeue_after=delay)
+                        self._log_error(namespace, name, error, failures, delay)
+                        if failures >= self.policy.report_after and self._report is not None:
+                            await self._call_report(namespace, name, (
+                                f"{failures} reconcile passes in a row failed; the last: "
+                                f"{describe(error)}. The operator retries every {delay:g}s; "
+                                "its log has the details"))
+                            reported = True
+                if outcome.gone:
+                    break
+                if error is not None:
+                    # Backoff is not cut short by wake-ups: a failing pass must not run once
+                    # per watch event.
+                    await asyncio.sleep(outcome.requeue_after or 0)
+                    continue
+                await self.wakeups.wait(key, outcome.requeue_after or self.resync)
+                if me.stopping:
+                    break
+                # Let a burst of events (many Jobs or nodes changing together) land first.
+                await asyncio.sleep(self.settle)
+        finally:
+            if self._loops.get(key) is me:
+                del self._loops[key]
+                self.wakeups.forget(key)
+                if not lock.locked():
+                    self._locks.pop(key, None)
+            metrics.LOOPS.labels(self.kind).set(len(self.running()))
+
+    async def _one_pass(self, namespace: str, name: str,
+                        state: S) -> tuple[Outcome, BaseException | None]:
+        if self._pass is None:
+            raise RuntimeError(f"{self.kind} loops were never bound to a pass")
+        metrics.PASSES.labels(self.kind).inc()
+        start = time.monotonic()
+        try:
+            return await asyncio.to_thread(self._pass, namespace, name, state), None
+        except Exception as e:
+            kind = "api" if isinstance(e, KubeError) else "unexpected"
+            metrics.RECONCILE_ERRORS.labels(self.kind, kind).inc()
+            return Outcome(requeue_after=self.policy.delay(1)), e
+        finally:
+            metrics.RECONCILE_SECONDS.labels(self.kind).observe(time.monotonic() - start)
+
+    def _log_error(self, namespace: str, name: str, error: BaseException, failures: int,
+                   delay: float) -> None:
+        what = (f"{self.kind} {namespace}/{name}: pass failed ({failures} in a row); "
+                f"retry in {delay:g}s")
+        if isinstance(error, KubeError):
+            # Conflicts and transient API errors: the next pass re-reads everything.
+            log.warning("%s: %s", what, describe(error))
+        else:
+            log.error("%s", what, exc_info=error)
+
+    async def _call_report(self, namespace: str, name: str, message: str | None) -> None:
+        assert self._report is not None
+        try:
+            await asyncio.to_thread(self._report, namespace, name, message)
+        except Exception as e:  # the report is best effort: the loop must go on
+            log.warning("%s %s/%s: could not record the reconcile error on the object: %s",
+                        self.kind, namespace, name, describe(e))
+

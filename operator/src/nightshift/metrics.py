@@ -1,0 +1,28 @@
+"""Prometheus metrics of the operator (served on NIGHTSHIFT_METRICS_PORT).
+
+Names are the contract with the chart's Grafana dashboard
+(charts/nightshift/dashboards/nightshift.json): change both together.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PASSES = Counter("nightshift_passes", "Reconcile passes run, per kind.", ["kind"])
+WAKEUPS = Counter("nightshift_wakeups",
+                  "Wake-ups received (watch events on owned objects), per kind; passes "
+                  "divided by wake-ups shows how much coalescing saves.", ["kind"])
+RECONCILE_SECONDS = Histogram("nightshift_reconcile_seconds",
+                              "Duration of one reconcile pass, per kind.", ["kind"],
+                              buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+RECONCILE_ERRORS = Counter("nightshift_reconcile_errors",
+                           "Reconcile passes that raised, per kind and error class "
+                           "(api: the Kubernetes API refused or failed; unexpected: a bug).",
+                           ["kind", "error"])
+LOOPS = Gauge("nightshift_loops", "Objects with a running reconcile loop, per kind.", ["kind"])
+API_CALLS = Counter("nightshift_api_calls", "Kubernetes API calls made, per verb and resource.",
+                    ["verb", "resource"])
+RUNS = Gauge("nightshift_runs", "PipelineRuns by phase, as last seen by a pass.",
+             ["namespace", "phase"])
+ITEMS = Gauge("nightshift_items", "Items of a PipelineRun stage by state.",
+              ["namespace", "run", "stage", "state"])

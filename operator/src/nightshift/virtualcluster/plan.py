@@ -1,0 +1,272 @@
+"""The VirtualCluster decision: what was observed in, what to do and the status out.
+
+Pure and level-based, like the PipelineRun planner: no I/O and no clock (`now` and the
+prices of the instances seen come in `Observed`). Every pass renders the desired
+NodePools and node classes, compares them with what the API server holds and re-applies
+whatever drifted (a hand-edited NodePool is restored on the next pass), prunes what is
+ours but no longer wanted, and computes the whole status and the events of its
+condition transitions.
+
+Deletion is a sequence of passes. Our finalizer (nightshift.io/virtual-cluster) keeps
+the object while PipelineRuns that name it still run, unless it is annotated
+nightshift.io/force-delete: "true"; then the NodePools go, then (once their nodes are
+gone) the node classes and EC2 placement groups, and last the finalizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from nightshift.api import conditions, names
+from nightshift.api.events import Event, condition_events
+from nightshift.api.fieldpath import field_path
+from nightshift.virtualcluster import objectnames
+from nightshift.virtualcluster.catalog import InstanceCatalog
+from nightshift.virtualcluster.nodepools import render_virtualcluster
+from nightshift.virtualcluster.provider import CRD_EC2NODECLASS, detect_provider
+from nightshift.virtualcluster.spec import VirtualClusterSpec
+from nightshift.virtualcluster.status import usage_by_nodepool, virtualcluster_status
+from nightshift.virtualcluster.validate import validate
+
+# The condition a VirtualCluster being deleted carries: what it still waits for.
+DELETING = "Deleting"
+
+# How soon to look again when something is moving (nodes launching, pods pending, a
+# deletion step under way), or after an error to retry; otherwise the resync applies.
+BUSY_REQUEUE = 5.0
+ERROR_REQUEUE = 30.0
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Observed:
+    vc: Obj
+    crds: frozenset[str]
+    # The KWOK instance catalog (kwok provider only; None elsewhere or unconfigured).
+    catalog: InstanceCatalog | None
+    # Our NodePools and node classes as the API server holds them.
+    owned: Sequence[Obj]
+    nodeclaims: Sequence[Obj]
+    nodes: Sequence[Obj]
+    pending_cpu: Mapping[str, float]
+    # USD/hour per (instance type, capacity type) of the nodes above; None: unknown.
+    prices: Mapping[tuple[str, str], float | None]
+    # PipelineRuns that use this VirtualCluster and have not ended (read when deleting).
+    running_runs: Sequence[str]
+    now: datetime
+    # What applying this plan's writes met (refusals, AWS errors), each a sentence naming
+    # the object: the reconciler plans once more with them to write the status.
+    errors: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    add_finalizer: bool = False
+    remove_finalizer: bool = False
+    # Pools whose EC2 placement group must exist before the node classes are applied,
+    # and, when deleting, pools whose group goes (after their nodes).
+    ensure_groups: tuple[str, ...] = ()
+    delete_groups: tuple[str, ...] = ()
+    apply: list[dict[str, Any]] = field(default_factory=list)
+    # References ({apiVersion, kind, name}) of our objects to delete, NodePools first.
+    prune: list[dict[str, str]] = field(default_factory=list)
+    status: dict[str, Any] | None = None
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    # Nothing left to do for this object: its loop ends.
+    gone: bool = False
+
+
+def rfc3339(t: datetime) -> str:
+    return t.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def plan(o: Observed) -> Plan:
+    meta = o.vc["metadata"]
+    finalizers = list(meta.get("finalizers") or [])
+    mine = names.FINALIZER_VIRTUAL_CLUSTER in finalizers
+    deleting = bool(meta.get("deletionTimestamp"))
+    if deleting and not mine:
+        return Plan(gone=True)
+    try:
+        spec: VirtualClusterSpec | None = VirtualClusterSpec.model_validate(o.vc.get("spec") or {})
+        spec_error: ValidationError | None = None
+    except ValidationError as e:
+        spec, spec_error = None, e
+    if deleting:
+        forced = (meta.get("annotations") or {}).get(names.ANNOTATION_FORCE_DELETE) == "true"
+        if not o.running_runs or forced:
+            return _finalize(o, spec)
+    if spec is None:
+        assert spec_error is not None
+        return _status_plan(o, _unreadable_status(o, spec_error), ERROR_REQUEUE,
+                            add_finalizer=not mine and not deleting)
+    return _steady(o, spec, add_finalizer=not mine and not deleting, deleting=deleting)
+
+
+def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
+            deleting: bool) -> Plan:
+    namespace, name = o.vc["metadata"]["namespace"], o.vc["metadata"]["name"]
+    choice = detect_provider(o.crds, spec.provider)
+    problems = validate(spec, choice.provider, o.catalog)
+    not_ready = list(o.errors)
+    apply: list[dict[str, Any]] = []
+    prune: list[dict[str, str]] = []
+    groups: tuple[str, ...] = ()
+    if not problems and not choice.error and not deleting:
+        if choice.provider == "aws":
+            groups = tuple(placement_pools(spec))
+        rendered = render_virtualcluster(o.vc, choice.provider, catalog=o.catalog,
+                                         usage=usage_by_nodepool(o.nodeclaims))
+        present = {(obj["kind"], obj["metadata"]["name"]): obj for obj in o.owned}
+        apply = [m for m in rendered
+                 if drifted(m, present.get((m["kind"], m["metadata"]["name"])))]
+        wanted = {(m["kind"], m["metadata"]["name"]) for m in rendered}
+        prune = [_ref(obj) for obj in _nodepools_first(o.owned)
+                 if (obj["kind"], obj["metadata"]["name"]) not in wanted]
+        not_ready += not_ready_messages(o.owned)
+    status = virtualcluster_status(
+        o.vc, choice=choice, nodes=o.nodes, nodeclaims=o.nodeclaims,
+        pending_cpu=o.pending_cpu, price=lambda t, c: o.prices.get((t, c)),
+        problems=problems, not_ready=not_ready, now=rfc3339(o.now))
+    if deleting:
+        status["conditions"] = _with_deleting(o, status["conditions"],
+                                              blocked(namespace, name, o.running_runs))
+    requeue: float | None = ERROR_REQUEUE if not_ready else None
+    if deleting or any(p.get("launching") or p.get("pendingCPU") for p in status["pools"]):
+        requeue = BUSY_REQUEUE
+    if o.errors:
+        # The writes this plan asked for met errors: do not repeat them in this pass
+        # (nor prune while the new set is not fully in place); the next pass retries.
+        apply, prune, groups = [], [], ()
+    return Plan(add_finalizer=add_finalizer, ensure_groups=groups, apply=apply, prune=prune,
+                status=status, events=condition_events(
+                    (o.vc.get("status") or {}).get("conditions"), status["conditions"]),
+                requeue_after=requeue)
+
+
+def _finalize(o: Observed, spec: VirtualClusterSpec | None) -> Plan:
+    """One deletion step; the finalizer goes only once nothing of ours is left."""
+    namespace, name = o.vc["metadata"]["namespace"], o.vc["metadata"]["name"]
+    nodepools = [obj for obj in o.owned if obj["kind"] == "NodePool"]
+    classes = [obj for obj in o.owned if obj["kind"] != "NodePool"]
+    ours = [n for n in o.nodes if _owned_node(n, namespace, name)]
+    if nodepools or o.nodeclaims or ours:
+        return _deleting(o, "RemovingNodes", (
+            f"waiting for {len(ours)} node(s) and {len(o.nodeclaims)} NodeClaim(s) of this "
+            "VirtualCluster to go; nodes running pods with karpenter.sh/do-not-disrupt wait "
+            "for them"), prune=[_ref(np) for np in nodepools])
+    if classes:
+        return _deleting(o, "RemovingNodeClasses", f"waiting for {len(classes)} node "
+                         "class(es) to go", prune=[_ref(c) for c in classes])
+    groups = tuple(placement_pools(spec)) if spec and CRD_EC2NODECLASS in o.crds else ()
+    if o.errors:
+        return _deleting(o, "PlacementGroupError", "; ".join(o.errors), ERROR_REQUEUE)
+    return Plan(delete_groups=groups, remove_finalizer=True, gone=True)
+
+
+def _deleting(o: Observed, reason: str, message: str, requeue: float = BUSY_REQUEUE,
+              prune: list[dict[str, str]] | None = None) -> Plan:
+    status = dict(o.vc.get("status") or {})
+    status["conditions"] = _with_deleting(o, list(status.get("conditions") or []),
+                                          (reason, message))
+    return _status_plan(o, status, requeue, prune=prune or [])
+
+
+def _status_plan(o: Observed, status: dict[str, Any], requeue: float | None,
+                 **kw: Any) -> Plan:
+    return Plan(status=status, requeue_after=requeue, events=condition_events(
+        (o.vc.get("status") or {}).get("conditions"), status.get("conditions")), **kw)
+
+
+def drifted(desired: Obj, observed: Obj | None) -> bool:
+    """True when the API server's object lacks something we render: it is missing, or a
+    field of its spec, labels or annotations differs. Fields the server or Karpenter
+    added (defaults, status) are not drift."""
+    if observed is None:
+        return True
+    dm, om = desired.get("metadata") or {}, observed.get("metadata") or {}
+    return not (contains(om.get("labels") or {}, dm.get("labels") or {})
+                and contains(om.get("annotations") or {}, dm.get("annotations") or {})
+                and contains(observed.get("spec"), desired.get("spec")))
+
+
+def contains(have: Any, want: Any) -> bool:
+    """`want` is in `have`: maps by key (extra keys in `have` allowed), lists item by
+    item at equal length, scalars equal."""
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(
+            k in have and contains(have[k], v) for k, v in want.items())
+    if isinstance(want, list):
+        return (isinstance(have, list) and len(have) == len(want)
+                and all(contains(h, w) for h, w in zip(have, want, strict=True)))
+    return bool(have == want)
+
+
+def placement_pools(spec: VirtualClusterSpec | None) -> list[str]:
+    return [p.name for p in spec.pools if p.placement == "cluster"] if spec else []
+
+
+def not_ready_messages(objs: Sequence[Obj]) -> list[str]:
+    """Karpenter's own Ready=False messages on our NodePools and node classes."""
+    out = []
+    for obj in objs:
+        for c in (obj.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Ready" and c.get("status") == "False":
+                out.append(f"{obj['kind']} {obj['metadata']['name']} is not ready "
+                           f"({c.get('reason', '')}: {c.get('message', '')})")
+    return out
+
+
+def blocked(namespace: str, name: str, blockers: Sequence[str]) -> tuple[str, str]:
+    shown = ", ".join(blockers[:10]) + (f" and {len(blockers) - 10} more"
+                                        if len(blockers) > 10 else "")
+    return ("InUse", f"kept while PipelineRun(s) {shown} use this VirtualCluster; it is "
+            f"deleted when they end. To delete it now (their pending tasks then find no "
+            f"nodes): kubectl annotate virtualcluster -n {namespace} {name} "
+            f"{names.ANNOTATION_FORCE_DELETE}=true")
+
+
+def _with_deleting(o: Observed, conds: list[dict[str, Any]],
+                   why: tuple[str, str]) -> list[dict[str, Any]]:
+    gen = int(o.vc["metadata"].get("generation", 0))
+    old = (o.vc.get("status") or {}).get("conditions")
+    mine = conditions.merge(old, [conditions.condition(DELETING, conditions.TRUE, why[0],
+                                                       why[1], gen)], now=rfc3339(o.now))
+    return [*[c for c in conds if c["type"] != DELETING], *mine]
+
+
+def _unreadable_status(o: Observed, e: ValidationError) -> dict[str, Any]:
+    """Only when the CRD in the cluster is older or newer than this operator."""
+    gen = int(o.vc["metadata"].get("generation", 0))
+    first = e.errors()[0]
+    msg = (f"{field_path('spec', *first.get('loc', ()))}: {first.get('msg')}: the CRD and "
+           "the operator disagree; upgrade both")
+    new = [conditions.condition(conditions.INVALID, conditions.TRUE, "InvalidSpec", msg, gen),
+           conditions.condition(conditions.READY, conditions.FALSE, "Invalid", msg, gen)]
+    old = (o.vc.get("status") or {}).get("conditions")
+    return {**(o.vc.get("status") or {}), "observedGeneration": gen,
+            "conditions": conditions.merge(old, new, now=rfc3339(o.now))}
+
+
+def _owned_node(node: Obj, namespace: str, name: str) -> bool:
+    """A node Karpenter launched for this VirtualCluster (static nodes are not ours)."""
+    labels = node.get("metadata", {}).get("labels") or {}
+    return (labels.get(names.LABEL_VIRTUAL_CLUSTER) == name
+            and labels.get(objectnames.LABEL_VC_NAMESPACE) == namespace)
+
+
+def _nodepools_first(objs: Sequence[Obj]) -> list[Obj]:
+    # A class in use by a NodePool cannot go first.
+    return sorted(objs, key=lambda obj: obj["kind"] != "NodePool")
+
+
+def _ref(obj: Obj) -> dict[str, str]:
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
+            "name": obj["metadata"]["name"]}
