@@ -16,20 +16,22 @@ help: ## list the targets
 deps: ## install missing Debian packages and Go
 	@bash hack/deps.sh
 
-$(VENV)/.installed: operator/pyproject.toml
+# The operator (operator/) and the test bed (localcluster/, not part of the product or
+# its images) in one pip run, so the test bed's "nightshift" is this checkout's.
+$(VENV)/.installed: operator/pyproject.toml localcluster/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e 'operator[dev]'
+	$(PY) -m pip install -q -e 'operator[dev]' -e localcluster
 	touch $@
 
-venv: deps $(VENV)/.installed ## virtualenv with the package (editable) and dev tools
+venv: deps $(VENV)/.installed ## virtualenv with the operator and test bed (editable) and dev tools
 
 upstream: venv ## build etcd, Kubernetes, KWOK, Karpenter, versitygw; fetch kubectl and helm
 	$(VENV)/bin/nightshift-localcluster build
 
 lint: venv ## ruff and mypy --strict
-	$(VENV)/bin/ruff check operator tests bench
-	$(VENV)/bin/mypy operator/src/nightshift
+	$(VENV)/bin/ruff check operator localcluster tests bench
+	$(VENV)/bin/mypy operator/src/nightshift localcluster/src/nightshift_localcluster
 
 unit: venv ## unit and golden tests (no cluster)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
@@ -42,7 +44,7 @@ integration: upstream ## integration tests on the local cluster with its real no
 test: lint unit integration ## everything CI runs
 
 demo: upstream ## local cluster + operator + a pipeline with a progress bar
-	$(VENV)/bin/python -m nightshift.localcluster.demo
+	$(VENV)/bin/python -m nightshift_localcluster.demo
 
 cluster-up: upstream ## start the local cluster (NIGHTSHIFT_DEFAULT_QPS=1 for upstream client QPS)
 	$(VENV)/bin/nightshift-localcluster up $(if $(NIGHTSHIFT_DEFAULT_QPS),--default-qps,)

@@ -38,9 +38,9 @@ from rich.table import Table
 
 from nightshift.api import names
 from nightshift.kube import Kube
-from nightshift.localcluster import cluster as lc
-from nightshift.localcluster.components import Qps
-from nightshift.localcluster.paths import Layout
+from nightshift_localcluster import cluster as lc
+from nightshift_localcluster.components import Qps
+from nightshift_localcluster.paths import Layout
 from tests.clusterutil import Kubectl
 
 console = Console()
@@ -190,7 +190,7 @@ def one_size(n: int, layout: Layout, kube: Kube, kubectl: Kubectl, audit: Audit,
     timeout = max(300.0, n / 10)
 
     log = layout.logs / f"bench-operator-{tag}.log"
-    env = {**os.environ, "KUBECONFIG": str(layout.state / "kubeconfigs" / "operator.yaml")}
+    env = {**os.environ, **layout.operator_env()}
     with log.open("wb") as out:
         op = subprocess.Popen([sys.executable, "-m", "nightshift.cli.main", "operator",
                                "--health-port", "0", "--namespace", ns_run],

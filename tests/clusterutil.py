@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def kubectl_bin() -> str:
-    from nightshift.localcluster.paths import Layout
+    from nightshift_localcluster.paths import Layout
 
     try:
         path = Layout.discover().kubectl

@@ -37,25 +37,50 @@ class Cluster:
     # can attribute its writes; the same kubeconfig elsewhere.
     operator_kubeconfig: str
     local: bool
+    # The KWOK provider's instance-type file, handed to the operator as
+    # NIGHTSHIFT_INSTANCE_CATALOG (its only way to find one); "" leaves it unset.
+    instance_catalog: str = ""
+
+    def operator_env(self) -> dict[str, str]:
+        env = {"KUBECONFIG": self.operator_kubeconfig}
+        if self.instance_catalog:
+            env["NIGHTSHIFT_INSTANCE_CATALOG"] = self.instance_catalog
+        return env
+
+
+def external_instance_catalog() -> str:
+    """For a cluster we did not start: NIGHTSHIFT_INSTANCE_CATALOG if set, else the test
+    bed's copy when it was built (a kind cluster with Karpenter's KWOK provider reads the
+    same upstream file)."""
+    if os.environ.get("NIGHTSHIFT_INSTANCE_CATALOG"):
+        return os.environ["NIGHTSHIFT_INSTANCE_CATALOG"]
+    from nightshift_localcluster.paths import Layout, LocalClusterError
+
+    try:
+        path = Layout.discover().instance_types_file
+    except LocalClusterError:
+        return ""
+    return str(path) if path.exists() else ""
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     external = os.environ.get("KUBECONFIG")
     if external and not os.environ.get("NIGHTSHIFT_FORCE_LOCAL"):
-        yield Cluster(external, external, local=False)
+        yield Cluster(external, external, local=False,
+                      instance_catalog=external_instance_catalog())
         return
-    from nightshift.localcluster import cluster as lc
-    from nightshift.localcluster.components import Qps
-    from nightshift.localcluster.paths import Layout
+    from nightshift_localcluster import cluster as lc
+    from nightshift_localcluster.components import Qps
+    from nightshift_localcluster.paths import Layout
 
     layout = Layout.discover()
     state, alive, dead = lc.running(layout)
     was_up = state is not None and bool(alive) and not dead
     lc.up(layout, Qps(), lambda m: print(f"localcluster: {m}", file=sys.stderr))
     try:
-        yield Cluster(str(layout.kubeconfig),
-                      str(layout.state / "kubeconfigs" / "operator.yaml"), local=True)
+        yield Cluster(str(layout.kubeconfig), str(layout.operator_kubeconfig), local=True,
+                      instance_catalog=str(layout.instance_types_file))
     finally:
         if not was_up and not os.environ.get("NIGHTSHIFT_KEEP_CLUSTER"):
             lc.down(layout, lambda m: None)
@@ -103,16 +128,20 @@ def pool(kubectl: Kubectl, namespace: str) -> Iterator[str]:
 
 
 class OperatorProcess:
-    """The operator as a real subprocess: killable mid-run for restart tests."""
+    """The operator as a real subprocess: killable mid-run for restart tests.
 
-    def __init__(self, kubeconfig: str, log: Path, env: dict[str, str] | None = None) -> None:
-        self.kubeconfig = kubeconfig
+    It gets the cluster's operator environment (its kubeconfig and instance catalog), as
+    the Helm chart would give it in a real deployment; `env` adds to or overrides that.
+    """
+
+    def __init__(self, cluster: Cluster, log: Path, env: dict[str, str] | None = None) -> None:
+        self.cluster = cluster
         self.log = log
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": self.kubeconfig,
+        env = {**os.environ, **self.cluster.operator_env(),
                "NIGHTSHIFT_PROGRESS_INTERVAL": "1", **self.env}
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
@@ -143,7 +172,7 @@ class OperatorProcess:
 def operator(cluster: Cluster, crds: list[str],
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    op = OperatorProcess(cluster.operator_kubeconfig, log)
+    op = OperatorProcess(cluster, log)
     op.start()
     yield op
     op.stop()

@@ -8,7 +8,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from nightshift.localcluster.procs import free_port
+from nightshift_localcluster.procs import free_port
 from tests.clusterutil import wait_for
 from tests.integration.conftest import NAMESPACE_GLOB, Cluster
 
@@ -30,7 +30,7 @@ def test_health_endpoint_and_clean_sigterm(cluster: Cluster, crds: list[str],
             [sys.executable, "-m", "nightshift.cli.main", "operator", "--health-port",
              str(port), "--health-host", "127.0.0.1", "--namespace", NAMESPACE_GLOB],
             stdout=out, stderr=subprocess.STDOUT,
-            env={"PATH": "/usr/bin:/bin", "KUBECONFIG": cluster.operator_kubeconfig})
+            env={"PATH": "/usr/bin:/bin", **cluster.operator_env()})
     try:
         wait_for("GET /healthz to answer 200", lambda: _healthy(port), 60)
         proc.send_signal(signal.SIGTERM)

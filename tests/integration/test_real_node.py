@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from nightshift.localcluster.nodeconfig import NODE_LABEL, NODE_NAME, NODE_TAINT
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun import jobs
 from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
 from nightshift.pipelinerun.spec import PipelineRunSpec
+from nightshift_localcluster.nodeconfig import NODE_LABEL, NODE_NAME, NODE_TAINT
 from tests.clusterutil import Kubectl, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -290,7 +290,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("virtualcluster-*.yaml"))
 def test_rendered_manifests_pass_server_dry_run(kubectl: Kubectl, namespace: str,
                                                 example: Path, provider: str) -> None:
     from nightshift.aws.prices import load_kwok_catalog
-    from nightshift.localcluster.paths import Layout
+    from nightshift_localcluster.paths import Layout
 
     vc = yaml.safe_load(example.read_text())
     vc["metadata"].update(namespace=namespace, uid=str(uuid.uuid4()))

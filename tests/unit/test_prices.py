@@ -12,8 +12,13 @@ from moto import mock_aws
 from nightshift.aws.prices import AwsPrices, catalog_prices, load_kwok_catalog
 from tests.unit.vcfixtures import CATALOG_ENTRIES
 
-KWOK_CATALOG = Path(
-    "/root/go/pkg/mod/sigs.k8s.io/karpenter@v1.14.1/kwok/examples/aws_instance_types.json")
+
+def kwok_catalog_file() -> Path:
+    """The upstream file the test bed feeds Karpenter's KWOK provider (and the operator,
+    through NIGHTSHIFT_INSTANCE_CATALOG), at the version hack/versions.env pins."""
+    from nightshift_localcluster.paths import Layout
+
+    return Layout.discover().instance_types_file
 
 
 def test_kwok_catalog_prices(tmp_path: Path) -> None:
@@ -26,9 +31,11 @@ def test_kwok_catalog_prices(tmp_path: Path) -> None:
 
 
 def test_real_kwok_catalog() -> None:
-    if not KWOK_CATALOG.exists():
-        pytest.skip("karpenter module not in the Go module cache")
-    cat = load_kwok_catalog(KWOK_CATALOG)
+    path = kwok_catalog_file()
+    if not path.exists():
+        pytest.skip(f"{path} missing: the karpenter module is not in the Go module cache "
+                    "(make upstream fetches it)")
+    cat = load_kwok_catalog(path)
     assert len(cat.types) > 800  # one entry per type and OS; Linux kept
     t = cat.types["c6i.large"]
     assert (t.arch, t.cpu, t.prices["on-demand"]) == ("amd64", 2.0, 0.085)

@@ -16,7 +16,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from nightshift.localcluster.paths import LocalClusterError
+from nightshift_localcluster.paths import LocalClusterError
 
 # Holds the sandbox's namespaces; exits on SIGINT/SIGTERM; reaps orphans (it is PID 1
 # when the pod shares its process namespace).

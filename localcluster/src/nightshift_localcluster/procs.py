@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nightshift.localcluster.paths import LocalClusterError
+from nightshift_localcluster.paths import LocalClusterError
 
 
 def free_port(host: str = "127.0.0.1") -> int:

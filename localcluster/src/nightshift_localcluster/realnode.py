@@ -20,12 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from nightshift.localcluster import hostchanges, nodeconfig, pause, procs
-from nightshift.localcluster.dns import host_resolvers
-from nightshift.localcluster.hostchanges import Journal
-from nightshift.localcluster.nodeconfig import NODE_NAME, NodePlan
-from nightshift.localcluster.paths import Layout, LocalClusterError
-from nightshift.localcluster.pki import Pki, _openssl, write_kubeconfig
+from nightshift_localcluster import hostchanges, nodeconfig, pause, procs
+from nightshift_localcluster.dns import host_resolvers
+from nightshift_localcluster.hostchanges import Journal
+from nightshift_localcluster.nodeconfig import NODE_NAME, NodePlan
+from nightshift_localcluster.paths import Layout, LocalClusterError
+from nightshift_localcluster.pki import Pki, _openssl, write_kubeconfig
 
 Say = Callable[[str], None]
 ENV = "NIGHTSHIFT_REAL_NODE"
@@ -245,7 +245,7 @@ def _start(layout: Layout, pki: Pki, server: str, node: NodePlan,
     ctr(node, "images", "import", "-", stdin=pause.build(layout.cache, nodeconfig.PAUSE_IMAGE))
 
     _kubectl(layout, "apply", "--server-side", "-f", "-", input_=DNS_RBAC)
-    dns = procs.start("cluster-dns", [sys.executable, "-m", "nightshift.localcluster.dns",
+    dns = procs.start("cluster-dns", [sys.executable, "-m", "nightshift_localcluster.dns",
                                       f"--listen={node.gateway}:53",
                                       f"--kubeconfig={kcs / 'dns.yaml'}"], layout.logs)
     started.append(dns)

@@ -23,9 +23,9 @@ from rich.table import Table
 
 from nightshift.api import names
 from nightshift.kube import Kube
-from nightshift.localcluster import cluster as lc
-from nightshift.localcluster.components import Qps
-from nightshift.localcluster.paths import Layout, LocalClusterError
+from nightshift_localcluster import cluster as lc
+from nightshift_localcluster.components import Qps
+from nightshift_localcluster.paths import Layout, LocalClusterError
 
 console = Console()
 NAMESPACE = "snfactory"
@@ -81,7 +81,7 @@ def run() -> int:
                "--ignore-not-found", "--wait=true")
 
     log = layout.logs / "demo-operator.log"
-    env = {**os.environ, "KUBECONFIG": str(layout.state / "kubeconfigs" / "operator.yaml")}
+    env = {**os.environ, **layout.operator_env()}
     with log.open("ab") as out:
         op = subprocess.Popen([sys.executable, "-m", "nightshift.cli.main", "operator",
                                "--health-port", "0", "--namespace", NAMESPACE],

@@ -7,9 +7,9 @@ import sys
 
 from rich.console import Console
 
-from nightshift.localcluster import cluster, procs, tools
-from nightshift.localcluster.components import Qps
-from nightshift.localcluster.paths import Layout, LocalClusterError
+from nightshift_localcluster import cluster, procs, tools
+from nightshift_localcluster.components import Qps
+from nightshift_localcluster.paths import Layout, LocalClusterError
 
 console = Console(stderr=True)
 

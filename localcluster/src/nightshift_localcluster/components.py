@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from nightshift.localcluster.paths import Layout
-from nightshift.localcluster.pki import SERVICE_CIDR, Pki
+from nightshift_localcluster.paths import Layout
+from nightshift_localcluster.pki import SERVICE_CIDR, Pki
 
 
 @dataclass(frozen=True)

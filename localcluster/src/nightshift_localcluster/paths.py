@@ -86,6 +86,21 @@ class Layout:
         return self.state / "kubeconfig"
 
     @property
+    def operator_kubeconfig(self) -> Path:
+        """The operator's own user, so the audit log attributes its writes to it."""
+        return self.state / "kubeconfigs" / "operator.yaml"
+
+    def operator_env(self) -> dict[str, str]:
+        """What an operator started against this cluster needs in its environment.
+
+        The operator finds the KWOK provider's instance catalog only through
+        NIGHTSHIFT_INSTANCE_CATALOG (it knows nothing of this test bed), so every place
+        that starts one here hands it the file the KWOK provider itself reads.
+        """
+        return {"KUBECONFIG": str(self.operator_kubeconfig),
+                "NIGHTSHIFT_INSTANCE_CATALOG": str(self.instance_types_file)}
+
+    @property
     def logs(self) -> Path:
         return self.state / "logs"
 

@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nightshift.localcluster import components, procs, realnode, tools
-from nightshift.localcluster.components import Ports, Qps
-from nightshift.localcluster.paths import Layout, LocalClusterError
-from nightshift.localcluster.pki import Pki, write_kubeconfig
+from nightshift_localcluster import components, procs, realnode, tools
+from nightshift_localcluster.components import Ports, Qps
+from nightshift_localcluster.paths import Layout, LocalClusterError
+from nightshift_localcluster.pki import Pki, write_kubeconfig
 
 Say = Callable[[str], None]
 
@@ -203,7 +203,10 @@ def down(layout: Layout, say: Say) -> None:
 
 
 def env_lines(layout: Layout) -> list[str]:
+    # The catalog too, so `nightshift operator` started by hand from this shell prices
+    # KWOK nodes as the tests' and the demo's operators do.
     return [
         f"export KUBECONFIG={layout.kubeconfig}",
         f"export PATH={layout.tools_bin}:$PATH",
+        f"export NIGHTSHIFT_INSTANCE_CATALOG={layout.instance_types_file}",
     ]

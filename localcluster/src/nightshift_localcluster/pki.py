@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from nightshift.localcluster.paths import LocalClusterError
+from nightshift_localcluster.paths import LocalClusterError
 
 # Identities with static bearer tokens. Each component gets its own user so the API
 # server's audit log tells who wrote what (bench/fanout.py counts the operator's

@@ -16,7 +16,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from nightshift.localcluster.paths import Layout, LocalClusterError
+from nightshift_localcluster.paths import Layout, LocalClusterError
 
 GO_BINARIES = [
     ("etcd", "etcd"),

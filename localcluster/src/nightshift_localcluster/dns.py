@@ -9,7 +9,7 @@ GET of that one Service (cached a second), so it costs nothing while idle and ne
 lists the cluster. UDP only: its answers are small.
 
 Run by `nightshift-localcluster up` as
-`python -m nightshift.localcluster.dns --listen IP:53 --kubeconfig FILE`.
+`python -m nightshift_localcluster.dns --listen IP:53 --kubeconfig FILE`.
 """
 
 from __future__ import annotations
