@@ -297,6 +297,7 @@ class Kube:
     def _raw(self, method: str, path: str, query: Sequence[tuple[str, Any]] = (),
              accept: str = "*/*") -> bytes:
         """A call whose answer is not JSON (logs): the body as bytes."""
+        metrics.API_CALLS.labels(method, resource_of(path)).inc()
         try:
             m, url, hdrs, _, _ = self._api.param_serialize(
                 method=method, resource_path=path, query_params=list(query),

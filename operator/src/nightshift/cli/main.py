@@ -10,6 +10,11 @@ from nightshift import __version__
 
 
 def main(argv: list[str] | None = None) -> int:
+    from nightshift.cli import plugin
+
+    if plugin.is_plugin_name(sys.argv[0]):
+        # kubectl runs the `kubectl-nightshift` console script: the plugin's own CLI.
+        return plugin.main(argv)
     ap = argparse.ArgumentParser(prog="nightshift", description="Batch science pipelines on "
                                  "Kubernetes: PipelineRuns, VirtualClusters, SharedStorage.")
     ap.add_argument("--version", action="version", version=f"nightshift {__version__}")
@@ -24,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="serve GET /healthz on this port (0: off)")
     op.add_argument("--health-host", default="0.0.0.0")
     op.add_argument("-v", "--verbose", action="store_true")
+    # The same commands as `kubectl nightshift ...`, for machines without kubectl.
+    plugin.add_commands(sub)
     args = ap.parse_args(argv)
 
     if args.cmd == "operator":
@@ -32,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO)
         return run_operator(namespaces=args.namespace, health_port=args.health_port,
                             health_host=args.health_host)
-    return 2
+    return plugin.dispatch(args)
 
 
 if __name__ == "__main__":
