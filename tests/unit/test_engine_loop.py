@@ -1,0 +1,306 @@
+"""The loop engine without a cluster: coalescing, the error policy, deletion racing a pass.
+
+Passes are plain functions run in worker threads, as in the operator; the tests drive
+the asyncio side with short settle times and wait on what the passes record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nightshift.engine.loop import ErrorPolicy, Loops, Outcome
+from nightshift.kube import KubeError
+
+FINALIZER = "example.io/cleanup"
+
+
+@dataclass
+class State:
+    passes: int = 0
+
+
+@dataclass
+class Recorder:
+    calls: list[str] = field(default_factory=list)
+    reports: list[str | None] = field(default_factory=list)
+    active: int = 0
+    max_active: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def enter(self, name: str) -> None:
+        with self.lock:
+            self.calls.append(name)
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.active -= 1
+
+    def report(self, _ns: str, _name: str, message: str | None) -> None:
+        self.reports.append(message)
+
+
+def body(name: str = "a", *, deleting: bool = False,
+         finalizers: tuple[str, ...] = ()) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": "ns", "name": name, "finalizers": list(finalizers)}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta}
+
+
+async def until(what: str, cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(main())  # type: ignore[arg-type]
+
+
+def make(pass_fn: Callable[[str, str, State], Outcome], rec: Recorder | None = None, *,
+         settle: float = 0.05, resync: float = 30.0, finalizer: str | None = None,
+         policy: ErrorPolicy | None = None) -> Loops[State]:
+    loops: Loops[State] = Loops("Example", State, finalizer=finalizer)
+    loops.bind(pass_fn, settle=settle, resync=resync,
+               report=rec.report if rec else None, policy=policy)
+    return loops
+
+
+def test_a_burst_of_wakeups_during_a_pass_coalesces_into_one_more_pass() -> None:
+    rec = Recorder()
+    release = threading.Event()
+
+    def pass_fn(_ns: str, name: str, state: State) -> Outcome:
+        rec.enter(name)
+        state.passes += 1
+        if state.passes == 1:
+            release.wait(5)
+        rec.leave()
+        return Outcome()
+
+    async def main() -> None:
+        loops = make(pass_fn)
+        loops.on_object_event(None, body())
+        await until("first pass", lambda: len(rec.calls) == 1)
+        for _ in range(500):  # thousands of Jobs finishing at once
+            loops.wake("ns", "a")
+        release.set()
+        await until("second pass", lambda: len(rec.calls) == 2)
+        await asyncio.sleep(0.3)  # many settle intervals: no third pass comes
+        assert len(rec.calls) == 2
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_requeue_after_runs_the_next_pass_without_any_event() -> None:
+    rec = Recorder()
+
+    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
+        rec.enter(name)
+        rec.leave()
+        return Outcome(requeue_after=0.05)
+
+    async def main() -> None:
+        loops = make(pass_fn, settle=0.0)
+        loops.ensure("ns", "a")
+        await until("three passes", lambda: len(rec.calls) >= 3)
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_unexpected_errors_back_off_then_report_then_clear() -> None:
+    rec = Recorder()
+    fail = {"left": 4}
+
+    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
+        rec.enter(name)
+        rec.leave()
+        if fail["left"] > 0:
+            fail["left"] -= 1
+            raise ValueError("a bug in the planner")
+        return Outcome()
+
+    policy = ErrorPolicy(first_delay=0.02, max_delay=0.05, report_after=3)
+
+    async def main() -> None:
+        loops = make(pass_fn, rec, policy=policy)
+        loops.ensure("ns", "a")
+        await until("recovery", lambda: len(rec.calls) == 5)
+        await until("the report cleared", lambda: rec.reports and rec.reports[-1] is None)
+        await loops.shutdown()
+
+    run(main)
+    # Reported after the 3rd and the 4th failure (once a pass in a row failed 3 times),
+    # then cleared once by the first successful pass.
+    assert len(rec.reports) == 3
+    first, second, cleared = rec.reports
+    assert first is not None and "3 reconcile passes in a row failed" in first
+    assert "ValueError: a bug in the planner" in first
+    assert second is not None and second.startswith("4 reconcile passes")
+    assert cleared is None
+
+
+def test_backoff_doubles_up_to_its_cap() -> None:
+    p = ErrorPolicy(first_delay=2, max_delay=60)
+    assert [p.delay(n) for n in (1, 2, 3, 4, 5, 6, 7)] == [2, 4, 8, 16, 32, 60, 60]
+
+
+def test_api_errors_follow_the_same_policy_and_name_the_status() -> None:
+    rec = Recorder()
+
+    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
+        rec.enter(name)
+        rec.leave()
+        raise KubeError(403, "Forbidden", 'jobs.batch is forbidden: cannot create')
+
+    async def main() -> None:
+        loops = make(pass_fn, rec, policy=ErrorPolicy(first_delay=0.01, max_delay=0.01,
+                                                      report_after=2))
+        loops.ensure("ns", "a")
+        await until("a report", lambda: bool(rec.reports))
+        await loops.shutdown()
+
+    run(main)
+    msg = rec.reports[0]
+    assert msg is not None and "403 Forbidden" in msg and "jobs.batch is forbidden" in msg
+
+
+def test_wakeups_do_not_cut_a_backoff_short() -> None:
+    rec = Recorder()
+
+    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
+        rec.enter(name)
+        rec.leave()
+        raise RuntimeError("boom")
+
+    async def main() -> None:
+        loops = make(pass_fn, policy=ErrorPolicy(first_delay=0.5, max_delay=0.5,
+                                                 report_after=99))
+        loops.ensure("ns", "a")
+        await until("first pass", lambda: len(rec.calls) == 1)
+        for _ in range(20):
+            loops.wake("ns", "a")
+            await asyncio.sleep(0.01)
+        assert len(rec.calls) == 1
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_deletion_racing_a_pass_never_overlaps_two_passes() -> None:
+    """The object is deleted and re-created while its pass runs: the old loop finishes
+    its pass, ends, and the new loop's first pass starts only after it."""
+    rec = Recorder()
+    release = threading.Event()
+
+    def pass_fn(_ns: str, name: str, state: State) -> Outcome:
+        rec.enter(name)
+        try:
+            state.passes += 1
+            if len(rec.calls) == 1:
+                release.wait(5)
+        finally:
+            rec.leave()
+        return Outcome()
+
+    async def main() -> None:
+        loops = make(pass_fn)
+        loops.on_object_event(None, body())
+        await until("first pass", lambda: rec.active == 1)
+        loops.on_object_event("DELETED", body())
+        loops.on_object_event("ADDED", body())  # re-created under the same name
+        await asyncio.sleep(0.2)
+        assert len(rec.calls) == 1, "a second pass started while the first ran"
+        release.set()
+        await until("the new loop's pass", lambda: len(rec.calls) == 2)
+        assert rec.max_active == 1
+        assert len(loops.running()) == 1
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_deletion_keeps_the_loop_while_our_finalizer_is_on_the_object() -> None:
+    rec = Recorder()
+
+    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
+        rec.enter(name)
+        rec.leave()
+        return Outcome(requeue_after=0.02)
+
+    async def main() -> None:
+        loops = make(pass_fn, settle=0.0, finalizer=FINALIZER)
+        loops.on_object_event(None, body(deleting=True, finalizers=(FINALIZER,)))
+        await until("deletion passes", lambda: len(rec.calls) >= 2)
+        assert loops.running() == [("Example", "ns", "a")]
+        # Our finalizer is gone (the pass removed it): nothing left for us to do.
+        loops.on_object_event("MODIFIED", body(deleting=True))
+        await until("the loop to end", lambda: not loops.running())
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_a_kind_without_finalizer_stops_at_the_deletion_mark() -> None:
+    rec = Recorder()
+
+    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
+        rec.enter(name)
+        rec.leave()
+        return Outcome()
+
+    async def main() -> None:
+        loops = make(pass_fn)
+        loops.on_object_event(None, body())
+        await until("first pass", lambda: len(rec.calls) == 1)
+        loops.on_object_event("MODIFIED", body(deleting=True, finalizers=("other.io/x",)))
+        await until("the loop to end", lambda: not loops.running())
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_gone_ends_the_loop_and_drops_its_state() -> None:
+    def pass_fn(_ns: str, _name: str, _s: State) -> Outcome:
+        return Outcome(gone=True)
+
+    async def main() -> None:
+        loops = make(pass_fn)
+        loops.ensure("ns", "a")
+        await until("the loop to end", lambda: not loops.running())
+        assert loops.states() == {}
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_a_failing_report_does_not_stop_the_loop() -> None:
+    calls: list[int] = []
+
+    def pass_fn(_ns: str, _name: str, _s: State) -> Outcome:
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    def bad_report(_ns: str, _name: str, _m: str | None) -> None:
+        raise KubeError(409, "Conflict", "the object has been modified")
+
+    async def main() -> None:
+        loops: Loops[State] = Loops("Example", State)
+        loops.bind(pass_fn, settle=0, resync=30, report=bad_report,
+                   policy=ErrorPolicy(first_delay=0.01, max_delay=0.01, report_after=1))
+        loops.ensure("ns", "a")
+        await until("passes after failed reports", lambda: len(calls) >= 4)
+        await loops.shutdown()
+
+    run(main)
