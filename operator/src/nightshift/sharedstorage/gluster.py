@@ -1,0 +1,304 @@
+"""The GlusterFS servers, clients and volume commands of a glusterfs SharedStorage. Pure.
+
+Servers: a StatefulSet of spec.glusterfs.servers glusterd pods on the storage pool, one
+per node, on the host network (bricks listen on the node's ports and are named by node
+address). A StatefulSet and not a DaemonSet: Karpenter launches nodes for pending pods
+but never for a DaemonSet, so only pods that ask for nodes make the storage pool
+exist; and the brick count must be known to check replica against it.
+
+Clients: a privileged DaemonSet on the client pools' nodes FUSE-mounts the volume at a
+host directory with Bidirectional propagation; pipeline pods mount that directory with
+HostToContainer. The client also runs on the host network: NUFA finds "the local
+brick" by comparing brick addresses with the client's own, which inside a pod network
+namespace would never match.
+
+The volume is created by commands run in server pod 0 (`volume_commands`), a pure
+function of the spec and the server pods the reconcile observed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from nightshift.api import names
+from nightshift.sharedstorage.objects import (
+    COMPONENT_GLUSTER_CLIENT,
+    COMPONENT_GLUSTER_SERVER,
+    Storage,
+    config_hash,
+    pool_affinity,
+    pool_tolerations,
+)
+from nightshift.sharedstorage.spec import Glusterfs
+
+IMAGE = "nightshift-gluster"
+APP = "glusterfs"
+GLUSTERD_PORT = 24007
+BRICKS_IN_POD = "/bricks"
+CLIENT_MOUNT_IN_POD = "/mnt/gluster"
+GLUSTER = ["gluster", "--mode=script"]
+
+CLIENT_SH = """\
+set -u
+dir={mount}
+opts="backup-volfile-servers={backups}"
+remount() {{
+  umount -l "$dir" 2>/dev/null || true
+  mkdir -p "$dir"
+  until mount -t glusterfs -o "$opts" {server}:/{volume} "$dir"; do
+    echo "volume {volume} not mountable yet; retrying in 5 s"; sleep 5
+  done
+  echo "mounted {volume} at $dir"
+}}
+trap 'umount -l "$dir"; exit 0' TERM INT
+remount
+# A dead FUSE process leaves a mount point answering ENOTCONN: mount again.
+while :; do
+  sleep 10 & wait $! || true
+  stat -t "$dir" >/dev/null 2>&1 || remount
+done
+"""
+
+PROBE_SH = 'grep -q " {mount} fuse.glusterfs" /proc/mounts && stat -t {mount} >/dev/null'
+
+
+@dataclass(frozen=True)
+class ServerPod:
+    """A gluster server pod as observed: its StatefulSet name, host address, readiness."""
+
+    name: str
+    ip: str
+    ready: bool
+
+
+@dataclass(frozen=True)
+class Exec:
+    """A command to run in a pod (kubectl exec or the API's exec subresource)."""
+
+    pod: str
+    argv: list[str]
+
+
+def _gluster(st: Storage) -> Glusterfs:
+    if st.spec.glusterfs is None:
+        raise ValueError(f"SharedStorage {st.namespace}/{st.name} is not of type glusterfs")
+    return st.spec.glusterfs
+
+
+def volume_name(st: Storage) -> str:
+    # Each SharedStorage has its own trusted pool of servers: its name is unique there.
+    return st.name
+
+
+def server_name(st: Storage) -> str:
+    return st.object_name("gluster")
+
+
+def service_host(st: Storage) -> str:
+    return f"{server_name(st)}.{st.namespace}.svc.cluster.local"
+
+
+def client_host_dir(st: Storage) -> str:
+    return st.host_dir("gluster")
+
+
+def brick_host_dir(st: Storage) -> str:
+    return f"{_gluster(st).brick_path.rstrip('/')}/{st.namespace}-{st.name}"
+
+
+def brick_dirs(st: Storage) -> list[str]:
+    return [f"{BRICKS_IN_POD}/brick{b}" for b in range(_gluster(st).bricks_per_node)]
+
+
+def render_gluster(st: Storage) -> list[dict[str, Any]]:
+    """Headless Service and StatefulSet of the servers; ConfigMap and DaemonSet of the
+    clients."""
+    return [_service(st), _statefulset(st), *_clients(st)]
+
+
+def _service(st: Storage) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": st.metadata("gluster", COMPONENT_GLUSTER_SERVER, APP),
+        "spec": {
+            # Headless: per-pod DNS names for the StatefulSet, and the clients' volfile
+            # server name resolves to every ready server's node address.
+            "clusterIP": "None",
+            "selector": st.selector(COMPONENT_GLUSTER_SERVER),
+            "ports": [{"name": "glusterd", "port": GLUSTERD_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def _statefulset(st: Storage) -> dict[str, Any]:
+    g = _gluster(st)
+    start = f"mkdir -p {' '.join(brick_dirs(st))} && exec glusterd -N --log-file=-"
+    affinity = pool_affinity([g.pool], st.spec.virtual_cluster, st.namespace)
+    # One glusterd per node, across every storage: they all want the node's port 24007.
+    affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {
+            names.LABEL_COMPONENT: COMPONENT_GLUSTER_SERVER,
+            names.LABEL_MANAGED_BY: names.MANAGED_BY}},
+        "namespaceSelector": {},
+        "topologyKey": "kubernetes.io/hostname",
+    }]}
+    container = {
+        "name": "glusterd",
+        "image": IMAGE,
+        "command": ["/bin/sh", "-c", start],
+        "ports": [{"name": "glusterd", "containerPort": GLUSTERD_PORT, "protocol": "TCP"}],
+        # Bricks keep their metadata in trusted.* extended attributes: CAP_SYS_ADMIN.
+        "securityContext": {"privileged": True},
+        "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+        "readinessProbe": {"tcpSocket": {"port": GLUSTERD_PORT}, "periodSeconds": 5},
+        "volumeMounts": [
+            {"name": "state", "mountPath": "/var/lib/glusterd"},
+            {"name": "bricks", "mountPath": BRICKS_IN_POD},
+            {"name": "logs", "mountPath": "/var/log/glusterfs"},
+        ],
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": st.metadata("gluster", COMPONENT_GLUSTER_SERVER, APP),
+        "spec": {
+            "serviceName": server_name(st),
+            "replicas": g.servers,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": st.selector(COMPONENT_GLUSTER_SERVER)},
+            "template": {
+                "metadata": {
+                    "labels": st.labels(COMPONENT_GLUSTER_SERVER, APP),
+                    # A brick's node going away is data gone (distribute) or a copy gone.
+                    "annotations": {names.ANNOTATION_DO_NOT_DISRUPT: "true"},
+                },
+                "spec": {
+                    "hostNetwork": True,
+                    "dnsPolicy": "ClusterFirstWithHostNet",
+                    "containers": [container],
+                    "affinity": affinity,
+                    "tolerations": pool_tolerations([g.pool]),
+                    "enableServiceLinks": False,
+                    "volumes": [
+                        # Peer identity and volume definitions outlive the pod, so a
+                        # restarted server rejoins its pool with its bricks.
+                        {"name": "state", "hostPath": {"path": st.host_dir("glusterd"),
+                                                       "type": "DirectoryOrCreate"}},
+                        {"name": "bricks", "hostPath": {"path": brick_host_dir(st),
+                                                        "type": "DirectoryOrCreate"}},
+                        {"name": "logs", "emptyDir": {}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _clients(st: Storage) -> list[dict[str, Any]]:
+    g = _gluster(st)
+    backups = ":".join(f"{server_name(st)}-{i}.{service_host(st)}" for i in range(g.servers))
+    script = CLIENT_SH.format(mount=CLIENT_MOUNT_IN_POD, server=service_host(st),
+                              volume=volume_name(st), backups=backups)
+    probe = PROBE_SH.format(mount=CLIENT_MOUNT_IN_POD)
+    container = {
+        "name": "glusterfs",
+        "image": IMAGE,
+        "command": ["/bin/sh", "/etc/nightshift-gluster/mount.sh"],
+        "securityContext": {"privileged": True},
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        "readinessProbe": {"exec": {"command": ["/bin/sh", "-c", probe]}, "periodSeconds": 10},
+        "volumeMounts": [
+            {"name": "script", "mountPath": "/etc/nightshift-gluster", "readOnly": True},
+            {"name": "mount", "mountPath": CLIENT_MOUNT_IN_POD,
+             "mountPropagation": "Bidirectional"},
+        ],
+    }
+    pools = g.clients.pools
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": st.metadata("gluster-client", COMPONENT_GLUSTER_CLIENT, APP),
+         "data": {"mount.sh": script}},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": st.metadata("gluster-client", COMPONENT_GLUSTER_CLIENT, APP),
+            "spec": {
+                "selector": {"matchLabels": st.selector(COMPONENT_GLUSTER_CLIENT)},
+                # As for CVMFS: a restarted client pulls the volume from running tasks.
+                "updateStrategy": {"type": "OnDelete"},
+                "template": {
+                    "metadata": {"labels": st.labels(COMPONENT_GLUSTER_CLIENT, APP),
+                                 "annotations": {
+                                     names.ANNOTATION_CONFIG_HASH: config_hash(script)}},
+                    "spec": {
+                        "hostNetwork": True,
+                        "dnsPolicy": "ClusterFirstWithHostNet",
+                        "containers": [container],
+                        "affinity": pool_affinity(pools, st.spec.virtual_cluster,
+                                                  st.namespace),
+                        "tolerations": pool_tolerations(pools),
+                        "enableServiceLinks": False,
+                        "volumes": [
+                            {"name": "script", "configMap": {
+                                "name": st.object_name("gluster-client")}},
+                            {"name": "mount", "hostPath": {"path": client_host_dir(st),
+                                                           "type": "DirectoryOrCreate"}},
+                        ],
+                    },
+                },
+            },
+        },
+    ]
+
+
+def bricks(st: Storage, ips: Sequence[str]) -> list[str]:
+    """host:/path of every brick, interleaved across servers (b0 of each server, then
+    b1, ...), so any `replica` consecutive bricks (one replica set) sit on `replica`
+    different servers as long as replica <= servers."""
+    return [f"{ip}:{d}" for d in brick_dirs(st) for ip in ips]
+
+
+def volume_commands(st: Storage, servers: Sequence[ServerPod]) -> list[Exec]:
+    """The commands that make and start the volume, all run in server pod 0.
+
+    [] until every one of spec.servers pods is ready: a volume over fewer bricks would
+    have to be grown and rebalanced later, so nothing is half created. The reconcile
+    runs them once `gluster volume info <volume>` says the volume does not exist; a
+    peer probe of a peer already in the pool succeeds, so re-running after a partial
+    failure is safe up to the create.
+    """
+    g = _gluster(st)
+    by_name = {s.name: s for s in servers}
+    ordered = [by_name.get(f"{server_name(st)}-{i}") for i in range(g.servers)]
+    if any(s is None or not s.ready or not s.ip for s in ordered):
+        return []
+    pods = [s for s in ordered if s is not None]
+    first = pods[0].name
+    vol = volume_name(st)
+    out = [Exec(first, [*GLUSTER, "peer", "probe", s.ip]) for s in pods[1:]]
+    create = [*GLUSTER, "volume", "create", vol]
+    if g.replica:
+        create += ["replica", str(g.replica)]
+    # force: bricks on the node's root file system (no instance store) are refused
+    # without it; the layout checks force also skips are made by validate and CEL.
+    create += [*bricks(st, [s.ip for s in pods]), "force"]
+    out.append(Exec(first, create))
+    if g.layout == "nufa":
+        out.append(Exec(first, [*GLUSTER, "volume", "set", vol, "cluster.nufa", "on"]))
+    out.append(Exec(first, [*GLUSTER, "volume", "start", vol]))
+    return out
+
+
+def pod_volume(st: Storage, mount_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(volume, volumeMount) that show the mounted volume at `mount_path` in a pod."""
+    _gluster(st)
+    vol_name = f"nightshift-gluster-{st.name}"[:63].rstrip("-")
+    volume = {"name": vol_name, "hostPath": {"path": client_host_dir(st), "type": "Directory"}}
+    mount = {"name": vol_name, "mountPath": mount_path, "mountPropagation": "HostToContainer"}
+    return volume, mount
+
+
+def endpoint(st: Storage) -> str:
+    return f"glusterfs://{service_host(st)}/{volume_name(st)}"

@@ -1,0 +1,154 @@
+"""What every rendered object of a SharedStorage shares: names, labels, owner, placement.
+
+Namespaced objects are `<storage>-<role>`: the storage name is at most 40 characters
+(CEL) and roles at most 22, so names stay DNS labels without a hash. The one
+cluster-scoped object (the NFS clients' PersistentVolume) cannot have an ownerReference
+to a namespaced owner; its name carries a hash of namespace/name and its labels say
+whose it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from nightshift.api import names
+from nightshift.sharedstorage.spec import SharedStorageSpec
+
+# Where the rendered objects run: "aws" adds the AWS Load Balancer Controller's
+# annotations to a LoadBalancer Service; "local" (KWOK, static, the local cluster) not.
+Platform = Literal["aws", "local"]
+
+MAX_NAME = 63
+HASH_LEN = 6
+PART_OF = "nightshift"
+# Host directories of node-level mounts and state, one subdirectory per storage.
+HOST_ROOT = "/var/lib/nightshift"
+
+COMPONENT_NFS_SERVER = "nfs-server"
+COMPONENT_GLUSTER_SERVER = "gluster-server"
+COMPONENT_GLUSTER_CLIENT = "gluster-client"
+COMPONENT_CVMFS_CLIENT = "cvmfs-client"
+COMPONENT_SQUID = "squid"
+COMPONENT_NFS_CLIENT = "nfs-client"
+
+
+@dataclass(frozen=True)
+class Storage:
+    """A SharedStorage object: identity plus its parsed spec."""
+
+    name: str
+    namespace: str
+    uid: str
+    spec: SharedStorageSpec
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> Storage:
+        meta = obj.get("metadata", {})
+        return cls(
+            name=str(meta["name"]),
+            namespace=str(meta.get("namespace", "default")),
+            uid=str(meta.get("uid", "")),
+            spec=SharedStorageSpec.model_validate(obj.get("spec", {})),
+        )
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": names.API_VERSION,
+            "kind": names.SHAREDSTORAGE,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def object_name(self, role: str) -> str:
+        return f"{self.name}-{role}"
+
+    def selector(self, component: str) -> dict[str, str]:
+        """The labels a workload's selector matches: stable for the object's life."""
+        return {names.LABEL_STORAGE: self.name, names.LABEL_COMPONENT: component}
+
+    def labels(self, component: str, app: str) -> dict[str, str]:
+        return {
+            **self.selector(component),
+            names.LABEL_NAME: app,
+            names.LABEL_INSTANCE: self.name,
+            names.LABEL_PART_OF: PART_OF,
+            names.LABEL_MANAGED_BY: names.MANAGED_BY,
+        }
+
+    def metadata(self, role: str, component: str, app: str, *,
+                 owned: bool = True) -> dict[str, Any]:
+        """Namespaced metadata. owned=False leaves the object to outlive the storage
+        (reclaimPolicy Retain): the garbage collector deletes only what is owned."""
+        meta: dict[str, Any] = {
+            "name": self.object_name(role),
+            "namespace": self.namespace,
+            "labels": self.labels(component, app),
+        }
+        if owned:
+            meta["ownerReferences"] = [self.owner_reference()]
+        return meta
+
+    def cluster_name(self, role: str) -> str:
+        """`<namespace>-<name>-<role>-<hash>` for cluster-scoped objects."""
+        digest = hashlib.sha256(f"{self.namespace}/{self.name}/{role}".encode()).hexdigest()
+        head = f"{self.namespace}-{self.name}-{role}"[: MAX_NAME - HASH_LEN - 1].rstrip("-.")
+        return f"{head}-{digest[:HASH_LEN]}"
+
+    def host_dir(self, kind: str) -> str:
+        """A node directory of this storage's own, e.g. /var/lib/nightshift/cvmfs/ns/name."""
+        return f"{HOST_ROOT}/{kind}/{self.namespace}/{self.name}"
+
+
+def pool_affinity(pools: Iterable[str], virtual_cluster: str | None,
+                  namespace: str) -> dict[str, Any]:
+    """Nodes of `pools`: of this VirtualCluster, or hand-labeled static ones.
+
+    Pool names are per namespace but nodes are cluster-scoped, so without the
+    VirtualCluster terms a `workers` client could land on another collaboration's
+    `workers` nodes. Static nodes carry only the pool label: the second (OR'ed) term.
+    """
+    wanted = sorted(set(pools))
+
+    def pool() -> dict[str, Any]:
+        return {"key": names.LABEL_POOL, "operator": "In", "values": list(wanted)}
+
+    if virtual_cluster is None:
+        terms: list[dict[str, Any]] = [{"matchExpressions": [pool()]}]
+    else:
+        terms = [
+            {"matchExpressions": [
+                pool(),
+                {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "In",
+                 "values": [virtual_cluster]},
+                {"key": names.LABEL_VIRTUAL_CLUSTER_NAMESPACE, "operator": "In",
+                 "values": [namespace]},
+            ]},
+            {"matchExpressions": [
+                pool(),
+                {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "DoesNotExist"},
+            ]},
+        ]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": terms}}}
+
+
+def pool_tolerations(pools: Iterable[str]) -> list[dict[str, Any]]:
+    """Tolerate exactly the pools' taints (nightshift.io/pool=<pool>:NoSchedule)."""
+    return [{"key": names.TAINT_POOL, "operator": "Equal", "value": p, "effect": "NoSchedule"}
+            for p in sorted(set(pools))]
+
+
+def config_hash(*texts: str) -> str:
+    """A short digest of rendered configuration, put on the pod template as an
+    annotation so that a changed ConfigMap rolls the pods (they read it only at start)."""
+    return hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
+
+
+
+def mebibytes(quantity_bytes: float) -> int:
+    return int(quantity_bytes // 2**20)

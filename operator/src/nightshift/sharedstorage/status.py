@@ -1,0 +1,107 @@
+"""A SharedStorage's status from what the I/O layer observed. Pure: figures in, dict out.
+
+Client mounts are counts (nodes that should mount, nodes whose mounter is ready), never
+node lists: a storage mounted on a thousand nodes keeps a status of a few hundred bytes.
+Squid figures come from each squid's cache manager (`mgr:5min`), summed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nightshift.api import conditions
+from nightshift.api.problems import Problem, summarize
+
+_RATE = re.compile(r"^\s*(client_http\.(?:requests|hits))\s*=\s*([0-9.eE+-]+)/sec", re.M)
+
+
+@dataclass(frozen=True)
+class SquidSample:
+    """One squid's 5-minute averages."""
+
+    requests_per_second: float
+    hits_per_second: float
+
+
+def parse_squid_5min(text: str) -> SquidSample:
+    """The client request and hit rates from squid's `mgr:5min` page."""
+    found = {m.group(1): float(m.group(2)) for m in _RATE.finditer(text)}
+    if "client_http.requests" not in found:
+        raise ValueError("no client_http.requests line: not a squid mgr:5min page")
+    return SquidSample(found["client_http.requests"], found.get("client_http.hits", 0.0))
+
+
+def daemonset_counts(ds: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(nodes that should run the client, nodes whose client is ready)."""
+    st = (ds or {}).get("status") or {}
+    return int(st.get("desiredNumberScheduled", 0)), int(st.get("numberReady", 0))
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the reconcile saw. `not_ready` holds its own reasons, each with its fix."""
+
+    servers_wanted: int = 0
+    servers_ready: int = 0
+    # (nodes, mounted) for types with a client DaemonSet; None for nfs and s3.
+    clients: tuple[int, int] | None = None
+    endpoints: Sequence[Mapping[str, str]] = ()
+    capacity: str | None = None
+    squid: Sequence[SquidSample] | None = None
+    not_ready: Sequence[str] = field(default_factory=tuple)
+
+
+def _squid(samples: Sequence[SquidSample], ready: int) -> dict[str, Any]:
+    req = sum(s.requests_per_second for s in samples)
+    hits = sum(s.hits_per_second for s in samples)
+    return {
+        "replicas": ready,
+        "hitRatio": round(hits / req, 4) if req else 0.0,
+        "requestsPerMinute": round(req * 60, 1),
+    }
+
+
+def storage_status(obj: Mapping[str, Any], *, observed: Observed,
+                   problems: Sequence[Problem] = (), deleting: bool = False,
+                   now: str | None = None) -> dict[str, Any]:
+    generation = int(obj.get("metadata", {}).get("generation", 0))
+    reasons = list(observed.not_ready)
+    if observed.servers_ready < observed.servers_wanted:
+        reasons.append(f"{observed.servers_ready} of {observed.servers_wanted} servers ready")
+    if observed.clients is not None and observed.clients[1] < observed.clients[0]:
+        reasons.append(f"mounted on {observed.clients[1]} of {observed.clients[0]} nodes")
+    c = conditions
+    if problems:
+        phase = "Failed"
+        invalid = c.condition(c.INVALID, c.TRUE, "InvalidSpec", summarize(problems), generation)
+        ready = c.condition(c.READY, c.FALSE, "Invalid", "the spec is invalid (see the "
+                            "Invalid condition); nothing was applied", generation)
+    else:
+        invalid = c.condition(c.INVALID, c.FALSE, "Valid", "", generation)
+        if reasons:
+            phase = "Pending"
+            ready = c.condition(c.READY, c.FALSE, "NotReady", "; ".join(reasons), generation)
+        else:
+            phase = "Ready"
+            ready = c.condition(c.READY, c.TRUE, "Ready", "", generation)
+    if deleting:
+        phase = "Deleting"
+    eps = [dict(e) for e in observed.endpoints]
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "phase": phase,
+        "endpoint": eps[0]["url"] if eps else "",
+        "endpoints": eps,
+        "conditions": c.merge((obj.get("status") or {}).get("conditions"), [ready, invalid],
+                              now=now),
+    }
+    if observed.capacity:
+        status["capacity"] = observed.capacity
+    if observed.clients is not None:
+        status["clients"] = {"nodes": observed.clients[0], "mounted": observed.clients[1]}
+    if observed.squid is not None:
+        status["squid"] = _squid(observed.squid, observed.servers_ready)
+    return status

@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nightshift.api.problems import Problem
+from nightshift.sharedstorage import squid
+from nightshift.sharedstorage.objects import Storage
+from nightshift.sharedstorage.render import endpoints
+from nightshift.sharedstorage.status import (
+    Observed,
+    SquidSample,
+    daemonset_counts,
+    parse_squid_5min,
+    storage_status,
+)
+from nightshift.sharedstorage.validate import effective_squid_cidrs
+from tests.bad_sharedstorages import FACTS, GOOD
+from tests.crdutil import openapi_schema
+
+# The shape of squid's cache manager page mgr:5min (stat.cc, statAvgDump).
+FIVE_MIN = """\
+sample_start_time = 1763900000.000000 (Sun, 23 Nov 2025 12:13:20 GMT)
+sample_end_time = 1763900300.000000 (Sun, 23 Nov 2025 12:18:20 GMT)
+client_http.requests = 1500.000000/sec
+client_http.hits = 1200.000000/sec
+client_http.errors = 0.000000/sec
+client_http.kbytes_in = 12.500000/sec
+"""
+NOW = "2026-01-01T00:00:00Z"
+
+
+def test_parse_squid_5min() -> None:
+    assert parse_squid_5min(FIVE_MIN) == SquidSample(1500.0, 1200.0)
+    with pytest.raises(ValueError, match="mgr:5min"):
+        parse_squid_5min("<html>Access Denied</html>")
+
+
+def test_daemonset_counts() -> None:
+    assert daemonset_counts({"status": {"desiredNumberScheduled": 40, "numberReady": 38}}) == (
+        40, 38)
+    assert daemonset_counts(None) == (0, 0)
+    assert daemonset_counts({"status": {}}) == (0, 0)
+
+
+def test_ready_cvmfs_with_squid_figures() -> None:
+    obj = GOOD["cvmfs-eks"]
+    status = storage_status(obj, now=NOW, observed=Observed(
+        servers_wanted=2, servers_ready=2, clients=(40, 40),
+        endpoints=endpoints(obj, load_balancer="nlb.example"),
+        squid=[SquidSample(1500.0, 1200.0), SquidSample(500.0, 300.0)]))
+    assert status["phase"] == "Ready"
+    assert status["endpoint"] == "http://software-squid.physics.svc.cluster.local:3128"
+    assert status["clients"] == {"nodes": 40, "mounted": 40}
+    assert status["squid"] == {"replicas": 2, "hitRatio": 0.75, "requestsPerMinute": 120000.0}
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["observedGeneration"] == 2
+
+
+def test_pending_says_what_is_missing() -> None:
+    status = storage_status(GOOD["gluster-nufa"], now=NOW, observed=Observed(
+        servers_wanted=4, servers_ready=3, clients=(10, 7),
+        not_ready=["volume montage not started: waiting for every server"]))
+    assert status["phase"] == "Pending"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == ("volume montage not started: waiting for every server; "
+                                "3 of 4 servers ready; mounted on 7 of 10 nodes")
+
+
+def test_invalid_and_deleting() -> None:
+    status = storage_status(GOOD["nfs-dedicated"], now=NOW, observed=Observed(),
+                            problems=[Problem("spec.nfs.pool", "no such pool")])
+    assert status["phase"] == "Failed"
+    invalid = next(c for c in status["conditions"] if c["type"] == "Invalid")
+    assert invalid["message"] == "spec.nfs.pool: no such pool"
+    assert storage_status(GOOD["s3"], now=NOW, observed=Observed(), deleting=True)[
+        "phase"] == "Deleting"
+
+
+def test_unchanged_status_keeps_transition_times() -> None:
+    obj = GOOD["s3"]
+    first = storage_status(obj, now=NOW, observed=Observed(endpoints=endpoints(obj)))
+    again = storage_status({**obj, "status": first}, now="2030-01-01T00:00:00Z",
+                           observed=Observed(endpoints=endpoints(obj)))
+    assert again == first
+
+
+def test_status_fields_are_in_the_crd() -> None:
+    props = openapi_schema("sharedstorage.yaml")["properties"]["status"]["properties"]
+    obj = GOOD["cvmfs-eks"]
+    status = storage_status(obj, now=NOW, observed=Observed(
+        servers_wanted=1, servers_ready=1, clients=(1, 1), capacity="50Gi",
+        endpoints=endpoints(obj), squid=[SquidSample(1, 1)]))
+    assert set(status) <= set(props)
+    assert set(status["squid"]) <= set(props["squid"]["properties"])
+    assert set(status["clients"]) <= set(props["clients"]["properties"])
+    # Counts, never node lists: small at any cluster size.
+    assert len(yaml.safe_dump(status)) < 1500
+
+
+def _squid() -> str | None:
+    return os.environ.get("NIGHTSHIFT_SQUID") or shutil.which("squid")
+
+
+@pytest.mark.skipif(_squid() is None, reason="no squid binary (apt-get install squid, or "
+                    "NIGHTSHIFT_SQUID=/path/to/squid)")
+@pytest.mark.parametrize("case", ["cvmfs-eks", "cvmfs-local"])
+def test_real_squid_parses_the_rendered_config(case: str, tmp_path: Path) -> None:
+    st = Storage.of(GOOD[case])
+    conf = tmp_path / "squid.conf"
+    conf.write_text(squid.squid_conf(st, effective_squid_cidrs(st.spec, FACTS)))
+    out = subprocess.run([str(_squid()), "-k", "parse", "-f", str(conf)],
+                         capture_output=True, text=True, timeout=60, check=False)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log
+    assert "Bungled" not in log and "ERROR:" not in log, log
