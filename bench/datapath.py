@@ -134,7 +134,7 @@ def bench_shape(gw: VersityGW, client: Any, store: s3io.S3Store, work: Path, tot
     def runner(cache: NodeCache | None) -> Callable[[], object]:
         return lambda: stage_s3(store, prefix, dest, cache, StageStats())
 
-    cache = NodeCache(work / "cache", 4 * total)
+    cache = NodeCache(work / "cache", 4 * total, "bench")
     measure("local disk copy", local_copy)
     measure("single stream (1 GET/obj)", single_stream)
     measure("runner stage-in", runner(None))

@@ -201,7 +201,8 @@ def test_corrupted_object_fails_stage_in(gw: VersityGW, tmp_path: Path, with_sha
     assert pod.stage_in_rc == 65
     rec = get_json(gw, "proj/_nightshift/run1/reduce/0.json")
     assert rec["phase"] == "stage-in-failed" and "checksum" in rec["error"]
-    assert not list((tmp_path / "cache" / "objects").iterdir())  # nothing bad was cached
+    # Nothing bad was cached (the config's namespace "ns" is the cache partition).
+    assert not list((tmp_path / "cache" / "namespaces" / "ns" / "objects").iterdir())
     assert keys(gw, "proj/out/") == set()
 
 

@@ -13,7 +13,7 @@ DATA = b"x" * 100_000
 
 
 def _want(root: str, dest: str, log: str, start: float) -> bool:
-    cache = NodeCache(Path(root), 10 * 2**20)
+    cache = NodeCache(Path(root), 10 * 2**20, "ns")
 
     def download(tmp: Path) -> None:
         with open(log, "a") as f:
@@ -23,7 +23,7 @@ def _want(root: str, dest: str, log: str, start: float) -> bool:
 
     while time.time() < start:  # start together
         time.sleep(0.001)
-    return cache.fetch("bucket", "key", "etag1", len(DATA), Path(dest), download)
+    return cache.fetch("http://s3", "bucket", "key", "etag1", len(DATA), Path(dest), download)
 
 
 def test_eight_processes_one_download(tmp_path: Path) -> None:
@@ -40,15 +40,15 @@ def test_eight_processes_one_download(tmp_path: Path) -> None:
 
 
 def test_eviction_keeps_the_cap_and_drops_least_recently_used(tmp_path: Path) -> None:
-    cache = NodeCache(tmp_path / "cache", max_bytes=250)
+    cache = NodeCache(tmp_path / "cache", max_bytes=250, namespace="ns")
 
     def put(key: str) -> bool:
-        return cache.fetch("b", key, "e", 100, tmp_path / "out" / key,
+        return cache.fetch("", "b", key, "e", 100, tmp_path / "out" / key,
                            lambda tmp: tmp.write_bytes(b"y" * 100))
 
     put("a")
     put("b")
-    os.utime(cache.root / "objects" / cache_key("b", "b", "e"), (1, 1))  # b: least recent
+    os.utime(cache.root / "objects" / cache_key("", "b", "b", "e"), (1, 1))  # b: least recent
     assert put("a")  # hit, refreshes a
     assert not put("c")  # needs room: evicts b, not a
     assert cache.size() <= 250
@@ -57,7 +57,7 @@ def test_eviction_keeps_the_cap_and_drops_least_recently_used(tmp_path: Path) ->
 
 
 def test_object_bigger_than_cap_bypasses_cache(tmp_path: Path) -> None:
-    cache = NodeCache(tmp_path / "cache", max_bytes=10)
-    assert not cache.fetch("b", "k", "e", 100, tmp_path / "d",
+    cache = NodeCache(tmp_path / "cache", max_bytes=10, namespace="ns")
+    assert not cache.fetch("", "b", "k", "e", 100, tmp_path / "d",
                            lambda p: p.write_bytes(b"z" * 100))
     assert (tmp_path / "d").read_bytes() == b"z" * 100 and cache.size() == 0

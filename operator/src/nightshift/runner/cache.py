@@ -1,13 +1,20 @@
-"""Node-level whole-file cache for S3 inputs, shared by every pod on a node (hostPath).
+"""Node-level whole-file cache for S3 inputs, shared by the pods of one namespace on a node.
 
 The Pegasus study found S3 only competitive with a whole-file cache per node: many
-tasks on a node read the same reference files. Layout under the cache root:
+tasks on a node read the same reference files. The hostPath is one per node, so each
+namespace (tenant) gets its own partition, namespaces/<namespace>/, and an entry is
+keyed by where it came from as well as what it is: a tenant that points a storage at
+an endpoint it controls cannot plant bytes another run reads as its own object. Hits
+are checked by size only, so the key must say everything. Layout of a partition:
 
-    objects/<h>     the verified file, h = sha256(bucket/key/etag); its mtime is the
-                    last use (atime is unreliable under relatime/noatime mounts)
+    objects/<h>     the verified file, h = sha256 of (endpoint, bucket, key, ETag); its
+                    mtime is the last use (atime is unreliable under relatime/noatime)
     locks/<h[:3]>   4096 lock stripes: N processes wanting one object take the same
                     flock, so exactly one downloads while the others wait and then hit
     tmp/            downloads in progress, renamed into objects/ when complete
+
+The size cap applies to each partition: one namespace's pods never delete another's
+entries.
 
 Readers open the file without a lock: eviction unlinks, and an open descriptor keeps
 the data readable, so a reader never sees a torn file.
@@ -18,15 +25,22 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nightshift.runner.config import ConfigError
+
 EVICT_LOCK = "evict.lock"
 RESCAN_EVERY = 64
+PARTITIONS = "namespaces"
+# A Kubernetes namespace name (RFC 1123 label): never `..`, a slash or empty.
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass
@@ -48,8 +62,17 @@ def _sendfile(src: int, dst: int, size: int) -> None:
         offset += sent
 
 
-def cache_key(bucket: str, key: str, etag: str) -> str:
-    return hashlib.sha256(f"{bucket}/{key}/{etag}".encode()).hexdigest()
+def cache_key(endpoint: str, bucket: str, key: str, etag: str) -> str:
+    # JSON, not a joined string: "a/b" + "c" and "a" + "b/c" must not collide.
+    return hashlib.sha256(json.dumps([endpoint, bucket, key, etag]).encode()).hexdigest()
+
+
+def partition(root: Path, namespace: str) -> Path:
+    if not _NAMESPACE.match(namespace):
+        raise ConfigError(f"namespace {namespace!r} is not a Kubernetes namespace name: the "
+                          "node cache cannot be partitioned by it; the runner config must "
+                          "carry the run's namespace")
+    return root / PARTITIONS / namespace
 
 
 @contextlib.contextmanager
@@ -63,17 +86,19 @@ def _flock(path: Path, mode: int = fcntl.LOCK_EX) -> Iterator[None]:
 
 
 class NodeCache:
-    def __init__(self, root: Path, max_bytes: int) -> None:
-        self.root = root
+    def __init__(self, root: Path, max_bytes: int, namespace: str) -> None:
+        self.root = partition(root, namespace)
         self.max_bytes = max_bytes
         self.stats = CacheStats()
         self._estimate: int | None = None
         self._since_scan = 0
-        for d in ("objects", "locks", "tmp"):
-            (root / d).mkdir(parents=True, exist_ok=True)
-            # Pods of different users share the node cache.
+        for d, mode in ((root / PARTITIONS, 0o1777), (self.root, 0o777),
+                        *((self.root / sub, 0o777) for sub in ("objects", "locks", "tmp"))):
+            d.mkdir(parents=True, exist_ok=True)
+            # Pods of one namespace may run as different users; the sticky bit keeps
+            # one user from renaming or removing another's partition.
             with contextlib.suppress(PermissionError):
-                os.chmod(root / d, 0o777)
+                os.chmod(d, mode)
 
     def _object(self, h: str) -> Path:
         return self.root / "objects" / h
@@ -98,11 +123,11 @@ class NodeCache:
         return True
 
     def fetch(
-        self, bucket: str, key: str, etag: str, size: int, dest: Path,
+        self, endpoint: str, bucket: str, key: str, etag: str, size: int, dest: Path,
         download: Callable[[Path], None],
     ) -> bool:
         """Put the object at dest; True on a cache hit. `download(tmp)` must verify."""
-        h = cache_key(bucket, key, etag)
+        h = cache_key(endpoint, bucket, key, etag)
         if size > self.max_bytes:
             # Caching it would evict everything else and still not fit the cap.
             dest.parent.mkdir(parents=True, exist_ok=True)

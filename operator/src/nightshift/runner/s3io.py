@@ -24,7 +24,13 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from nightshift.runner.config import StorageConfig
-from nightshift.runner.store import META_SHA256, ChecksumError, ObjectInfo
+from nightshift.runner.store import (
+    META_SHA256,
+    ChecksumError,
+    ContainmentError,
+    ObjectInfo,
+    key_problem,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
@@ -97,12 +103,29 @@ def b64(hexdigest: str) -> str:
 
 
 class S3Store:
+    """One storage's bucket; every key it is handed must stay under the storage's prefix."""
+
     def __init__(self, storage: StorageConfig, s3: S3Client) -> None:
         self.name = storage.name
         self.bucket = storage.bucket
+        self.prefix = storage.prefix
+        # Where objects come from, for the node cache's key: the configured endpoint,
+        # else the one boto3 chose (AWS's own).
+        self.endpoint = storage.endpoint or str(
+            getattr(getattr(s3, "meta", None), "endpoint_url", "") or "")
         self.s3 = s3
 
+    def _check(self, *keys: str) -> None:
+        for key in keys:
+            problem = key_problem(self.prefix, key)
+            if problem:
+                raise ContainmentError(
+                    f"storage {self.name!r}: key {key!r} {problem}; keys built from items "
+                    f"must stay under the storage's prefix {self.prefix!r}")
+
     def ls(self, prefix: str) -> list[ObjectInfo]:
+        self._check(prefix)
+
         def go() -> list[ObjectInfo]:
             out = []
             pages = self.s3.get_paginator("list_objects_v2").paginate(
@@ -116,6 +139,8 @@ class S3Store:
         return retrying(go, f"list s3://{self.bucket}/{prefix}")
 
     def head(self, key: str) -> ObjectInfo | None:
+        self._check(key)
+
         def go() -> ObjectInfo | None:
             try:
                 r = self.s3.head_object(Bucket=self.bucket, Key=key)
@@ -130,6 +155,7 @@ class S3Store:
 
     def get_range(self, key: str, start: int, end: int, etag: str) -> tuple[bytes, dict[str, str]]:
         """Bytes [start, end) of one version of an object (IfMatch pins the ETag)."""
+        self._check(key)
 
         def go() -> tuple[bytes, dict[str, str]]:
             r = self.s3.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}",
@@ -142,6 +168,7 @@ class S3Store:
         return retrying(go, f"get s3://{self.bucket}/{key} [{start},{end})")
 
     def put_file(self, local: Path, key: str, sha256: str) -> ObjectInfo:
+        self._check(key)
         size = local.stat().st_size
         meta = {META_SHA256: sha256}
         if size < MULTIPART_THRESHOLD:
@@ -190,6 +217,7 @@ class S3Store:
         return ObjectInfo(key, size, r.get("ETag", "").strip('"'), meta[META_SHA256])
 
     def put_bytes(self, key: str, data: bytes, content_type: str = "application/json") -> None:
+        self._check(key)
         digest = hashlib.sha256(data).hexdigest()
         retrying(lambda: self.s3.put_object(
             Bucket=self.bucket, Key=key, Body=data, ContentType=content_type,
@@ -197,6 +225,8 @@ class S3Store:
             f"put s3://{self.bucket}/{key}")
 
     def get_bytes(self, key: str) -> bytes | None:
+        self._check(key)
+
         def go() -> bytes | None:
             try:
                 return self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
@@ -208,6 +238,7 @@ class S3Store:
         return retrying(go, f"get s3://{self.bucket}/{key}")
 
     def delete(self, keys: list[str]) -> None:
+        self._check(*keys)
         for i in range(0, len(keys), 1000):
             batch = [{"Key": k} for k in keys[i : i + 1000]]
             retrying(lambda b=batch: self.s3.delete_objects(  # type: ignore[misc]
@@ -216,6 +247,7 @@ class S3Store:
 
     def abort_uploads(self, prefix: str) -> int:
         """Abort multipart uploads a killed earlier attempt left under the item's prefix."""
+        self._check(prefix)
 
         def go() -> int:
             n = 0

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import os
+import posixpath
 import re
 import time
 from collections import deque
@@ -21,13 +22,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nightshift.runner.cache import NodeCache
-from nightshift.runner.config import Item, Paths, RunnerConfig, expand
+from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, expand
 from nightshift.runner.s3io import S3Store
 from nightshift.runner.store import (
     META_SHA256,
     ChecksumError,
+    ContainmentError,
     DirStore,
     ObjectInfo,
+    contained_path,
+    key_problem,
 )
 
 log = logging.getLogger(__name__)
@@ -134,9 +138,13 @@ class Downloader:
 
 def relative_dest(base: Path, prefix: str, key: str, single: bool) -> Path:
     rel = key.rsplit("/", 1)[-1] if single else key[len(prefix):]
-    dest = (base / rel).resolve()
-    if not str(dest).startswith(str(base.resolve())):
-        raise ValueError(f"object key {key!r} would land outside {base}")
+    what = f"object key {key!r}"
+    try:
+        dest = contained_path(base, rel, what)
+    except ContainmentError as e:
+        raise ContainmentError(f"{e}: it would land outside {base}") from None
+    if dest == Path(os.path.realpath(base)):
+        raise ContainmentError(f"{what} names no file under {base}")
     return dest
 
 
@@ -157,7 +165,7 @@ def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | 
         if cache is None:
             dl.download(obj, dest)
             return
-        cache.fetch(store.bucket, obj.key, obj.etag, obj.size, dest,
+        cache.fetch(store.endpoint, store.bucket, obj.key, obj.etag, obj.size, dest,
                     lambda tmp: dl.download(obj, tmp))
 
     try:
@@ -185,22 +193,83 @@ def stage_dir(store: DirStore, prefix_or_key: str, base: Path, stats: StageStats
     stats.verified["sha256" if all(o.sha256 for o in objs) else "size"] += len(objs)
 
 
+def _item_key(cfg: RunnerConfig, item: Item, field: str, ref: DataConfig, key: str) -> None:
+    """Refuse a key built from the item that leaves its storage's prefix (or volume)."""
+    st = cfg.storage(ref.storage)
+    problem = key_problem(st.prefix, key)
+    if problem is None and st.kind == "dir":
+        # Symlinks on the volume count: the file must land under the prefix's directory.
+        base = Path(os.path.realpath(Path(st.path) / posixpath.dirname(st.prefix)))
+        real = Path(os.path.realpath(Path(st.path) / key))
+        if not real.is_relative_to(base):
+            problem = f"resolves to {real}, outside {base}"
+    if problem:
+        raise ContainmentError(
+            f"item {item.value!r}: {field}.path {ref.path!r} gives key {key!r} in storage "
+            f"{st.name!r}, which {problem}; an item must name a place under the storage's "
+            f"prefix {st.prefix!r} (no '..' that climbs out of it, no NUL)")
+
+
+def _local(root: Path, local_path: str, field: str) -> Path:
+    return contained_path(root, local_path, f"{field}.localPath") if local_path else root
+
+
+def _link(root: Path, name: str, field: str) -> Path:
+    """Where a stream input's symlink goes; the link itself is not followed (it may be
+    left from an earlier attempt, pointing into the volume)."""
+    leaf = posixpath.basename(name)
+    if leaf in ("", ".", ".."):
+        raise ContainmentError(f"{field}.localPath: {name!r} names no file under {root}")
+    return _local(root, posixpath.dirname(name), field) / leaf
+
+
+def check_item_paths(cfg: RunnerConfig, paths: Paths, item: Item) -> None:
+    """Every path and key the item's inputs and outputs will use stays under its root.
+
+    Run in the init container, before anything is read or written: an item that
+    escapes fails its pod before any step runs, and the sidecar never commits it.
+    """
+    for i, ref in enumerate(cfg.inputs):
+        st = cfg.storage(ref.storage)
+        path = expand(ref.path, cfg, item)
+        if ref.mode == "stream":
+            _link(paths.inputs, ref.local_path or st.name, f"inputs[{i}]")
+            try:
+                contained_path(Path(st.path), path, "link")
+            except ContainmentError as e:
+                raise ContainmentError(
+                    f"item {item.value!r}: inputs[{i}].path {ref.path!r} gives {path!r}, "
+                    f"which leaves the volume of storage {st.name!r}: {e}") from None
+            continue
+        _local(paths.inputs, ref.local_path, f"inputs[{i}]")
+        _item_key(cfg, item, f"inputs[{i}]", ref, st.prefix + path)
+    for i, ref in enumerate(cfg.outputs):
+        st = cfg.storage(ref.storage)
+        path = as_prefix(expand(ref.path, cfg, item))
+        _local(paths.outputs, ref.local_path, f"outputs[{i}]")
+        _item_key(cfg, item, f"outputs[{i}]", ref, st.prefix + path)
+        if ref.failed_prefix:
+            _item_key(cfg, item, f"outputs[{i}]", ref,
+                      st.prefix + as_prefix(ref.failed_prefix) + path)
+
+
 def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
              stores: dict[str, S3Store | DirStore]) -> StageStats:
     stats = StageStats()
     t0 = time.monotonic()
+    check_item_paths(cfg, paths, item)
     cache: NodeCache | None = None
     for i, ref in enumerate(cfg.inputs):
         st = cfg.storage(ref.storage)
         path = expand(ref.path, cfg, item)
-        base = paths.inputs / ref.local_path if ref.local_path else paths.inputs
         if ref.mode == "stream":
             # The volume is mounted into the step containers; link the item's part of it.
-            link = paths.inputs / (ref.local_path or st.name)
+            link = _link(paths.inputs, ref.local_path or st.name, f"inputs[{i}]")
             link.parent.mkdir(parents=True, exist_ok=True)
             link.unlink(missing_ok=True)
             link.symlink_to(Path(st.path) / path)
             continue
+        base = _local(paths.inputs, ref.local_path, f"inputs[{i}]")
         store = stores[ref.storage]
         full = st.prefix + path
         log.info("inputs[%d]: staging %s:%s into %s", i, st.name, full, base)
@@ -209,7 +278,7 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
             continue
         use_cache = ref.cache and paths.cache.is_dir()
         if use_cache and cache is None:
-            cache = NodeCache(paths.cache, cfg.cache_max_bytes)
+            cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
         stage_s3(store, full, base, cache if use_cache else None, stats)
     if cache:
         stats.cache_hits, stats.cache_misses = cache.stats.hits, cache.stats.misses

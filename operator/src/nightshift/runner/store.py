@@ -11,11 +11,14 @@ import contextlib
 import hashlib
 import json
 import os
+import posixpath
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from nightshift.runner.config import ConfigError
 
 CHUNK = 8 * 2**20
 META_SHA256 = "sha256"  # x-amz-meta-sha256: the runner's own end-to-end checksum
@@ -23,6 +26,59 @@ META_SHA256 = "sha256"  # x-amz-meta-sha256: the runner's own end-to-end checksu
 
 class ChecksumError(RuntimeError):
     """Bytes read do not match what the store says it holds."""
+
+
+class ContainmentError(ConfigError):
+    """A path or key built from an item or a setting would leave its root.
+
+    A ConfigError, so stage-in exits 78 (configuration), not 75 (transient): the same
+    item gives the same path on every attempt.
+    """
+
+
+def contained_path(root: Path, rel: str, what: str) -> Path:
+    """root/rel with symlinks resolved, refused unless it stays under root (resolved too).
+
+    A string-prefix test would let `/data` admit `/data2/x`; is_relative_to compares
+    whole components.
+    """
+    if "\0" in rel:
+        raise ContainmentError(f"{what}: {rel!r} holds a NUL byte")
+    real_root = Path(os.path.realpath(root))
+    real = Path(os.path.realpath(real_root / rel))
+    if not real.is_relative_to(real_root):
+        raise ContainmentError(f"{what}: {rel!r} resolves to {real}, outside {real_root}")
+    return real
+
+
+def normalise_key(key: str) -> str | None:
+    """The key with `.` and `..` segments applied as a file system would; None when it
+    climbs above the bucket's root or is absolute. A trailing slash is kept."""
+    if not key:
+        return ""
+    norm = posixpath.normpath(key)
+    if norm.startswith("/") or norm == ".." or norm.startswith("../"):
+        return None
+    if norm == ".":
+        return ""
+    return norm + "/" if key.endswith("/") else norm
+
+
+def key_problem(prefix: str, key: str) -> str | None:
+    """Why `key` does not stay under `prefix`, or None when it does.
+
+    S3 itself gives `..` no meaning, but gateways that map keys to files (versitygw's
+    posix backend) and tools that sync a bucket to disk do: a key is judged by where it
+    would land there.
+    """
+    if "\0" in key:
+        return "holds a NUL byte"
+    norm, base = normalise_key(key), normalise_key(prefix)
+    if norm is None:
+        return "climbs above the bucket's root"
+    if base is None or not norm.startswith(base):
+        return f"resolves to {norm!r}, outside the prefix {prefix!r}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -73,10 +129,7 @@ class DirStore:
         self.root = root
 
     def _path(self, key: str) -> Path:
-        p = (self.root / key).resolve()
-        if not str(p).startswith(str(self.root.resolve())):
-            raise ValueError(f"key {key!r} escapes storage {self.name!r}")
-        return p
+        return contained_path(self.root, key, f"storage {self.name!r}: key")
 
     def _sidecar(self, key: str) -> Path:
         # Checksums live beside the file: NFS and Gluster have no object metadata.
@@ -84,14 +137,15 @@ class DirStore:
         return p.with_name(f".{p.name}.nightshift-meta")
 
     def ls(self, prefix: str) -> list[ObjectInfo]:
-        base = self._path(prefix) if prefix else self.root
+        real_root = Path(os.path.realpath(self.root))
+        base = self._path(prefix) if prefix else real_root
         if base.is_file():
             return [self._info(prefix)]
         out = []
         for p in walk_files(base):
             if p.name.endswith(".nightshift-meta"):
                 continue
-            out.append(self._info(str(p.relative_to(self.root))))
+            out.append(self._info(str(p.relative_to(real_root))))
         return out
 
     def _info(self, key: str) -> ObjectInfo:
