@@ -142,7 +142,9 @@ class OperatorProcess:
 
     def start(self) -> None:
         env = {**os.environ, **self.cluster.operator_env(),
-               "NIGHTSHIFT_PROGRESS_INTERVAL": "1", **self.env}
+               "NIGHTSHIFT_PROGRESS_INTERVAL": "1",
+               # fromS3 tests list tests/s3server.py's versitygw, on a free loopback port.
+               "NIGHTSHIFT_S3_ENDPOINTS": "http://127.0.0.1:*", **self.env}
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nightshift.cli.main", "operator", "--health-port", "0",

@@ -21,9 +21,15 @@ class S3Target:
     endpoint: str | None = None
     access_key: str | None = None
     secret_key: str | None = None
+    # Without keys boto3 signs with the operator's own identity: only when the caller
+    # decided the operator's configuration allows it (pipelinerun/itemsource.py).
+    operator_identity: bool = False
 
 
 def client(target: S3Target) -> Any:
+    if not (target.access_key and target.secret_key) and not target.operator_identity:
+        raise S3Error(f"no credentials for s3://{target.bucket}, and the operator's own "
+                      "identity was not allowed for it")
     cfg = Config(retries={"max_attempts": 8, "mode": "adaptive"}, connect_timeout=5,
                  read_timeout=30, s3={"addressing_style": "path"} if target.endpoint else None)
     return boto3.client(
@@ -37,8 +43,9 @@ def list_keys(target: S3Target, prefix: str, suffix: str = "", limit: int = 500_
               ) -> list[str]:
     """Every key under prefix (ending with suffix), in S3's (lexicographic) order."""
     keys: list[str] = []
+    s3 = client(target)
     try:
-        pages = client(target).get_paginator("list_objects_v2").paginate(
+        pages = s3.get_paginator("list_objects_v2").paginate(
             Bucket=target.bucket, Prefix=prefix)
         for page in pages:
             for obj in page.get("Contents", []):

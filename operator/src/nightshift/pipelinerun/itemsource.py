@@ -11,6 +11,12 @@ from typing import Any
 
 from nightshift.api import names
 from nightshift.aws.s3 import S3Error, S3Target, list_keys
+from nightshift.config import (
+    ENV_S3_ENDPOINTS,
+    ENV_S3_OPERATOR_IDENTITY,
+    OperatorConfig,
+    endpoint_allowed,
+)
 from nightshift.kube import Kube
 from nightshift.pipelinerun import items as render_items
 from nightshift.pipelinerun.plan import ItemsInfo
@@ -52,10 +58,12 @@ def frozen_items(kube: Kube, namespace: str, run: str,
     return out
 
 
-def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str) -> None:
+def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str,
+                       config: OperatorConfig | None = None) -> None:
     spec = PipelineRunSpec.model_validate(run["spec"])
     stage = next(s for s in spec.stages if s.name == stage_name)
-    items = resolve(kube, run["metadata"]["namespace"], spec, stage)
+    items = resolve(kube, run["metadata"]["namespace"], spec, stage,
+                    config or OperatorConfig.from_env())
     index = next(i for i, s in enumerate(spec.stages) if s.name == stage_name)
     problems = check_items(f"spec.stages[{index}].forEach", items, stage)
     if problems:
@@ -65,9 +73,10 @@ def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str) -> None
         kube.apply(cm)
 
 
-def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage) -> list[str]:
+def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage,
+            config: OperatorConfig) -> list[str]:
     fe = stage.for_each
-    field = f"spec.stages[{stage.name}].forEach"
+    field = f"spec.stages[{spec.stages.index(stage)}].forEach"
     if fe is None or fe.items is not None or fe.range is not None:
         return render_items.expand(fe)
     if fe.from_config_map is not None:
@@ -85,18 +94,49 @@ def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage) -> 
         return [line.strip() for line in text.splitlines() if line.strip()]
     if fe.from_s3 is not None:
         src3 = fe.from_s3
-        storage = _storage(spec, src3.storage, f"{field}.fromS3.storage")
+        where = f"{field}.fromS3.storage"
+        storage = _storage(spec, src3.storage, where)
         if storage.s3 is None:
-            raise ResolveError(f"{field}.fromS3.storage: storage {src3.storage!r} is not S3")
+            raise ResolveError(f"{where}: storage {src3.storage!r} is not S3")
+        refusal = s3_listing_refusal(
+            where, storage.name, f"spec.storage[{spec.storage.index(storage)}].s3",
+            storage.s3.endpoint, storage.s3.credentials_secret, config)
+        if refusal:
+            raise ResolveError(refusal)
         prefix = _join(storage.s3.prefix, src3.prefix)
         try:
-            keys = list_keys(s3_target(kube, namespace, storage), prefix, src3.suffix)
+            target = s3_target(kube, namespace, storage, where, config.s3_operator_identity)
+            keys = list_keys(target, prefix, src3.suffix)
         except S3Error as e:
             raise ResolveError(f"{field}.fromS3: {e}") from None
         if src3.strip_prefix:
             keys = [k[len(prefix):].lstrip("/") for k in keys]
         return keys
     raise ResolveError(f"{field}: no item source")
+
+
+def s3_listing_refusal(field: str, storage: str, storage_field: str, endpoint: str | None,
+                       credentials_secret: str | None, config: OperatorConfig) -> str | None:
+    """Why the operator must not list this storage for a run, or None when it may.
+
+    The operator acts for tenants: it sends requests only to endpoints its admin
+    allowed (else a run could make it call any URL, cloud metadata included), and
+    signs them only with the run's own keys, or with its own identity where the admin
+    allowed that (else a run could list any bucket the operator can read).
+    """
+    if endpoint and not endpoint_allowed(endpoint, config.s3_endpoints):
+        allowed = ", ".join(config.s3_endpoints) or "none: only AWS's own endpoints"
+        return (f"{field}: storage {storage!r} is at {endpoint} ({storage_field}.endpoint), "
+                f"which this operator does not contact (allowed: {allowed}); ask the "
+                f"cluster admin to add it to {ENV_S3_ENDPOINTS}, or list the items "
+                "yourself and use forEach.fromConfigMap")
+    if not credentials_secret and not config.s3_operator_identity:
+        return (f"{field}: storage {storage!r} has no credentialsSecret, and this operator "
+                f"does not list S3 with its own identity; set {storage_field}."
+                "credentialsSecret to a Secret with AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY that can list the bucket, or ask the cluster admin "
+                f"to set {ENV_S3_OPERATOR_IDENTITY}=true")
+    return None
 
 
 def _storage(spec: PipelineRunSpec, name: str, field: str) -> StorageRef:
@@ -112,18 +152,30 @@ def _join(a: str, b: str) -> str:
     return a.rstrip("/") + "/" + b.lstrip("/") if b else a
 
 
-def s3_target(kube: Kube, namespace: str, storage: StorageRef) -> S3Target:
+SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def s3_target(kube: Kube, namespace: str, storage: StorageRef, field: str,
+              operator_identity: bool = False) -> S3Target:
+    """The listing's target and keys; no keys only when s3_listing_refusal allowed that."""
     assert storage.s3 is not None
     s3 = storage.s3
     access = secret = None
     if s3.credentials_secret:
         sec = kube.get("v1", "Secret", s3.credentials_secret, namespace)
         if sec is None:
-            raise ResolveError(f"storage {storage.name}: Secret {s3.credentials_secret} "
-                               "does not exist (it needs AWS_ACCESS_KEY_ID and "
-                               "AWS_SECRET_ACCESS_KEY)")
+            raise ResolveError(f"{field}: storage {storage.name!r}: Secret "
+                               f"{s3.credentials_secret} does not exist (it needs "
+                               f"{' and '.join(SECRET_KEYS)})")
         data = sec.get("data") or {}
-        access = base64.b64decode(data.get("AWS_ACCESS_KEY_ID", "")).decode() or None
-        secret = base64.b64decode(data.get("AWS_SECRET_ACCESS_KEY", "")).decode() or None
+        access, secret = (base64.b64decode(data.get(k, "")).decode() or None
+                          for k in SECRET_KEYS)
+        missing = [k for k, v in zip(SECRET_KEYS, (access, secret), strict=True) if not v]
+        if missing:
+            # Without both keys boto3 would fall back to the operator's own identity.
+            raise ResolveError(f"{field}: storage {storage.name!r}: Secret "
+                               f"{s3.credentials_secret} has no {' or '.join(missing)}; "
+                               "add the key to the Secret")
     return S3Target(bucket=s3.bucket, region=s3.region, endpoint=s3.endpoint,
-                    access_key=access, secret_key=secret)
+                    access_key=access, secret_key=secret,
+                    operator_identity=operator_identity and not s3.credentials_secret)
