@@ -94,6 +94,10 @@ def test_states_follow_the_latest_attempt() -> None:
     assert pi.states(4, done, None) == [pi.SUCCEEDED] * 4
     with pytest.raises(ValueError):
         pi.states(10, rec, None)
+    # The Jobs were deleted: failures the status lists are known, the rest is not.
+    gone = {"name": "x", "phase": "Running", "attempt": 0, "total": 5, "failedItems": "1,3"}
+    assert pi.states(5, gone, pg.StageView(total=5)) == [
+        pi.UNKNOWN, pi.FAILED, pi.UNKNOWN, pi.FAILED, pi.UNKNOWN]
 
 
 def test_states_at_100k_items() -> None:

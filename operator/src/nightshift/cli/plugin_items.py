@@ -25,7 +25,8 @@ FAILED = "failed"
 UNFINISHED = "unfinished"  # the latest attempt is still going: running or waiting
 NOT_RUN = "not-run"  # the latest attempt ended (or was cancelled) without finishing it
 PENDING = "pending"  # the stage has not started
-STATES = (SUCCEEDED, FAILED, UNFINISHED, NOT_RUN, PENDING)
+UNKNOWN = "unknown"  # the stage's Jobs are gone: the status keeps counts, not items
+STATES = (SUCCEEDED, FAILED, UNFINISHED, NOT_RUN, PENDING, UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -143,13 +144,20 @@ def states(total: int, record: Mapping[str, Any], view: pg.StageView | None) -> 
     has started and not simply succeeded) the progress its Jobs show."""
     if record.get("attempt") is None or record.get("phase") == pg.PENDING:
         return [PENDING] * total
+    if trivially_succeeded(record):
+        return [SUCCEEDED] * total
     if view is None:
-        if trivially_succeeded(record):
-            return [SUCCEEDED] * total
         raise ValueError("item states of a started stage need its Jobs")
     latest = view.latest
-    ended = (latest is None or latest.state in (pg.SUCCEEDED, pg.FAILED)
-             or record.get("phase") == pg.CANCELLED)
+    if latest is None:
+        # Jobs deleted (the operator makes them again): only failures the status
+        # lists in full are known.
+        out = [UNKNOWN] * total
+        for i in failed_from_status(record) or []:
+            if i < total:
+                out[i] = FAILED
+        return out
+    ended = latest.state in (pg.SUCCEEDED, pg.FAILED) or record.get("phase") == pg.CANCELLED
     out = [NOT_RUN if ended else UNFINISHED] * total
     for i in view.succeeded:
         if i < total:
