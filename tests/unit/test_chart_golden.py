@@ -22,7 +22,8 @@ NIGHTSHIFT_CASES: dict[str, dict[str, Any]] = {
         "serviceAccount.irsaRoleArn": "arn:aws:iam::123456789012:role/nightshift",
         "podIdentity.roleArn": "arn:aws:iam::123456789012:role/nightshift",
         "podIdentity.clusterName": "science", "podIdentity.ackAssociation.enabled": True,
-        "config.instanceCatalogConfigMap.name": "kwok-instance-types",
+        "config.instanceCatalogVolume": {"hostPath": {
+            "path": "/var/lib/nightshift/catalog", "type": "Directory"}},
         "metrics.serviceMonitor.enabled": True,
         "metrics.serviceMonitor.labels": {"release": "prometheus"},
         "networkPolicy.enabled": True,
@@ -61,8 +62,9 @@ COLLABORATION_CASES: dict[str, dict[str, Any]] = {
         "people.editors.users": ["alice@example.org"],
         "people.viewers.groups": ["astro"],
     },
+    # Only the VirtualCluster: quota, limits and the pipelines' identity managed elsewhere.
     "minimal": {"resourceQuota.enabled": False, "limitRange.enabled": False,
-                "virtualCluster.enabled": False, "pipelines.serviceAccount.create": False,
+                "pipelines.serviceAccount.create": False,
                 "pipelines.nodeReaderClusterRole": ""},
 }
 

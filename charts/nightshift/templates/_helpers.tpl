@@ -50,8 +50,8 @@ helm.sh/chart: {{ include "nightshift.chart" . }}
 {{- end -}}
 
 {{- define "nightshift.catalogPath" -}}
-{{- if .Values.config.instanceCatalogConfigMap.name -}}
-/etc/nightshift/catalog/{{ .Values.config.instanceCatalogConfigMap.key }}
+{{- if .Values.config.instanceCatalogVolume -}}
+/etc/nightshift/catalog/{{ .Values.config.instanceCatalogFile }}
 {{- else -}}
 {{- .Values.config.instanceCatalog -}}
 {{- end -}}
