@@ -1,65 +1,158 @@
-"""run.sh (in the user's container) and the runner (in its own) find the same item."""
+"""run.sh (in the user's container) and runnerwire.lookup (in the runner's) find the same item.
+
+Both read the ConfigMaps the operator renders; the shell side runs in a real /bin/sh,
+with sed and with the `read` loop it falls back to when an image has no sed.
+"""
 
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from nightshift.api import names, runnerwire
+from nightshift.api.runnerwire import ConfigError, DataVolume, DirVolume, Item, lookup
 from nightshift.pipelinerun import items as render_items
 from nightshift.runner.config import Paths, resolve_item
 
 RUN = render_items.RunRef(name="r", namespace="ns", uid="u")
+NO_SED_PATH = "/nonexistent"  # run.sh needs only builtins then; the step is an absolute path
 
 
-def _materialize(tmp: Path, configmaps: list[dict]) -> Path:  # type: ignore[type-arg]
+def _materialize(tmp: Path, configmaps: list[dict[str, Any]]) -> Path:
     """What the projected items volume looks like inside a pod."""
     d = tmp / "items"
     d.mkdir(exist_ok=True)
     for cm in configmaps:
         for key, value in cm["data"].items():
-            (d / key).write_text(value)
+            (d / key).write_text(value, encoding="utf-8")
     return d
 
 
-def _run_sh(folder: Path, ci: int) -> tuple[str, str]:
-    out = subprocess.run(
-        ["/bin/sh", str(folder / "run.sh"), "step", "--", "/bin/sh", "-c",
-         'printf "%s|%s" "$NIGHTSHIFT_ITEM_INDEX" "$NIGHTSHIFT_ITEM"'],
-        env={"JOB_COMPLETION_INDEX": str(ci), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, check=True)
-    idx, item = out.stdout.split("|", 1)
-    return idx, item
+def _merged(configmaps: list[dict[str, Any]]) -> dict[str, str]:
+    return {k: v for cm in configmaps for k, v in cm["data"].items()}
 
 
-def _runner(folder: Path, ci: int) -> tuple[str, str]:
-    item = resolve_item(Paths(root=folder.parent),
-                        {"JOB_COMPLETION_INDEX": str(ci),
-                         "NIGHTSHIFT_ITEMS_FILE": str(folder / "items")})
-    return str(item.index), item.value
+def _run_sh_all(folder: Path, out: Path, indexes: range, sed: bool = True
+                ) -> dict[int, Item | None]:
+    """run.sh's answer for each completion index, in one shell (None: it exited 2)."""
+    step = 'printf "%s|%s" "$NIGHTSHIFT_ITEM_INDEX" "$NIGHTSHIFT_ITEM" > "$0"'
+    loop = (f'for ci in {" ".join(map(str, indexes))}; do '
+            f'{names.ENV_COMPLETION_INDEX}=$ci /bin/sh "$1/run.sh" step -- '
+            f'/bin/sh -c \'{step}\' "$2/$ci" 2>"$2/$ci.err" || echo $? > "$2/$ci.rc"; done')
+    subprocess.run(["/bin/sh", "-c", loop, "sh", str(folder), str(out)],
+                   env={"PATH": "/usr/bin:/bin" if sed else NO_SED_PATH}, check=True)
+    found: dict[int, Item | None] = {}
+    for ci in indexes:
+        rc = out / f"{ci}.rc"
+        if rc.exists():
+            assert rc.read_text() == "2\n", (out / f"{ci}.err").read_text()
+            found[ci] = None
+            continue
+        index, _, value = (out / str(ci)).read_text(encoding="utf-8").partition("|")
+        found[ci] = Item(value, int(index), ci)
+    return found
 
 
-@pytest.mark.parametrize("chunk_bytes", [render_items.CHUNK_BYTES, 64])
-def test_first_attempt_agrees(tmp_path: Path, chunk_bytes: int,
-                              monkeypatch: pytest.MonkeyPatch) -> None:
-    real_chunk = render_items.chunk
-    monkeypatch.setattr(render_items, "chunk", lambda lines: real_chunk(lines, chunk_bytes))
+def _python(volume: runnerwire.ItemsVolume, ci: int) -> Item | None:
+    try:
+        return lookup(volume, ci)
+    except ConfigError:
+        return None
+
+
+def _runner(folder: Path, ci: int) -> Item | None:
+    """The runner's own entry point (env and mount handling around lookup)."""
+    try:
+        return resolve_item(Paths(root=folder.parent),
+                            {names.ENV_COMPLETION_INDEX: str(ci),
+                             names.ENV_ITEMS_FILE: str(folder / names.ITEMS_KEY)})
+    except ConfigError:
+        return None
+
+
+def _agree(configmaps: list[dict[str, Any]], indexes: range,
+           sed: bool = True) -> dict[int, Item | None]:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = _materialize(Path(tmp), configmaps)
+        (Path(tmp) / "out").mkdir()
+        shell = _run_sh_all(folder, Path(tmp) / "out", indexes, sed)
+        for ci in indexes:
+            assert _python(DirVolume(folder), ci) == shell[ci], f"completion index {ci}"
+            assert _runner(folder, ci) == shell[ci], f"completion index {ci}"
+    for ci in indexes:
+        assert _python(DataVolume(_merged(configmaps)), ci) == shell[ci], f"completion {ci}"
+    return shell
+
+
+@pytest.mark.parametrize("budget", [render_items.CHUNK_BYTES, 64])
+def test_first_attempt_agrees(budget: int) -> None:
     values = [f"night {i:04d} {{x}} $HOME" for i in range(40)]
-    cms = render_items.items_configmaps(RUN, "s", values)
-    if chunk_bytes == 64:
+    cms = render_items.items_configmaps(RUN, "s", values, budget)
+    if budget == 64:
         assert len(cms) > 3, "the small budget should split the list into chunks"
-    folder = _materialize(tmp_path, cms)
-    for ci in (0, 1, 7, 20, 39):
-        assert _run_sh(folder, ci) == (str(ci), values[ci])
-        assert _runner(folder, ci) == (str(ci), values[ci])
+    found = _agree(cms, range(41))
+    assert found == {**{i: Item(v, i, i) for i, v in enumerate(values)}, 40: None}
 
 
-def test_rerun_maps_to_original_indexes(tmp_path: Path) -> None:
+def test_rerun_maps_to_original_indexes() -> None:
     values = [f"item-{i}" for i in range(30)]
     failed = [3, 17, 29]
-    folder = _materialize(tmp_path, render_items.items_configmaps(RUN, "s", values)
-                          + render_items.indexes_configmaps(RUN, "s", 1, failed))
-    for ci, orig in enumerate(failed):
-        assert _run_sh(folder, ci) == (str(orig), values[orig])
-        assert _runner(folder, ci) == (str(orig), values[orig])
+    cms = (render_items.items_configmaps(RUN, "s", values, 50)
+           + render_items.indexes_configmaps(RUN, "s", 1, failed, 4))
+    assert len({k for cm in cms for k in cm["data"] if k.startswith(names.INDEXES_KEY)}) > 1
+    found = _agree(cms, range(4))
+    assert found == {0: Item("item-3", 3, 0), 1: Item("item-17", 17, 1),
+                     2: Item("item-29", 29, 2), 3: None}
+
+
+def test_chunk_keys_round_trip_and_sort_numerically() -> None:
+    starts = [0, 9, 10, 99, 100, 12345, 499_999]
+    keys = [runnerwire.chunk_key(names.ITEMS_KEY, s) for s in starts]
+    assert [runnerwire.chunk_start(k, names.ITEMS_KEY) for k in keys] == starts
+    # run.sh walks the chunks in glob (byte) order and stops at the first one past n.
+    assert sorted(keys[1:]) == keys[1:]
+    assert runnerwire.chunk_start("items.x", names.ITEMS_KEY) is None
+    assert runnerwire.chunk_start(names.INDEXES_KEY, names.ITEMS_KEY) is None
+
+
+def test_run_sh_is_built_from_the_wire_constants() -> None:
+    assert runnerwire.SH_LOOKUP in render_items.RUN_SH
+    for name in (names.ENV_COMPLETION_INDEX, names.INDEXES_KEY, names.ENV_ITEM,
+                 names.ENV_ITEM_INDEX, names.STEP_BINARY):
+        assert name in render_items.RUN_SH
+    assert f'"$dir/$1"{runnerwire.CHUNK_SEP}*' in runnerwire.SH_LOOKUP
+
+
+# Items as the validator lets them through: no line breaks or NULs, at most 1 KiB; shell
+# metacharacters, leading dashes, blanks and non-ASCII text are all fair game.
+ITEM = st.text(
+    st.characters(exclude_categories=("Cs",), exclude_characters="\n\r\0"),
+    min_size=1, max_size=12,
+).filter(lambda s: render_items.item_problem(s) is None) | st.sampled_from(
+    ["-n", "$HOME", "a b", " lead", "trail ", "\\", "'q'", '"', "*", "{item}", "%s", "é"])
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(values=st.lists(ITEM, min_size=1, max_size=25),
+       budget=st.integers(min_value=1, max_value=120),
+       rerun=st.booleans(), sed=st.booleans(), data=st.data())
+def test_shell_and_python_agree_on_any_layout(values: list[str], budget: int, rerun: bool,
+                                              sed: bool, data: st.DataObject) -> None:
+    cms = render_items.items_configmaps(RUN, "s", values, budget)
+    expected = {i: Item(v, i, i) for i, v in enumerate(values)}
+    if rerun:
+        failed = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=1,
+                                     max_size=len(values), unique=True), label="failed")
+        cms += render_items.indexes_configmaps(
+            RUN, "s", 1, failed, data.draw(st.integers(1, 20), label="index budget"))
+        expected = {ci: Item(values[orig], orig, ci) for ci, orig in enumerate(failed)}
+    # One completion index past the end: both sides must refuse it.
+    found = _agree(cms, range(len(expected) + 1), sed)
+    assert found == {**expected, len(expected): None}

@@ -1,4 +1,4 @@
-"""Runner config parsing, item resolution and template expansion."""
+"""Runner config parsing (the runnerwire schema), item resolution and template expansion."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from nightshift.api import names
+from nightshift.api.runnerwire import ConfigError, Item, RunnerConfig
 from nightshift.runner import config
-from nightshift.runner.config import ConfigError, Item
 
 BASE = {
     "version": 1, "run": "r", "namespace": "ns", "stage": "s",
@@ -21,7 +22,7 @@ BASE = {
 
 
 def test_parse_defaults_and_modes() -> None:
-    cfg = config.parse(json.dumps(BASE))
+    cfg = RunnerConfig.loads(json.dumps(BASE))
     assert cfg.inputs[0].mode == "stage" and cfg.inputs[0].cache
     assert cfg.outputs[0].mode == "interleave" and cfg.outputs[0].failed_prefix == "failed/"
     assert cfg.storage("raw").endpoint == "http://x"
@@ -33,10 +34,30 @@ def test_parse_defaults_and_modes() -> None:
     ({"inputs": [{"storage": "nope", "path": "x"}]}, "storage 'nope'"),
     ({"outputs": [{"storage": "raw", "path": "x", "mode": "stream"}]}, "outputs[0].mode"),
     ({"storages": {"raw": {"kind": "s3"}}}, "bucket"),
+    ({"storages": {"raw": {"kind": "nfs"}}}, "storages.raw.kind"),
+    ({"inputs": [{"storage": "raw"}]}, "inputs[0].path"),
+    ({"outputs": ["out/"]}, "outputs[0] must be an object"),
+    ({"archive": {"prefix": "x"}}, "archive.storage"),
 ])
 def test_parse_errors_name_the_setting(patch: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
-        config.parse(json.dumps(BASE | patch))
+        RunnerConfig.loads(json.dumps(BASE | patch))
+
+
+def test_load_needs_the_env_var() -> None:
+    with pytest.raises(ConfigError, match=f"{names.ENV_RUNNER_CONFIG} is not set"):
+        config.load({})
+    with pytest.raises(ConfigError, match="is not JSON"):
+        config.load({names.ENV_RUNNER_CONFIG: "{"})
+    assert config.load({names.ENV_RUNNER_CONFIG: json.dumps(BASE)}).stage == "s"
+
+
+def test_json_round_trip_keeps_every_field() -> None:
+    cfg = RunnerConfig.loads(json.dumps(BASE | {"cacheMaxBytes": 123, "cleanWork": True}))
+    again = RunnerConfig.loads(cfg.dumps())
+    assert again == cfg and again.cache_max_bytes == 123 and again.clean_work
+    # The default stays out of the JSON, so rendered pod templates do not change.
+    assert "cacheMaxBytes" not in RunnerConfig.loads(json.dumps(BASE)).to_json()
 
 
 def test_item_from_env_wins() -> None:
@@ -60,7 +81,7 @@ def test_item_from_items_file(tmp_path: Path) -> None:
 
 
 def test_expand_is_plain_substitution() -> None:
-    cfg = config.parse(json.dumps(BASE))
+    cfg = RunnerConfig.loads(json.dumps(BASE))
     item = Item("x{0}y", 4, 4)
     assert config.expand("{run}/{stage}/{item}/{index}/{other}", cfg, item) == \
         "r/s/x{0}y/4/{other}"

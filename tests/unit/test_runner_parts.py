@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from nightshift.api import names
-from nightshift.pipelinerun.runnerparts import runner_parts, runner_problems
+from nightshift.api.runnerwire import RunnerConfig
+from nightshift.pipelinerun.runnerparts import runner_config, runner_parts, runner_problems
 from nightshift.pipelinerun.spec import Archive, Stage, StorageRef
-from nightshift.runner import config
 
 STORAGE = {
     "raw": StorageRef.model_validate({"name": "raw", "s3": {
@@ -48,7 +48,7 @@ def test_parts_shape() -> None:
         "name": "s3", "key": "AWS_ACCESS_KEY_ID"}
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     # The JSON the operator renders is what the runner parses.
-    cfg = config.parse(env["NIGHTSHIFT_RUNNER_CONFIG"]["value"])
+    cfg = RunnerConfig.loads(env[names.ENV_RUNNER_CONFIG]["value"])
     assert cfg.storage("raw").access_key_env == "NIGHTSHIFT_S3_0_ACCESS_KEY_ID"
     assert cfg.storage("nfs").path == "/nightshift/storage/nfs"
     assert [i.mode for i in cfg.inputs] == ["stage", "stream"]
@@ -72,7 +72,7 @@ def test_local_disk_uses_per_pod_host_dir() -> None:
                for m in parts.step_volume_mounts if m["name"] == "nightshift-work")
     assert "NIGHTSHIFT_POD_UID" in {e["name"] for e in parts.step_env}
     cfg = json.loads(next(e["value"] for e in parts.init_containers[0]["env"]
-                          if e["name"] == "NIGHTSHIFT_RUNNER_CONFIG"))
+                          if e["name"] == names.ENV_RUNNER_CONFIG))
     assert cfg["cleanWork"] is True
 
 
@@ -91,3 +91,28 @@ def test_problems_name_field_and_fix() -> None:
     ok = stage(inputs=[{"storage": "raw", "path": "in/{item}/"}],
                outputs=[{"storage": "nfs", "path": "out/{item}/", "mode": "interleave"}])
     assert runner_problems(ok, STORAGE) == []
+
+
+def test_rendered_config_json_is_the_wire_format() -> None:
+    """The exact JSON a runner reads: a change here changes every stage's pod template."""
+    st = stage(inputs=[{"storage": "raw", "path": "in/{item}/", "cache": False}],
+               outputs=[{"storage": "nfs", "path": "out/{item}/", "localPath": "x"}])
+    cfg, cred_env = runner_config(run="r", namespace="ns", stage=st, storage=STORAGE,
+                                  archive=Archive(storage="nfs"), local_disk=True)
+    assert json.loads(cfg.dumps()) == {
+        "version": 1, "run": "r", "namespace": "ns", "stage": "ifu", "cleanWork": True,
+        "storages": {
+            "raw": {"kind": "s3", "bucket": "b", "prefix": "p/", "endpoint": "http://gw:7070",
+                    "region": None, "accessKeyEnv": "NIGHTSHIFT_S3_0_ACCESS_KEY_ID",
+                    "secretKeyEnv": "NIGHTSHIFT_S3_0_SECRET_ACCESS_KEY"},
+            "nfs": {"kind": "dir", "path": "/nightshift/storage/nfs"}},
+        "inputs": [{"storage": "raw", "path": "in/{item}/", "mode": "stage", "cache": False,
+                    "localPath": "", "failedPrefix": "failed/"}],
+        "outputs": [{"storage": "nfs", "path": "out/{item}/", "mode": "batch", "cache": True,
+                     "localPath": "x", "failedPrefix": "failed/"}],
+        "archive": {"storage": "nfs", "prefix": "_nightshift"},
+    }
+    assert [e["name"] for e in cred_env] == ["NIGHTSHIFT_S3_0_ACCESS_KEY_ID",
+                                             "NIGHTSHIFT_S3_0_SECRET_ACCESS_KEY"]
+    # What the operator renders, the runner parses back to the same value.
+    assert RunnerConfig.loads(cfg.dumps()) == cfg

@@ -4,7 +4,7 @@ Items reach a container only through the mounted list and two env vars that run.
 exports; nothing here ever builds a shell line out of an item.
 
 Layout of the items volume (names.MOUNT_ITEMS), a projection of the stage's chunk
-ConfigMaps, each contributing its own keys:
+ConfigMaps, each contributing its own keys (the rules are api/runnerwire.py):
   items            items 0..k-1, one per line (the only file below ~900 KB)
   items.0050000    items from index 50000 on (zero-padded start index), and so on
   run.sh           the step wrapper (in the first chunk)
@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nightshift.api import names
+from nightshift.api import names, runnerwire
+from nightshift.api.runnerwire import chunk_key
 from nightshift.pipelinerun.spec import ForEach
 
 # ConfigMaps are capped at 1 MiB including metadata; leave room for both.
@@ -30,14 +31,15 @@ MAX_ITEM_BYTES = 1024
 # hostname: the whole must stay a 63-character DNS label up to index 999999.
 JOB_NAME_MAX = 63 - len("-999999")
 
-RUN_SH_KEY = "run.sh"
-INDEXES_KEY = "indexes"
-# TODO(lead): move to nightshift.api.names (not owned by this change).
-ANNOTATION_ITEM_COUNT = f"{names.GROUP}/item-count"
-ANNOTATION_ITEM_START = f"{names.GROUP}/item-start"
-ANNOTATION_ITEMS_TOTAL = f"{names.GROUP}/items-total"
-ENV_LAST_STEP = "NIGHTSHIFT_LAST_STEP"
-STEP_BINARY = f"{names.MOUNT_BIN}/step"
+# Aliases of api/names.py for callers that still spell them here (pipelinerun/
+# itemsource.py, tests); new code uses names.* directly.
+ANNOTATION_ITEM_COUNT = names.ANNOTATION_ITEM_COUNT
+ANNOTATION_ITEM_START = names.ANNOTATION_ITEM_START
+ANNOTATION_ITEMS_TOTAL = names.ANNOTATION_ITEMS_TOTAL
+ENV_LAST_STEP = names.ENV_LAST_STEP
+INDEXES_KEY = names.INDEXES_KEY
+RUN_SH_KEY = names.RUN_SH_KEY
+STEP_BINARY = names.STEP_BINARY
 
 
 @dataclass(frozen=True)
@@ -172,32 +174,29 @@ def chunk(lines: Sequence[str], budget: int = CHUNK_BYTES) -> list[tuple[int, li
     return chunks
 
 
-def chunk_key(base: str, start: int) -> str:
-    return base if start == 0 else f"{base}.{start:07d}"
-
-
-def items_configmaps(run: RunRef, stage: str, items: Sequence[str]) -> list[dict[str, Any]]:
+def items_configmaps(run: RunRef, stage: str, items: Sequence[str],
+                     budget: int = CHUNK_BYTES) -> list[dict[str, Any]]:
     """The ConfigMaps that freeze a stage's items; the first also carries run.sh."""
     out = []
-    for n, (start, lines) in enumerate(chunk(items)):
+    for n, (start, lines) in enumerate(chunk(items, budget)):
         data = {chunk_key(names.ITEMS_KEY, start): "".join(f"{x}\n" for x in lines)}
         if n == 0:
-            data[RUN_SH_KEY] = RUN_SH
+            data[names.RUN_SH_KEY] = RUN_SH
         out.append(_configmap(run, stage, items_configmap_name(run.name, stage, n), data,
                               start, len(lines), len(items)))
     return out
 
 
 def indexes_configmaps(
-    run: RunRef, stage: str, attempt: int, indexes: Sequence[int]
+    run: RunRef, stage: str, attempt: int, indexes: Sequence[int], budget: int = CHUNK_BYTES
 ) -> list[dict[str, Any]]:
     """A retry Job's map from completion index to original item index, one per line."""
     lines = [str(i) for i in indexes]
     return [
         _configmap(run, stage, indexes_configmap_name(run.name, stage, attempt, n),
-                   {chunk_key(INDEXES_KEY, start): "".join(f"{x}\n" for x in part)},
+                   {chunk_key(names.INDEXES_KEY, start): "".join(f"{x}\n" for x in part)},
                    start, len(part), len(lines))
-        for n, (start, part) in enumerate(chunk(lines))
+        for n, (start, part) in enumerate(chunk(lines, budget))
     ]
 
 
@@ -211,9 +210,9 @@ def _configmap(run: RunRef, stage: str, name: str, data: dict[str, str], start: 
             "namespace": run.namespace,
             "labels": run.labels(stage, "items"),
             "annotations": {
-                ANNOTATION_ITEM_COUNT: str(count),
-                ANNOTATION_ITEM_START: str(start),
-                ANNOTATION_ITEMS_TOTAL: str(total),
+                names.ANNOTATION_ITEM_COUNT: str(count),
+                names.ANNOTATION_ITEM_START: str(start),
+                names.ANNOTATION_ITEMS_TOTAL: str(total),
             },
             "ownerReferences": [run.owner_reference()],
         },
@@ -227,47 +226,15 @@ def _configmap(run: RunRef, stage: str, name: str, data: dict[str, str], start: 
 # (no `local` in POSIX), which is fine for this straight-line script.
 RUN_SH = f"""#!/bin/sh
 # Nightshift step wrapper: {names.ENV_ITEM} and {names.ENV_ITEM_INDEX} for this pod's
-# JOB_COMPLETION_INDEX, then exec the step. Items are data, never shell text.
+# {names.ENV_COMPLETION_INDEX}, then exec the step. Items are data, never shell text.
 set -eu
 step=$1
 shift
 if [ "${{1-}}" = "--" ]; then shift; fi
 dir=${{0%/*}}
-idx=${{JOB_COMPLETION_INDEX:?run.sh must run in a pod of an Indexed Job}}
-
-# nth BASE N: line N (0-based) of the list kept in BASE, BASE.<start>, ... chunks.
-nth() {{
-  file=$dir/$1
-  start=0
-  for f in "$dir/$1".*; do
-    [ -e "$f" ] || continue
-    s=${{f##*.}}
-    while [ "${{s#0}}" != "$s" ] && [ -n "${{s#0}}" ]; do s=${{s#0}}; done
-    [ "$s" -le "$2" ] || break
-    file=$f
-    start=$s
-  done
-  n=$(($2 - start + 1))
-  if command -v sed >/dev/null 2>&1; then
-    sed -n "${{n}}p;${{n}}q" "$file"
-  else
-    i=0
-    while IFS= read -r line || [ -n "$line" ]; do
-      i=$((i + 1))
-      if [ "$i" -eq "$n" ]; then printf '%s\\n' "$line"; return 0; fi
-    done < "$file"
-  fi
-}}
-
-if [ -e "$dir/{INDEXES_KEY}" ]; then orig=$(nth {INDEXES_KEY} "$idx"); else orig=$idx; fi
-item=
-if [ -n "$orig" ]; then item=$(nth {names.ITEMS_KEY} "$orig"); fi
-if [ -z "$item" ]; then
-  echo "nightshift: no item for completion index $idx in $dir" >&2
-  exit 2
-fi
+{runnerwire.SH_LOOKUP}\
 {names.ENV_ITEM}=$item
 {names.ENV_ITEM_INDEX}=$orig
 export {names.ENV_ITEM} {names.ENV_ITEM_INDEX}
-if [ -x {STEP_BINARY} ]; then exec {STEP_BINARY} "$step" "$@"; else exec "$@"; fi
+if [ -x {names.STEP_BINARY} ]; then exec {names.STEP_BINARY} "$step" "$@"; else exec "$@"; fi
 """

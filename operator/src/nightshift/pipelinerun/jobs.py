@@ -12,16 +12,11 @@ from typing import Any
 
 from nightshift.api import names
 from nightshift.pipelinerun import runnerparts as runner
-from nightshift.pipelinerun.items import (
-    ENV_LAST_STEP,
-    RUN_SH_KEY,
-    RunRef,
-    job_name,
-)
+from nightshift.pipelinerun.items import RunRef, job_name
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
-ANNOTATION_RERUN = f"{names.GROUP}/rerun-failed"  # TODO(lead): move to api.names
-VOLUME_ITEMS = "nightshift-items"
+# Alias of api/names.py for callers that still spell it here (plan.py, tests).
+ANNOTATION_RERUN = names.ANNOTATION_RERUN
 DISRUPTION_TARGET = "DisruptionTarget"
 # Job API limit on completions-with-backoffLimitPerIndex before stricter rules apply.
 HIGH_COMPLETIONS = 100_000
@@ -95,7 +90,7 @@ def render_job(
     if attempt:
         # Which rerunFailed value this retry answers, so a lost status write can never
         # turn one request into two retries.
-        metadata["annotations"] = {ANNOTATION_RERUN: str(rerun)}
+        metadata["annotations"] = {names.ANNOTATION_RERUN: str(rerun)}
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 
@@ -109,16 +104,16 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         storage={s.name: s for s in spec.storage},
         archive=spec.archive,
         runner_image=runner_image,
-        items_volume=VOLUME_ITEMS,
+        items_volume=runner.VOLUME_ITEMS,
     ) or runner.RunnerParts()
     last = stage.steps[-1].name
     base_env = [
         {"name": names.ENV_RUN, "value": run.name},
         {"name": names.ENV_STAGE, "value": stage.name},
         {"name": names.ENV_NAMESPACE, "value": run.namespace},
-        {"name": names.ENV_ITEMS_FILE, "value": f"{names.MOUNT_ITEMS}/{names.ITEMS_KEY}"},
+        {"name": names.ENV_ITEMS_FILE, "value": names.ITEMS_FILE},
         {"name": names.ENV_ATTEMPT, "value": str(attempt)},
-        {"name": ENV_LAST_STEP, "value": last},
+        {"name": names.ENV_LAST_STEP, "value": last},
     ]
     # With a runner, its parts own the work volume (emptyDir, or per-pod local disk);
     # without one, a plain emptyDir gives the steps their scratch.
@@ -126,7 +121,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
     own_work_mount = [] if any(m["name"] == runner.VOLUME_WORK for m in parts.step_volume_mounts) \
         else [{"name": runner.VOLUME_WORK, "mountPath": names.MOUNT_WORK}]
     mounts = [
-        {"name": VOLUME_ITEMS, "mountPath": names.MOUNT_ITEMS, "readOnly": True},
+        {"name": runner.VOLUME_ITEMS, "mountPath": names.MOUNT_ITEMS, "readOnly": True},
         *own_work_mount,
         *parts.step_volume_mounts,
     ]
@@ -136,7 +131,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
             "name": step.name,
             "image": stage.image,
             # The wrapper finds the item; the step's own argv is passed through as-is.
-            "command": ["/bin/sh", f"{names.MOUNT_ITEMS}/{RUN_SH_KEY}", step.name, "--",
+            "command": ["/bin/sh", f"{names.MOUNT_ITEMS}/{names.RUN_SH_KEY}", step.name, "--",
                         *step.command, *step.args],
             "env": merge_env(base_env, parts.step_env, stage.env, step.env),
             # Copies: containers sharing dicts would alias in YAML and under mutation.
@@ -153,7 +148,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         "initContainers": [*parts.init_containers, *containers[:-1]],
         "containers": containers[-1:],
         "volumes": [
-            {"name": VOLUME_ITEMS,
+            {"name": runner.VOLUME_ITEMS,
              "projected": {"sources": [{"configMap": {"name": n}} for n in configmaps]}},
             *([] if runner_work else [{"name": runner.VOLUME_WORK, "emptyDir": {}}]),
             *parts.volumes,

@@ -14,12 +14,21 @@ Pod shape (one pod per item; see docs/data-placement.md for why):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from nightshift.api import names
+from nightshift.api.runnerwire import (
+    INPUT_MODES,
+    KIND_DIR,
+    KIND_S3,
+    OUTPUT_MODES,
+    ArchiveConfig,
+    DataConfig,
+    RunnerConfig,
+    StorageConfig,
+)
 from nightshift.pipelinerun.spec import Archive, DataRef, Stage, StorageRef
 
 STAGE_IN_CONTAINER = "nightshift-stage-in"
@@ -28,23 +37,16 @@ VOLUME_WORK = "nightshift-work"
 VOLUME_BIN = "nightshift-bin"
 VOLUME_CACHE = "nightshift-cache"
 VOLUME_STORAGE_PREFIX = "nightshift-storage-"
-DEFAULT_ITEMS_VOLUME = "nightshift-items"
+VOLUME_ITEMS = "nightshift-items"
 # Node-level paths. The cache outlives pods on purpose (shared by a node's pods); the
 # local-disk scratch is where Karpenter's instanceStorePolicy RAID0 mounts the array on
 # the EKS AMIs.
 CACHE_HOST_PATH = "/var/cache/nightshift"
 LOCAL_DISK_HOST_PATH = "/mnt/k8s-disks/0/nightshift/work"
-MOUNT_STORAGE = f"{names.MOUNT_ROOT}/storage"
-ENV_RUNNER_CONFIG = "NIGHTSHIFT_RUNNER_CONFIG"
-ENV_POD_NAME = "NIGHTSHIFT_POD_NAME"
-ENV_POD_UID = "NIGHTSHIFT_POD_UID"
-ENV_NODE_NAME = "NODE_NAME"
+# Keys the stage's credentialsSecret must hold.
 SECRET_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
 SECRET_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
-CONFIG_VERSION = 1
 RUNNER_COMMAND = "nightshift-runner"
-INPUT_MODES = ("stage", "stream")
-OUTPUT_MODES = ("batch", "interleave")
 
 
 @dataclass(frozen=True)
@@ -75,40 +77,40 @@ def _used(stage: Stage, archive: Archive | None) -> list[str]:
     return list(dict.fromkeys(used))
 
 
-def _data_json(d: DataRef, default_mode: str) -> dict[str, Any]:
-    return {"storage": d.storage, "path": d.path, "mode": d.mode or default_mode,
-            "cache": d.cache, "localPath": d.local_path, "failedPrefix": d.failed_prefix}
+def _data(d: DataRef, default_mode: str) -> DataConfig:
+    return DataConfig(storage=d.storage, path=d.path, mode=d.mode or default_mode,
+                      cache=d.cache, local_path=d.local_path, failed_prefix=d.failed_prefix)
 
 
 def runner_config(*, run: str, namespace: str, stage: Stage,
                   storage: Mapping[str, StorageRef], archive: Archive | None,
-                  local_disk: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """NIGHTSHIFT_RUNNER_CONFIG and the credential env vars it names."""
-    storages: dict[str, Any] = {}
+                  local_disk: bool = False) -> tuple[RunnerConfig, list[dict[str, Any]]]:
+    """The runner's config (names.ENV_RUNNER_CONFIG) and the credential env vars it names."""
+    storages: dict[str, StorageConfig] = {}
     cred_env: list[dict[str, Any]] = []
     for i, name in enumerate(_used(stage, archive)):
         ref = storage[name]
         if ref.s3 is not None:
-            entry: dict[str, Any] = {"kind": "s3", "bucket": ref.s3.bucket,
-                                     "prefix": ref.s3.prefix, "endpoint": ref.s3.endpoint,
-                                     "region": ref.s3.region}
+            ak = sk = None
             if ref.s3.credentials_secret:
                 ak, sk = _cred_env(i)
-                entry |= {"accessKeyEnv": ak, "secretKeyEnv": sk}
                 for env_name, key in ((ak, SECRET_ACCESS_KEY_ID), (sk, SECRET_SECRET_ACCESS_KEY)):
                     cred_env.append({"name": env_name, "valueFrom": {"secretKeyRef": {
                         "name": ref.s3.credentials_secret, "key": key}}})
-            storages[name] = entry
+            storages[name] = StorageConfig(
+                name=name, kind=KIND_S3, bucket=ref.s3.bucket, prefix=ref.s3.prefix,
+                endpoint=ref.s3.endpoint, region=ref.s3.region, access_key_env=ak,
+                secret_key_env=sk)
         else:
-            storages[name] = {"kind": "dir", "path": f"{MOUNT_STORAGE}/{name}"}
-    cfg = {
-        "version": CONFIG_VERSION, "run": run, "namespace": namespace, "stage": stage.name,
-        "storages": storages,
-        "inputs": [_data_json(d, "stage") for d in stage.inputs],
-        "outputs": [_data_json(d, "batch") for d in stage.outputs],
-        "archive": {"storage": archive.storage, "prefix": archive.prefix} if archive else None,
-        "cleanWork": local_disk,
-    }
+            storages[name] = StorageConfig(name=name, kind=KIND_DIR,
+                                           path=f"{names.MOUNT_STORAGE}/{name}")
+    cfg = RunnerConfig(
+        run=run, namespace=namespace, stage=stage.name, storages=storages,
+        inputs=[_data(d, INPUT_MODES[0]) for d in stage.inputs],
+        outputs=[_data(d, OUTPUT_MODES[0]) for d in stage.outputs],
+        archive=ArchiveConfig(archive.storage, archive.prefix) if archive else None,
+        clean_work=local_disk,
+    )
     return cfg, cred_env
 
 
@@ -156,10 +158,10 @@ def _env(run: str, namespace: str, stage: Stage) -> list[dict[str, Any]]:
         {"name": names.ENV_RUN, "value": run},
         {"name": names.ENV_STAGE, "value": stage.name},
         {"name": names.ENV_NAMESPACE, "value": namespace},
-        {"name": names.ENV_ITEMS_FILE, "value": f"{names.MOUNT_ITEMS}/{names.ITEMS_KEY}"},
-        {"name": ENV_NODE_NAME, "valueFrom": field_ref("spec.nodeName")},
-        {"name": ENV_POD_NAME, "valueFrom": field_ref("metadata.name")},
-        {"name": ENV_POD_UID, "valueFrom": field_ref("metadata.uid")},
+        {"name": names.ENV_ITEMS_FILE, "value": names.ITEMS_FILE},
+        {"name": names.ENV_NODE_NAME, "valueFrom": field_ref("spec.nodeName")},
+        {"name": names.ENV_POD_NAME, "valueFrom": field_ref("metadata.name")},
+        {"name": names.ENV_POD_UID, "valueFrom": field_ref("metadata.uid")},
     ]
 
 
@@ -172,7 +174,7 @@ def runner_parts(
     archive: Archive | None,
     runner_image: str,
     local_disk: bool = False,
-    items_volume: str = DEFAULT_ITEMS_VOLUME,
+    items_volume: str = VOLUME_ITEMS,
 ) -> RunnerParts | None:
     """None when the stage needs no runner: no inputs, no outputs, no archive.
 
@@ -187,7 +189,7 @@ def runner_parts(
     # hostPath scratch is shared by the node's pods: each pod works in its own subdir.
     work_mount: dict[str, Any] = {"name": VOLUME_WORK, "mountPath": names.MOUNT_WORK}
     if local_disk:
-        work_mount["subPathExpr"] = f"$({ENV_POD_UID})"
+        work_mount["subPathExpr"] = f"$({names.ENV_POD_UID})"
         work_volume: dict[str, Any] = {"name": VOLUME_WORK, "hostPath": {
             "path": LOCAL_DISK_HOST_PATH, "type": "DirectoryOrCreate"}}
     else:
@@ -215,7 +217,7 @@ def runner_parts(
         assert pvc is not None
         vol = _storage_volume(name)
         volumes.append({"name": vol, "persistentVolumeClaim": {"claimName": pvc.claim_name}})
-        mount: dict[str, Any] = {"name": vol, "mountPath": f"{MOUNT_STORAGE}/{name}"}
+        mount: dict[str, Any] = {"name": vol, "mountPath": f"{names.MOUNT_STORAGE}/{name}"}
         if pvc.sub_path:
             mount["subPath"] = pvc.sub_path
         if name in pvc_reads:
@@ -225,7 +227,7 @@ def runner_parts(
         if name in pvc_writes:
             commit_mounts.append(dict(mount))
     env = [*_env(run, namespace, stage),
-           {"name": ENV_RUNNER_CONFIG, "value": json.dumps(cfg, sort_keys=True)}, *cred_env]
+           {"name": names.ENV_RUNNER_CONFIG, "value": cfg.dumps()}, *cred_env]
     base: dict[str, Any] = {"image": runner_image, "env": env}
     if stage.image_pull_policy:
         base["imagePullPolicy"] = stage.image_pull_policy
@@ -242,11 +244,11 @@ def runner_parts(
     }
     step_env: list[dict[str, Any]] = [
         {"name": names.ENV_SCRATCH, "value": names.MOUNT_WORK},
-        {"name": names.ENV_INPUTS, "value": f"{names.MOUNT_WORK}/inputs"},
-        {"name": names.ENV_OUTPUTS, "value": f"{names.MOUNT_WORK}/outputs"},
+        {"name": names.ENV_INPUTS, "value": names.MOUNT_INPUTS},
+        {"name": names.ENV_OUTPUTS, "value": names.MOUNT_OUTPUTS},
     ]
     if local_disk:
-        step_env.append({"name": ENV_POD_UID, "valueFrom": {
+        step_env.append({"name": names.ENV_POD_UID, "valueFrom": {
             "fieldRef": {"fieldPath": "metadata.uid"}}})
     return RunnerParts(
         init_containers=[stage_in, commit],

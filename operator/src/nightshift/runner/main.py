@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from nightshift.api import names
 from nightshift.runner import config, record, s3io, stepsh
 from nightshift.runner.commit import utcnow
 from nightshift.runner.config import ConfigError, Paths, RunnerConfig
@@ -83,7 +84,7 @@ def cmd_stage_in(env: dict[str, str]) -> int:
         error = f"{type(e).__name__}: {e}"
     log.error("stage-in failed (exit %d): %s", rc, error)
     if key and cfg.archive:
-        rec = record.build(cfg, item, attempt, previous=prev, pod=env.get("NIGHTSHIFT_POD_NAME"),
+        rec = record.build(cfg, item, attempt, previous=prev, pod=env.get(names.ENV_POD_NAME),
                            **record.node_info(env), start=start, end=utcnow(),
                            phase="stage-in-failed", exitCode=rc, error=error)
         try:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import ssl
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from nightshift.runner.config import ENV_NODE_NAME, Item, RunnerConfig
+from nightshift.api import names
+from nightshift.runner.config import Item, RunnerConfig
 from nightshift.runner.s3io import S3Store
 from nightshift.runner.store import DirStore
 
@@ -58,13 +58,11 @@ def _imds(endpoint: str) -> dict[str, str | None]:
 
 
 def _node_labels(node: str) -> dict[str, str | None]:
-    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
-    token = (SA_DIR / "token").read_text().strip()
-    ctx = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-    req = urllib.request.Request(f"https://{host}:{port}/api/v1/nodes/{node}",
-                                 headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
-        labels = json.load(r)["metadata"].get("labels", {})
+    # Imported here: only this fallback needs the Kubernetes client (kube.py is the one
+    # module that talks to the API); stage-in on EC2 never loads it.
+    from nightshift.kube import node_labels
+
+    labels = node_labels(node, timeout=2)
     return {"instanceType": labels.get(LABEL_INSTANCE_TYPE),
             "capacityType": labels.get(LABEL_CAPACITY_TYPE),
             "zone": labels.get("topology.kubernetes.io/zone"), "source": "node-labels"}
@@ -73,7 +71,7 @@ def _node_labels(node: str) -> dict[str, str | None]:
 def node_info(env: dict[str, str] | None = None) -> dict[str, str | None]:
     """Instance and capacity type: IMDS on EC2, else the Node's labels, else nulls."""
     env = dict(os.environ) if env is None else env
-    info: dict[str, str | None] = {"node": env.get(ENV_NODE_NAME), "instanceType": None,
+    info: dict[str, str | None] = {"node": env.get(names.ENV_NODE_NAME), "instanceType": None,
                                    "capacityType": None, "zone": None, "source": None}
     imds = env.get(ENV_IMDS, IMDS)
     if imds:
@@ -100,7 +98,7 @@ def previous(store: S3Store | DirStore, key: str) -> dict[str, Any] | None:
 
 
 def next_attempt(prev: dict[str, Any] | None, env: dict[str, str]) -> int:
-    explicit = env.get("NIGHTSHIFT_ATTEMPT", "")
+    explicit = env.get(names.ENV_ATTEMPT, "")
     if explicit.isdigit():
         return int(explicit)
     return int(prev.get("attempt", 0)) + 1 if prev else 1

@@ -21,6 +21,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from nightshift.api import names
+
 EX_TEMPFAIL = 75
 FIFO = "commit.fifo"
 REQUEST = "request"
@@ -48,7 +50,7 @@ while :; do
   break
 done
 printf '%s\n' "$rc" > "$state/steps/$step.rc"
-if [ "$rc" -ne 0 ] || [ "$step" = "${NIGHTSHIFT_LAST_STEP:-}" ]; then
+if [ "$rc" -ne 0 ] || [ "$step" = "${@LAST_STEP@:-}" ]; then
   printf '%s %s\n' "$step" "$rc" > "$state/request"
   result=
   read -r result < "$state/commit.fifo" || :
@@ -64,7 +66,9 @@ exit "$rc"
 def script(state_dir: Path) -> str:
     if "'" in str(state_dir):
         raise ValueError(f"state dir {state_dir} must not contain a single quote")
-    return TEMPLATE.replace("@STATE@", str(state_dir)).replace("@TEMPFAIL@", str(EX_TEMPFAIL))
+    return (TEMPLATE.replace("@STATE@", str(state_dir))
+            .replace("@TEMPFAIL@", str(EX_TEMPFAIL))
+            .replace("@LAST_STEP@", names.ENV_LAST_STEP))
 
 
 def install(bin_dir: Path, state_dir: Path) -> Path:
@@ -77,7 +81,7 @@ def install(bin_dir: Path, state_dir: Path) -> Path:
     for p in (state_dir, state_dir / "steps", fifo):
         os.chmod(p, 0o777 if p.is_dir() else 0o666)
     bin_dir.mkdir(parents=True, exist_ok=True)
-    path = bin_dir / "step"
+    path = bin_dir / Path(names.STEP_BINARY).name  # run.sh looks for it there
     tmp = bin_dir / ".step.tmp"
     tmp.write_text(script(state_dir))
     os.chmod(tmp, 0o755)

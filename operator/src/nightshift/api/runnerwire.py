@@ -1,0 +1,370 @@
+"""The operator↔runner wire: the config JSON's schema and the item-lookup rules.
+
+Both sides import this module: the operator renders with it (pipelinerun/runnerparts.py,
+pipelinerun/items.py), the runner image parses with it (nightshift.runner). The runner
+image installs the package without dependencies, so this module is stdlib only.
+
+The strings of the wire live in api/names.py, one definition each:
+  env      ENV_RUNNER_CONFIG (the JSON below), ENV_POD_NAME, ENV_POD_UID, ENV_NODE_NAME,
+           ENV_COMPLETION_INDEX (set by the Job controller), ENV_LAST_STEP, ENV_ITEM,
+           ENV_ITEM_INDEX, ENV_ITEMS_FILE, ENV_ATTEMPT
+  mounts   MOUNT_ROOT and the paths below it (MOUNT_ITEMS, MOUNT_WORK, MOUNT_BIN, ...)
+  items    ITEMS_KEY, INDEXES_KEY, RUN_SH_KEY (keys of the items volume) and the
+           ANNOTATION_ITEM_* annotations on each chunk ConfigMap
+
+Item lookup. A stage's list is frozen in ConfigMap chunks whose keys are `items` (from
+index 0) and `items.<start>` (from index <start>, zero-padded to CHUNK_DIGITS so that a
+shell glob lists them in numeric order). A retry Job also mounts `indexes[.<start>]`:
+line c is the original index of completion index c, which keeps each item's task record
+and output keys stable across reruns. The pod's item is line `orig` of the items list,
+where orig is line c of the indexes list when there is one, else c itself. `lookup` is
+that rule in Python; SH_LOOKUP is the same rule in POSIX sh for run.sh, built from the
+same constants, and tests/unit/test_item_lookup.py runs both on the same ConfigMaps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from nightshift.api import names
+
+# Bump when a change would make an older runner misread the JSON; the runner refuses
+# any other version rather than guess.
+CONFIG_VERSION = 1
+KIND_S3 = "s3"
+KIND_DIR = "dir"  # a PVC mounted at MOUNT_STORAGE/<storage name>
+INPUT_MODES = ("stage", "stream")
+OUTPUT_MODES = ("batch", "interleave")
+DEFAULT_CACHE_BYTES = 50 * 2**30
+DEFAULT_FAILED_PREFIX = "failed/"
+DEFAULT_ARCHIVE_PREFIX = "_nightshift"
+
+CHUNK_SEP = "."
+CHUNK_DIGITS = 7  # room for any start index below 10**7 (MAX_ITEMS is far less)
+
+_WHERE = names.ENV_RUNNER_CONFIG
+
+
+class ConfigError(ValueError):
+    """The runner cannot start: the message says which setting and how to fix it."""
+
+
+def _obj(raw: Any, where: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{_WHERE}: {where} must be an object, got {type(raw).__name__}")
+    return raw
+
+
+def _str(raw: dict[str, Any], key: str, where: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{_WHERE}: {where}.{key} must be a non-empty string")
+    return value
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    name: str
+    kind: str  # KIND_S3 | KIND_DIR
+    bucket: str = ""
+    prefix: str = ""
+    endpoint: str | None = None
+    region: str | None = None
+    # Names of env vars holding the keys (secretKeyRef); None: the default AWS chain
+    # (IRSA / Pod Identity on EKS).
+    access_key_env: str | None = None
+    secret_key_env: str | None = None
+    path: str = ""  # KIND_DIR: where the volume is mounted
+
+    def to_json(self) -> dict[str, Any]:
+        if self.kind == KIND_DIR:
+            return {"kind": KIND_DIR, "path": self.path}
+        out: dict[str, Any] = {"kind": self.kind, "bucket": self.bucket, "prefix": self.prefix,
+                               "endpoint": self.endpoint, "region": self.region}
+        if self.access_key_env or self.secret_key_env:
+            out |= {"accessKeyEnv": self.access_key_env, "secretKeyEnv": self.secret_key_env}
+        return out
+
+    @classmethod
+    def from_json(cls, name: str, raw: Any) -> StorageConfig:
+        where = f"storages.{name}"
+        raw = _obj(raw, where)
+        kind = raw.get("kind")
+        if kind not in (KIND_S3, KIND_DIR):
+            raise ConfigError(f"{_WHERE}: {where}.kind must be {KIND_S3} or {KIND_DIR}, "
+                              f"got {kind!r}")
+        if kind == KIND_S3 and not raw.get("bucket"):
+            raise ConfigError(f"{_WHERE}: {where}.bucket is empty")
+        return cls(name=name, kind=kind, bucket=raw.get("bucket", ""),
+                   prefix=raw.get("prefix", ""), endpoint=raw.get("endpoint"),
+                   region=raw.get("region"), access_key_env=raw.get("accessKeyEnv"),
+                   secret_key_env=raw.get("secretKeyEnv"), path=raw.get("path", ""))
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    storage: str
+    path: str
+    mode: str
+    cache: bool = True
+    local_path: str = ""
+    failed_prefix: str = DEFAULT_FAILED_PREFIX
+
+    def to_json(self) -> dict[str, Any]:
+        return {"storage": self.storage, "path": self.path, "mode": self.mode,
+                "cache": self.cache, "localPath": self.local_path,
+                "failedPrefix": self.failed_prefix}
+
+    @classmethod
+    def from_json(cls, raw: Any, default_mode: str, where: str) -> DataConfig:
+        raw = _obj(raw, where)
+        return cls(storage=_str(raw, "storage", where), path=_str(raw, "path", where),
+                   mode=raw.get("mode") or default_mode, cache=bool(raw.get("cache", True)),
+                   local_path=raw.get("localPath", ""),
+                   failed_prefix=raw.get("failedPrefix", DEFAULT_FAILED_PREFIX))
+
+
+@dataclass(frozen=True)
+class ArchiveConfig:
+    storage: str
+    prefix: str = DEFAULT_ARCHIVE_PREFIX
+
+    def to_json(self) -> dict[str, Any]:
+        return {"storage": self.storage, "prefix": self.prefix}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ArchiveConfig:
+        raw = _obj(raw, "archive")
+        return cls(_str(raw, "storage", "archive"), raw.get("prefix", DEFAULT_ARCHIVE_PREFIX))
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """What the operator knows at render time: storages and input/output *templates*.
+
+    The item is resolved in the pod (lookup), so one pod template serves every index.
+    """
+
+    run: str
+    namespace: str
+    stage: str
+    storages: dict[str, StorageConfig]
+    inputs: list[DataConfig] = field(default_factory=list)
+    outputs: list[DataConfig] = field(default_factory=list)
+    archive: ArchiveConfig | None = None
+    cache_max_bytes: int = DEFAULT_CACHE_BYTES
+    # hostPath scratch outlives the pod; the sidecar removes it when done.
+    clean_work: bool = False
+
+    def storage(self, name: str) -> StorageConfig:
+        try:
+            return self.storages[name]
+        except KeyError:
+            raise ConfigError(f"{_WHERE}: storage {name!r} is not defined; "
+                              f"known: {sorted(self.storages)}") from None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "version": CONFIG_VERSION, "run": self.run, "namespace": self.namespace,
+            "stage": self.stage,
+            "storages": {n: s.to_json() for n, s in self.storages.items()},
+            "inputs": [d.to_json() for d in self.inputs],
+            "outputs": [d.to_json() for d in self.outputs],
+            "archive": self.archive.to_json() if self.archive else None,
+            "cleanWork": self.clean_work,
+        }
+        # The operator never sets it; leaving the default out keeps every rendered pod
+        # template byte-identical to those of earlier releases.
+        if self.cache_max_bytes != DEFAULT_CACHE_BYTES:
+            out["cacheMaxBytes"] = self.cache_max_bytes
+        return out
+
+    def dumps(self) -> str:
+        """The value of ENV_RUNNER_CONFIG (sorted keys: stable pod templates)."""
+        return json.dumps(self.to_json(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: Any) -> RunnerConfig:
+        if not isinstance(raw, dict) or raw.get("version") != CONFIG_VERSION:
+            raise ConfigError(
+                f"{_WHERE}: version must be {CONFIG_VERSION}; the runner image and the "
+                "operator disagree, use the runner image released with the operator")
+        storages = {n: StorageConfig.from_json(n, s)
+                    for n, s in _obj(raw.get("storages") or {}, "storages").items()}
+        archive = raw.get("archive")
+        cfg = cls(
+            run=raw.get("run", ""), namespace=raw.get("namespace", ""),
+            stage=raw.get("stage", ""), storages=storages,
+            inputs=[DataConfig.from_json(d, INPUT_MODES[0], f"inputs[{i}]")
+                    for i, d in enumerate(raw.get("inputs") or [])],
+            outputs=[DataConfig.from_json(d, OUTPUT_MODES[0], f"outputs[{i}]")
+                     for i, d in enumerate(raw.get("outputs") or [])],
+            archive=ArchiveConfig.from_json(archive) if archive else None,
+            cache_max_bytes=int(raw.get("cacheMaxBytes", DEFAULT_CACHE_BYTES)),
+            clean_work=bool(raw.get("cleanWork", False)),
+        )
+        for where, refs, allowed in (("inputs", cfg.inputs, INPUT_MODES),
+                                     ("outputs", cfg.outputs, OUTPUT_MODES)):
+            for i, ref in enumerate(refs):
+                cfg.storage(ref.storage)
+                if ref.mode not in allowed:
+                    raise ConfigError(f"{_WHERE}: {where}[{i}].mode {ref.mode!r} not in {allowed}")
+        if cfg.archive:
+            cfg.storage(cfg.archive.storage)
+        return cfg
+
+    @classmethod
+    def loads(cls, text: str) -> RunnerConfig:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{_WHERE} is not JSON: {e}") from None
+        return cls.from_json(raw)
+
+
+# -- item lookup -----------------------------------------------------------------------
+
+def chunk_key(base: str, start: int) -> str:
+    """The volume key of the chunk of list `base` that starts at index `start`."""
+    return base if start == 0 else f"{base}{CHUNK_SEP}{start:0{CHUNK_DIGITS}d}"
+
+
+def chunk_start(key: str, base: str) -> int | None:
+    """The start index of chunk `key` of list `base`, or None when it is not one."""
+    if key == base:
+        return 0
+    suffix = key[len(base) + len(CHUNK_SEP):]
+    if key.startswith(base + CHUNK_SEP) and suffix.isdigit():
+        return int(suffix)
+    return None
+
+
+class ItemsVolume(Protocol):
+    """The mounted items volume, or anything that holds the same keys."""
+
+    def listing(self) -> Iterable[str]: ...
+
+    def lines(self, key: str) -> Iterator[str]:
+        """The lines of `key` without their newline; only '\\n' ends a line (as in sed)."""
+        ...
+
+
+@dataclass(frozen=True)
+class DirVolume:
+    """The volume as the pod sees it: one file per key."""
+
+    folder: Path
+
+    def listing(self) -> Iterable[str]:
+        return os.listdir(self.folder) if self.folder.is_dir() else []
+
+    def lines(self, key: str) -> Iterator[str]:
+        with (self.folder / key).open(encoding="utf-8", newline="\n") as fh:
+            for raw in fh:
+                yield raw.removesuffix("\n")
+
+    def __str__(self) -> str:
+        return str(self.folder)
+
+
+@dataclass(frozen=True)
+class DataVolume:
+    """The merged `data` of the ConfigMaps a pod would mount (tests, tools)."""
+
+    data: Mapping[str, str]
+
+    def listing(self) -> Iterable[str]:
+        return self.data.keys()
+
+    def lines(self, key: str) -> Iterator[str]:
+        text = self.data[key]
+        yield from (text[:-1] if text.endswith("\n") else text).split("\n") if text else ()
+
+    def __str__(self) -> str:
+        return "the items ConfigMaps"
+
+
+def nth_line(volume: ItemsVolume, base: str, n: int) -> str | None:
+    """Line n (0-based) of list `base`, found in the chunk that holds it."""
+    key, start = None, -1
+    for k in volume.listing():
+        s = chunk_start(k, base)
+        if s is not None and start < s <= n:
+            key, start = k, s
+    if key is None:
+        return None
+    for i, line in enumerate(volume.lines(key)):
+        if i == n - start:
+            return line
+    return None
+
+
+@dataclass(frozen=True)
+class Item:
+    value: str
+    index: int  # the item's index in the stage's full list (stable across reruns)
+    completion_index: int
+
+
+def lookup(volume: ItemsVolume, completion_index: int, base: str = names.ITEMS_KEY) -> Item:
+    """The item of completion index `completion_index`, exactly as SH_LOOKUP finds it."""
+    ci = completion_index
+    orig = ci
+    if any(k == names.INDEXES_KEY for k in volume.listing()):
+        text = nth_line(volume, names.INDEXES_KEY, ci)
+        if text is None or not text.isdigit():
+            raise ConfigError(f"{volume}: {names.INDEXES_KEY} has no index for completion "
+                              f"index {ci}; the retry Job's indexes ConfigMaps are incomplete")
+        orig = int(text)
+    value = nth_line(volume, base, orig)
+    # run.sh cannot tell an empty line from a missing one; items are never empty.
+    if not value:
+        raise ConfigError(f"{volume}: {base} has no line {orig} (completion index {ci}); "
+                          "the Job has more completions than the stage has items")
+    return Item(value, orig, ci)
+
+
+# POSIX sh, builtins only but sed (with a `read` loop when sed is missing). Needs $dir
+# (the items volume) and sets $idx, $orig and $item, or exits 2. The glob lists chunks
+# in numeric order only because chunk_key pads starts to a fixed width.
+SH_LOOKUP = f"""\
+idx=${{{names.ENV_COMPLETION_INDEX}:?run.sh must run in a pod of an Indexed Job}}
+
+# nth BASE N: line N (0-based) of the list kept in BASE, BASE.<start>, ... chunks.
+nth() {{
+  file=$dir/$1
+  start=0
+  for f in "$dir/$1"{CHUNK_SEP}*; do
+    [ -e "$f" ] || continue
+    s=${{f##*{CHUNK_SEP}}}
+    while [ "${{s#0}}" != "$s" ] && [ -n "${{s#0}}" ]; do s=${{s#0}}; done
+    [ "$s" -le "$2" ] || break
+    file=$f
+    start=$s
+  done
+  n=$(($2 - start + 1))
+  if command -v sed >/dev/null 2>&1; then
+    sed -n "${{n}}p;${{n}}q" "$file"
+  else
+    i=0
+    while IFS= read -r line || [ -n "$line" ]; do
+      i=$((i + 1))
+      if [ "$i" -eq "$n" ]; then printf '%s\\n' "$line"; return 0; fi
+    done < "$file"
+  fi
+}}
+
+if [ -e "$dir/{names.INDEXES_KEY}" ]; then orig=$(nth {names.INDEXES_KEY} "$idx"); \
+else orig=$idx; fi
+item=
+if [ -n "$orig" ]; then item=$(nth {names.ITEMS_KEY} "$orig"); fi
+if [ -z "$item" ]; then
+  echo "nightshift: no item for completion index $idx in $dir" >&2
+  exit 2
+fi
+"""
