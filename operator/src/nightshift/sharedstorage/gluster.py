@@ -134,7 +134,7 @@ def _service(st: Storage) -> dict[str, Any]:
 
 def _statefulset(st: Storage) -> dict[str, Any]:
     g = _gluster(st)
-    start = f"mkdir -p {' '.join(brick_dirs(st))} && exec glusterd -N --log-file=-"
+    start = f"mkdir -p {' '.join(brick_dirs(st))} && exec glusterd -N --log-file=/dev/stderr"
     affinity = pool_affinity([g.pool], st.spec.virtual_cluster, st.namespace)
     # One glusterd per node, across every storage: they all want the node's port 24007.
     affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{

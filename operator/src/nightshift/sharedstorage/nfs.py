@@ -157,7 +157,10 @@ def _deployment(st: Storage, nfs: Nfs, conf: str,
     container = {
         "name": "ganesha",
         "image": IMAGE,
-        "command": ["nightshift-ganesha", f"{CONF_DIR}/{CONF_KEY}"],
+        # Foreground (-F) as the container's main process, logging to the pod's log.
+        "command": ["/bin/sh", "-c", "mkdir -p /var/run/ganesha /var/lib/nfs/ganesha && "
+                    f"exec ganesha.nfsd -F -L /dev/stderr -f {CONF_DIR}/{CONF_KEY} "
+                    "-p /var/run/ganesha/ganesha.pid"],
         "ports": [{"name": "nfs", "containerPort": PORT, "protocol": "TCP"}],
         # The VFS backend serves files by handle (open_by_handle_at), which needs
         # CAP_DAC_READ_SEARCH; nothing else beyond the runtime's defaults.

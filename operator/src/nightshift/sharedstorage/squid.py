@@ -108,7 +108,7 @@ def squid_conf(st: Storage, allowed_cidrs: Sequence[str]) -> str:
         "# overwritten. A forward proxy for CVMFS clients, frontier-squid style.",
         f"http_port {PORT}",
         f"visible_hostname {st.object_name('squid')}.{st.namespace}",
-        "pid_filename /run/squid/squid.pid",
+        f"pid_filename {CACHE_DIR}/squid.pid",
         f"coredump_dir {CACHE_DIR}",
         "max_filedescriptors 65536",
         "shutdown_lifetime 10 seconds",
@@ -207,10 +207,14 @@ def _configmap(st: Storage, conf: str) -> dict[str, Any]:
 def _deployment(st: Storage, conf: str) -> dict[str, Any]:
     sq = _cvmfs(st).squid
     mem = memory_request_mib(sq.memory_cache, sq.disk_cache)
+    conf_path = f"{CONF_DIR}/{CONF_KEY}"
     container: dict[str, Any] = {
         "name": "squid",
         "image": IMAGE,
-        "command": ["nightshift-squid", f"{CONF_DIR}/{CONF_KEY}"],
+        # -z first: make the cache's swap directories on the fresh emptyDir; then squid
+        # in the foreground (-N) as the container's main process, for the pod's signals.
+        "command": ["/bin/sh", "-c", f"squid -N -z -f {conf_path} && "
+                    f"exec squid -N -f {conf_path}"],
         "ports": [{"name": "http-proxy", "containerPort": PORT, "protocol": "TCP"}],
         # No CPU limit: throttling a cache adds latency to every client behind it.
         "resources": {"requests": {"cpu": sq.cpu, "memory": f"{mem}Mi"},
