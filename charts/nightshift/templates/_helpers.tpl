@@ -74,9 +74,10 @@ namespaces, else by a Role in each watched namespace.
 - apiGroups: [nightshift.io]
   resources: [pipelineruns/status]
   verbs: [patch]
-# VirtualClusters: kopf's daemon lists and watches them, a pass re-reads one with a GET,
-# and patch adds and removes the finalizers (ours, nightshift.io/virtual-cluster, which
-# holds the object until its NodePools and nodes are gone, and kopf's for its daemon).
+# VirtualClusters: kopf lists and watches them (one reconcile loop each), a pass
+# re-reads one with a GET, and patch adds and removes our finalizer
+# (nightshift.io/virtual-cluster), which holds a deleted VirtualCluster until its
+# NodePools, nodes and node classes are gone. Status as for runs.
 - apiGroups: [nightshift.io]
   resources: [virtualclusters]
   verbs: [get, list, watch, patch]

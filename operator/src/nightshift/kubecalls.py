@@ -81,9 +81,10 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(names.GROUP, names.PIPELINERUNS, "list watch", NAMESPACE,
            "kopf watch (pipelinerun/handlers.py); virtualcluster/observe.running_runs"),
     *_rows(names.GROUP, names.PIPELINERUNS, "get", NAMESPACE,
-           "pipelinerun/reconcile.reconcile re-reads the run each pass"),
+           "pipelinerun/reconcile.reconcile re-reads the run each pass; engine/status "
+           "reads it to report a failed pass"),
     *_rows(names.GROUP, f"{names.PIPELINERUNS}/status", "patch", NAMESPACE,
-           "pipelinerun/reconcile writes status (Kube.patch_status)"),
+           "pipelinerun/reconcile and engine/status write status (Kube.patch_status)"),
     *_rows(BATCH, "jobs", "list watch", NAMESPACE,
            "kopf watch of runs' Jobs (wake-ups); pipelinerun/reconcile lists a run's Jobs"),
     *_rows(BATCH, "jobs", "create patch", NAMESPACE,
@@ -105,14 +106,16 @@ CALLS: tuple[Call, ...] = tuple([
            "forEach.fromS3 listing", [READ_SECRETS]),
     # -- VirtualClusters (virtualcluster/) -------------------------------------------
     *_rows(names.GROUP, names.VIRTUALCLUSTERS, "list watch", NAMESPACE,
-           "kopf daemon and watch (virtualcluster/handlers.py)"),
+           "kopf watch (virtualcluster/handlers.py: one engine loop per object); "
+           "virtualcluster/observe re-reads the object each pass"),
     *_rows(names.GROUP, names.VIRTUALCLUSTERS, "get", NAMESPACE,
-           "virtualcluster/reconcile.reconcile re-reads the object each pass"),
+           "virtualcluster/observe re-reads the object each pass; engine/status reads "
+           "it to report a failed pass"),
     *_rows(names.GROUP, names.VIRTUALCLUSTERS, "patch", NAMESPACE,
-           "virtualcluster/reconcile adds and removes nightshift.io/virtual-cluster; kopf "
-           "its daemon finalizer"),
+           "virtualcluster/reconcile._set_finalizer adds and removes "
+           "nightshift.io/virtual-cluster"),
     *_rows(names.GROUP, f"{names.VIRTUALCLUSTERS}/status", "patch", NAMESPACE,
-           "virtualcluster/reconcile writes status (Kube.patch_status)"),
+           "virtualcluster/reconcile and engine/status write status (Kube.patch_status)"),
     *_rows(CRD_GROUP, "customresourcedefinitions", "get", CLUSTER,
            "virtualcluster/observe.installed_crds: which Karpenter provider is installed"),
     *_rows(CORE, "nodes", "list watch", CLUSTER,
