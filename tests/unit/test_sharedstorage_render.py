@@ -6,9 +6,12 @@ import pytest
 import yaml
 
 from nightshift.api import names
+from nightshift.pipelinerun.runnerparts import runner_problems
+from nightshift.pipelinerun.spec import Stage, StorageRef
 from nightshift.sharedstorage import cvmfs, gluster, nfs, squid
 from nightshift.sharedstorage.objects import Storage
 from nightshift.sharedstorage.render import endpoints, render_storage
+from nightshift.sharedstorage.s3 import s3_binding
 from nightshift.sharedstorage.validate import effective_squid_cidrs
 from tests.bad_sharedstorages import FACTS, GOOD, good
 from tests.golden_util import check_golden
@@ -59,6 +62,20 @@ def test_every_object_is_labeled_owned_and_plain(case: str) -> None:
 
 def test_s3_runs_nothing() -> None:
     assert render("s3") == []
+
+
+def test_s3_binding_is_the_inline_storage_block() -> None:
+    binding = s3_binding(Storage.of(GOOD["s3"]))
+    assert binding.storage == StorageRef.model_validate({"name": "raw-s3", "s3": {
+        "bucket": "snfactory-raw", "prefix": "nights/", "region": "us-west-2",
+        "credentialsSecret": "s3-keys"}})
+    assert binding.cache_max_bytes == 200 * 2**30
+    stage = Stage.model_validate({
+        "name": "ifu", "image": "img", "steps": [{"name": "a", "command": ["run"]}],
+        "forEach": {"items": ["n1"]},
+        "inputs": [{"storage": "raw-s3", "path": "{item}/"}],
+        "outputs": [{"storage": "raw-s3", "path": "out/{item}/"}]})
+    assert runner_problems(stage, {"raw-s3": binding.storage}) == []
 
 
 # --- squid -------------------------------------------------------------------------
