@@ -1,9 +1,11 @@
 """Every Kubernetes API call the operator makes: one table, the source of its RBAC.
 
-Rows are (apiGroup, resource, verb, scope) with who makes the call and when. The
-operator chart (charts/nightshift) grants exactly these rows, no more and no fewer;
-tests/unit/test_chart_rbac.py renders the chart and compares. A new call through
-kube.py (or a new kopf handler) is added here first, then to the chart.
+Rows are (apiGroup, resource, verb, scope), with who makes the call (our code through
+kube.py, or kopf), why, and when. The operator chart (charts/nightshift) grants exactly
+these rows, no more and no fewer: tests/unit/test_chart_rbac.py renders the chart and
+compares. The kube.py rows are exactly what reconcile passes call:
+tests/unit/test_chart_kubecalls.py runs them against a recording API server. A new
+call (or a new kopf handler) is added here first, then to the chart.
 
 Verbs follow the API server's authorization, not the client method: a server-side
 apply is authorized as `patch`, and additionally as `create` when the object does not
@@ -42,12 +44,18 @@ KARPENTER_KWOK = "karpenter.kwok.sh"
 KOPF = "kopf.dev"
 
 
+# Who makes a call: our code through kube.py, or kopf (its watches, observers, peering).
+KUBE = "kube.py"
+KOPF_FRAMEWORK = "kopf"
+
+
 @dataclass(frozen=True)
 class Call:
     group: str
     resource: str  # plural, with "/subresource" where there is one
     verb: str
     scope: str
+    via: frozenset[str]  # KUBE and/or KOPF_FRAMEWORK
     caller: str  # who calls, and why
     when: frozenset[str] = frozenset()
 
@@ -56,79 +64,89 @@ class Call:
         return (self.group, self.resource, self.verb, self.scope)
 
 
-def _rows(group: str, resource: str, verbs: str, scope: str, caller: str,
+def _rows(group: str, resource: str, verbs: str, scope: str, via: str, caller: str,
           when: Iterable[str] = ()) -> list[Call]:
-    return [Call(group, resource, v, scope, caller, frozenset(when)) for v in verbs.split()]
+    return [Call(group, resource, v, scope, frozenset(via.split("+")), caller,
+                 frozenset(when)) for v in verbs.split()]
 
 
 _SSA = "server-side apply: patch, and create when the object is new"
+_K, _F, _KF = KUBE, KOPF_FRAMEWORK, f"{KUBE}+{KOPF_FRAMEWORK}"
 
 CALLS: tuple[Call, ...] = tuple([
     # -- kopf itself --------------------------------------------------------------
-    *_rows(CRD_GROUP, "customresourcedefinitions", "list watch", CLUSTER,
+    *_rows(CRD_GROUP, "customresourcedefinitions", "list watch", CLUSTER, _F,
            "kopf's resource observer: serves a kind (Karpenter's NodeClaim) installed "
            "after the operator started"),
-    *_rows(CORE, "namespaces", "list watch", CLUSTER,
+    *_rows(CORE, "namespaces", "list watch", CLUSTER, _F,
            "kopf's namespace observer, only when watching listed namespaces",
            [LISTED_NAMESPACES]),
-    *_rows(KOPF, "clusterkopfpeerings", "list watch patch", CLUSTER,
+    *_rows(KOPF, "clusterkopfpeerings", "list watch patch", CLUSTER, _F,
            "kopf peering of an all-namespaces operator: reads peers, writes keep-alives",
            [PEERING, ALL_NAMESPACES]),
-    *_rows(KOPF, "kopfpeerings", "list watch patch", NAMESPACE,
+    *_rows(KOPF, "kopfpeerings", "list watch patch", NAMESPACE, _F,
            "kopf peering of a listed-namespaces operator, one object per namespace",
            [PEERING, LISTED_NAMESPACES]),
     # -- PipelineRuns (pipelinerun/) -------------------------------------------------
-    *_rows(names.GROUP, names.PIPELINERUNS, "list watch", NAMESPACE,
-           "kopf watch (pipelinerun/handlers.py); virtualcluster/observe.running_runs"),
-    *_rows(names.GROUP, names.PIPELINERUNS, "get", NAMESPACE,
+    *_rows(names.GROUP, names.PIPELINERUNS, "list", NAMESPACE, _KF,
+           "kopf's watch (pipelinerun/handlers.py); virtualcluster/observe: the runs "
+           "that still use a VirtualCluster being deleted"),
+    *_rows(names.GROUP, names.PIPELINERUNS, "watch", NAMESPACE, _F,
+           "kopf's watch: one engine loop per run"),
+    *_rows(names.GROUP, names.PIPELINERUNS, "get", NAMESPACE, _K,
            "pipelinerun/reconcile.reconcile re-reads the run each pass; engine/status "
            "reads it to report a failed pass"),
-    *_rows(names.GROUP, f"{names.PIPELINERUNS}/status", "patch", NAMESPACE,
+    *_rows(names.GROUP, f"{names.PIPELINERUNS}/status", "patch", NAMESPACE, _K,
            "pipelinerun/reconcile and engine/status write status (Kube.patch_status)"),
-    *_rows(BATCH, "jobs", "list watch", NAMESPACE,
-           "kopf watch of runs' Jobs (wake-ups); pipelinerun/reconcile lists a run's Jobs"),
-    *_rows(BATCH, "jobs", "create patch", NAMESPACE,
+    *_rows(BATCH, "jobs", "list", NAMESPACE, _KF,
+           "pipelinerun/reconcile lists a run's Jobs; kopf's watch of them"),
+    *_rows(BATCH, "jobs", "watch", NAMESPACE, _F,
+           "kopf's watch of runs' Jobs: their events wake the run's loop"),
+    *_rows(BATCH, "jobs", "create patch", NAMESPACE, _K,
            f"pipelinerun/reconcile: a stage's Indexed Job ({_SSA}); merge patches of "
            "parallelism and suspend"),
-    *_rows(CORE, "configmaps", "list", NAMESPACE,
+    *_rows(CORE, "configmaps", "list", NAMESPACE, _K,
            "pipelinerun/itemsource.frozen_items: metadata of a run's item ConfigMaps"),
-    *_rows(CORE, "configmaps", "get", NAMESPACE,
+    *_rows(CORE, "configmaps", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.resolve: forEach.fromConfigMap"),
-    *_rows(CORE, "configmaps", "create patch", NAMESPACE,
+    *_rows(CORE, "configmaps", "create patch", NAMESPACE, _K,
            f"pipelinerun/itemsource and plan: item and rerun-index ConfigMaps ({_SSA})"),
-    *_rows(CORE, "pods", "list", NAMESPACE,
+    *_rows(CORE, "pods", "list", NAMESPACE, _K,
            "pipelinerun/reconcile failure samples (failed pods of one Job, limit 5); "
-           "virtualcluster/observe.pending_cpu (unscheduled pipeline pods)"),
-    *_rows(CORE, "events", "create", NAMESPACE,
+           "virtualcluster/observe pending CPU (unscheduled pipeline pods)"),
+    *_rows(CORE, "events", "create", NAMESPACE, _K,
            "Kube.event: a run's and a VirtualCluster's transitions"),
-    *_rows(CORE, "secrets", "get", NAMESPACE,
+    *_rows(CORE, "secrets", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.s3_target: storage.s3.credentialsSecret of a "
            "forEach.fromS3 listing", [READ_SECRETS]),
     # -- VirtualClusters (virtualcluster/) -------------------------------------------
-    *_rows(names.GROUP, names.VIRTUALCLUSTERS, "list watch", NAMESPACE,
-           "kopf watch (virtualcluster/handlers.py: one engine loop per object); "
-           "virtualcluster/observe re-reads the object each pass"),
-    *_rows(names.GROUP, names.VIRTUALCLUSTERS, "get", NAMESPACE,
+    *_rows(names.GROUP, names.VIRTUALCLUSTERS, "list watch", NAMESPACE, _F,
+           "kopf's watch (virtualcluster/handlers.py): one engine loop per object"),
+    *_rows(names.GROUP, names.VIRTUALCLUSTERS, "get", NAMESPACE, _K,
            "virtualcluster/observe re-reads the object each pass; engine/status reads "
            "it to report a failed pass"),
-    *_rows(names.GROUP, names.VIRTUALCLUSTERS, "patch", NAMESPACE,
+    *_rows(names.GROUP, names.VIRTUALCLUSTERS, "patch", NAMESPACE, _K,
            "virtualcluster/reconcile._set_finalizer adds and removes "
            "nightshift.io/virtual-cluster"),
-    *_rows(names.GROUP, f"{names.VIRTUALCLUSTERS}/status", "patch", NAMESPACE,
+    *_rows(names.GROUP, f"{names.VIRTUALCLUSTERS}/status", "patch", NAMESPACE, _K,
            "virtualcluster/reconcile and engine/status write status (Kube.patch_status)"),
-    *_rows(CRD_GROUP, "customresourcedefinitions", "get", CLUSTER,
-           "virtualcluster/observe.installed_crds: which Karpenter provider is installed"),
-    *_rows(CORE, "nodes", "list watch", CLUSTER,
-           "kopf watch of pool nodes (wake-ups); virtualcluster/observe.nodes"),
-    *_rows(KARPENTER, "nodepools", "list", CLUSTER,
-           "virtualcluster/observe.owned: a VirtualCluster's NodePools"),
-    *_rows(KARPENTER, "nodepools", "create patch delete", CLUSTER,
+    *_rows(CRD_GROUP, "customresourcedefinitions", "get", CLUSTER, _K,
+           "virtualcluster/observe: which Karpenter CRDs (so which provider) are installed"),
+    *_rows(CORE, "nodes", "list", CLUSTER, _KF,
+           "virtualcluster/observe: a VirtualCluster's nodes; kopf's watch of pool nodes"),
+    *_rows(CORE, "nodes", "watch", CLUSTER, _F,
+           "kopf's watch of pool nodes: their events wake the VirtualCluster's loop"),
+    *_rows(KARPENTER, "nodepools", "list", CLUSTER, _K,
+           "virtualcluster/observe: a VirtualCluster's NodePools, by label"),
+    *_rows(KARPENTER, "nodepools", "create patch delete", CLUSTER, _K,
            f"virtualcluster/reconcile: its NodePools ({_SSA}), pruned and finalized"),
-    *_rows(KARPENTER, "nodeclaims", "list watch", CLUSTER,
-           "kopf watch (wake-ups); virtualcluster/observe.nodeclaims (launching nodes)"),
-    *_rows(KARPENTER_AWS, "ec2nodeclasses", "list create patch delete", CLUSTER,
+    *_rows(KARPENTER, "nodeclaims", "list", CLUSTER, _KF,
+           "virtualcluster/observe: launching nodes; kopf's watch of them"),
+    *_rows(KARPENTER, "nodeclaims", "watch", CLUSTER, _F,
+           "kopf's watch of NodeClaims: their events wake the VirtualCluster's loop"),
+    *_rows(KARPENTER_AWS, "ec2nodeclasses", "list create patch delete", CLUSTER, _K,
            f"virtualcluster/reconcile: EC2NodeClasses on EKS ({_SSA}), pruned, finalized"),
-    *_rows(KARPENTER_KWOK, "kwoknodeclasses", "list create patch delete", CLUSTER,
+    *_rows(KARPENTER_KWOK, "kwoknodeclasses", "list create patch delete", CLUSTER, _K,
            f"virtualcluster/reconcile: KWOKNodeClasses locally ({_SSA}), pruned, finalized"),
 ])
 

@@ -1,0 +1,250 @@
+"""kubecalls.CALLS is what the code really calls: reconcile passes run against an
+in-memory API server that records every request kube.py makes, as RBAC sees it
+(apiGroup, resource, verb, scope). The table's kube.py rows must be exactly the
+recorded set: a call the table lacks would be refused in the cluster (the chart grants
+the table); a row nothing calls is privilege to drop.
+
+The passes cover a PipelineRun (items from a ConfigMap, Jobs created and patched,
+failed pods sampled, a failed pass reported) and VirtualClusters on both providers
+(created, a pool removed, deleted); the Secret row through the fromS3 credentials path.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from nightshift import kubecalls
+from nightshift.api import names
+from nightshift.aws.clients import Ec2Access, unknown_price
+from nightshift.config import OperatorConfig
+from nightshift.engine.status import reconcile_error_reporter
+from nightshift.kube import Kube, KubeError, Obj
+from nightshift.pipelinerun import itemsource
+from nightshift.pipelinerun import reconcile as pipelinerun
+from nightshift.pipelinerun.spec import PipelineRunSpec
+from nightshift.virtualcluster import reconcile as virtualcluster
+from nightshift.virtualcluster.observe import CrdCache, Sources
+from nightshift.virtualcluster.provider import CRD_EC2NODECLASS, CRD_KWOKNODECLASS, CRD_NODEPOOL
+from tests.unit import vcfixtures
+
+Key = tuple[str, str, str, str]
+PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+                  r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)"
+                  r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$")
+
+
+def _selected(labels: dict[str, str], selector: str) -> bool:
+    """Equality, inequality, existence and `in` terms, as the API server reads them."""
+    for raw in re.findall(r"[^,(]+(?:\([^)]*\))?", selector):
+        term = raw.strip()
+        if m := re.fullmatch(r"(\S+)\s+in\s+\(([^)]*)\)", term):
+            if labels.get(m[1]) not in {v.strip() for v in m[2].split(",")}:
+                return False
+        elif "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k) == v:
+                return False
+        elif "=" in term:
+            k, v = term.split("=", 1)
+            if labels.get(k) != v:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _in_collection(obj_path: str, coll: re.Match[str]) -> bool:
+    """Whether the object at obj_path is listed by the collection request `coll` (all
+    namespaces when the request names none)."""
+    o = PATH.match(obj_path)
+    assert o is not None
+    same = all(o[k] == coll[k] for k in ("core", "group", "version", "plural"))
+    return same and (coll["ns"] is None or o["ns"] == coll["ns"])
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for k, v in patch.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        elif v is None:
+            into.pop(k, None)
+        else:
+            into[k] = copy.deepcopy(v)
+
+
+class RecordingKube(Kube):
+    """Kube with an in-memory API server behind _call; records every request."""
+
+    def __init__(self, objects: Sequence[Obj] = ()) -> None:
+        super().__init__(api_client=None)
+        self.store: dict[str, Obj] = {}
+        self.calls: set[Key] = set()
+        self._version = itertools.count(1)
+        for obj in objects:
+            self.put(obj)
+
+    def put(self, obj: Obj) -> None:
+        meta = obj["metadata"]
+        path = self.path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(next(self._version))
+        self.store[path] = stored
+
+    def _call(self, method: str, path: str, body: Any = None,
+              query: Sequence[tuple[str, Any]] = (), content_type: str | None = None,
+              accept: str = "application/json") -> Obj:
+        m = PATH.match(path)
+        assert m, f"unexpected path {path}"
+        group = "" if m["core"] else m["group"]
+        resource = m["plural"] + (f"/{m['sub']}" if m["sub"] else "")
+        scope = kubecalls.NAMESPACE if m["ns"] else kubecalls.CLUSTER
+        params = dict(query)
+        if method == "GET" and not m["name"]:
+            self.calls.add((group, resource, "list", scope))
+            selector = str(params.get("labelSelector") or "")
+            items = [copy.deepcopy(o) for p, o in self.store.items()
+                     if _in_collection(p, m) and _selected(
+                         o["metadata"].get("labels") or {}, selector)]
+            return {"items": items}
+        target = path.removesuffix(f"/{m['sub']}") if m["sub"] else path
+        if method == "GET":
+            self.calls.add((group, resource, "get", scope))
+            if target not in self.store:
+                raise KubeError(404, "NotFound", f"{path} not found")
+            return copy.deepcopy(self.store[target])
+        if method == "POST":
+            self.calls.add((group, resource, "create", scope))
+            return dict(body)
+        if method == "DELETE":
+            self.calls.add((group, resource, "delete", scope))
+            if self.store.pop(target, None) is None:
+                raise KubeError(404, "NotFound", f"{path} not found")
+            return {}
+        assert method == "PATCH", method
+        self.calls.add((group, resource, "patch", scope))
+        if content_type == "application/apply-patch+yaml":
+            if target not in self.store:
+                # The API server authorizes an apply that creates as create, too.
+                self.calls.add((group, resource, "create", scope))
+                self.put(dict(body))
+            else:
+                _merge(self.store[target], copy.deepcopy(dict(body)))
+        else:
+            if target not in self.store:
+                raise KubeError(404, "NotFound", f"{path} not found")
+            patch = copy.deepcopy(dict(body))
+            (patch.get("metadata") or {}).pop("resourceVersion", None)
+            _merge(self.store[target], patch)
+        self.store[target]["metadata"]["resourceVersion"] = str(next(self._version))
+        return copy.deepcopy(self.store[target])
+
+    def _raw(self, method: str, path: str, query: Sequence[tuple[str, Any]] = (),
+             accept: str = "*/*") -> bytes:
+        raise AssertionError(f"the operator does not read raw bodies ({method} {path})")
+
+
+NS = "physics"
+
+
+def _run() -> Obj:
+    return {
+        "apiVersion": names.API_VERSION, "kind": names.PIPELINERUN,
+        "metadata": {"name": "nightly", "namespace": NS, "uid": "run-uid", "generation": 1},
+        "spec": {"stages": [
+            {"name": "calib", "image": "busybox:1.36",
+             "forEach": {"fromConfigMap": {"name": "nights", "key": "items"}},
+             "steps": [{"name": "main", "command": ["true"]}]},
+        ]},
+    }
+
+
+def pipelinerun_calls() -> set[Key]:
+    nights = {"apiVersion": "v1", "kind": "ConfigMap",
+              "metadata": {"name": "nights", "namespace": NS},
+              "data": {"items": "n1\nn2\nn3\n"}}
+    kube = RecordingKube([_run(), nights])
+    config = OperatorConfig(runner_image="runner:dev")
+    state = pipelinerun.LoopState()
+    pipelinerun.reconcile(kube, config, NS, "nightly", state)
+    jobs = [o for o in kube.store.values() if o["kind"] == "Job"]
+    assert jobs, "the first pass creates the stage's Job"
+    job = jobs[0]
+    # Two items failed: the next pass samples failed pods.
+    job["status"] = {"failed": 2, "active": 1}
+    kube.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "nightly-calib-0-x", "namespace": NS,
+        "labels": {"batch.kubernetes.io/job-name": job["metadata"]["name"]}},
+        "status": {"phase": "Failed"}})
+    pipelinerun.reconcile(kube, config, NS, "nightly", state)
+    # Suspending the run patches the running Job.
+    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, NS, "nightly")
+    kube.store[run_path]["spec"]["suspend"] = True
+    pipelinerun.reconcile(kube, config, NS, "nightly", state)
+    reconcile_error_reporter(kube, names.API_VERSION, names.PIPELINERUN)(
+        NS, "nightly", "a pass failed")
+    # A fromS3 stage's credentials Secret.
+    kube.put({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3", "namespace": NS},
+              "data": {"AWS_ACCESS_KEY_ID": "QUtJRA==", "AWS_SECRET_ACCESS_KEY": "c2VjcmV0"}})
+    spec = PipelineRunSpec.model_validate({
+        "stages": _run()["spec"]["stages"],
+        "storage": [{"name": "raw", "s3": {"bucket": "raw", "credentialsSecret": "s3"}}]})
+    itemsource.s3_target(kube, NS, spec.storage[0], "spec.storage[0]")
+    return kube.calls
+
+
+class NoAws(Ec2Access):
+    def prices(self) -> Any:
+        return unknown_price
+
+
+def _crd(name: str) -> Obj:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": name}}
+
+
+def virtualcluster_calls(provider: str) -> set[Key]:
+    nodeclass = CRD_KWOKNODECLASS if provider == "kwok" else CRD_EC2NODECLASS
+    pools = [vcfixtures.POOLS["spot-compute"],
+             {"name": "spare", "class": "general", "maxCPU": 16}]
+    vc = vcfixtures.vc(*pools, provider=provider)
+    kube = RecordingKube([vc, _crd(CRD_NODEPOOL), _crd(nodeclass), _run()])
+    catalog = vcfixtures.catalog() if provider == "kwok" else None
+    ctx = virtualcluster.Context(kube, Sources(CrdCache(), catalog, NoAws()))
+    state = virtualcluster.LoopState()
+    name, ns = vc["metadata"]["name"], vc["metadata"]["namespace"]
+    vc_path = kube.path(names.API_VERSION, names.VIRTUALCLUSTER, ns, name)
+
+    virtualcluster.reconcile(ctx, ns, name, state)
+    made = {o["kind"] for o in kube.store.values()}
+    assert {"NodePool", "KWOKNodeClass" if provider == "kwok" else "EC2NodeClass"} <= made
+    # A pool removed: its NodePool is pruned.
+    kube.store[vc_path]["spec"]["pools"] = pools[:1]
+    virtualcluster.reconcile(ctx, ns, name, state)
+    # Deleted: everything it made goes, then its finalizer.
+    kube.store[vc_path]["metadata"]["deletionTimestamp"] = "2025-03-01T12:00:00Z"
+    kube.store[vc_path]["metadata"]["annotations"] = {f"{names.GROUP}/force-delete": "true"}
+    for _ in range(4):
+        if virtualcluster.reconcile(ctx, ns, name, state).gone:
+            break
+    assert not [o for o in kube.store.values() if o["kind"] == "NodePool"]
+    reconcile_error_reporter(kube, names.API_VERSION, names.VIRTUALCLUSTER)(
+        ns, name, "a pass failed")
+    return kube.calls
+
+
+def test_the_kube_rows_are_exactly_what_the_code_calls() -> None:
+    recorded = pipelinerun_calls()
+    for provider in ("kwok", "aws"):
+        recorded |= virtualcluster_calls(provider)
+    table = {c.key for c in kubecalls.CALLS if kubecalls.KUBE in c.via}
+    missing = recorded - table
+    unused = table - recorded
+    assert not missing, ("kube.py makes calls kubecalls.CALLS lacks (the chart would "
+                         f"not grant them): {json.dumps(sorted(missing))}")
+    assert not unused, ("kubecalls.CALLS has kube.py rows no pass made (drop them, or "
+                        f"say they are kopf's): {json.dumps(sorted(unused))}")
