@@ -29,9 +29,10 @@ venv: deps $(VENV)/.installed ## virtualenv with the operator and test bed (edit
 upstream: venv ## build etcd, Kubernetes, KWOK, Karpenter, versitygw; fetch kubectl and helm
 	$(VENV)/bin/nightshift-localcluster build
 
-lint: venv ## ruff and mypy --strict
+lint: venv ## ruff, mypy --strict (package, test bed, tests, bench) and the layer contracts
 	$(VENV)/bin/ruff check operator localcluster tests bench
-	$(VENV)/bin/mypy operator/src/nightshift localcluster/src/nightshift_localcluster
+	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src/nightshift localcluster/src/nightshift_localcluster tests bench
+	$(VENV)/bin/lint-imports --no-logo
 
 unit: venv ## unit and golden tests (no cluster)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)

@@ -27,14 +27,13 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from s3server import VersityGW
-
-from nightshift.runner import s3io
+from nightshift.aws import s3store as s3io
 from nightshift.runner.cache import NodeCache
 from nightshift.runner.config import StorageConfig
 from nightshift.runner.stagein import StageStats, stage_s3
+from tests.s3server import VersityGW
 
 BUCKET = "bench"
 UNITS = {"": 1, "B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}

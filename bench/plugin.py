@@ -83,7 +83,7 @@ def _with(job: dict[str, Any], **status: Any) -> dict[str, Any]:
     out = json.loads(json.dumps(job))
     out["metadata"]["creationTimestamp"] = "2025-03-01T12:00:00Z"
     out["status"] = status
-    return out
+    return dict(out)
 
 
 def synthetic_status(run: dict[str, Any], n: int) -> dict[str, Any]:

@@ -134,10 +134,13 @@ class OperatorProcess:
     the Helm chart would give it in a real deployment; `env` adds to or overrides that.
     """
 
-    def __init__(self, cluster: Cluster, log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, cluster: Cluster, log: Path, env: dict[str, str] | None = None, *,
+                 module: str = "nightshift.cli.main", namespace: str = NAMESPACE_GLOB) -> None:
         self.cluster = cluster
         self.log = log
         self.env = env or {}
+        self.module = module
+        self.namespace = namespace
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -147,9 +150,9 @@ class OperatorProcess:
                "NIGHTSHIFT_S3_ENDPOINTS": "http://127.0.0.1:*", **self.env}
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nightshift.cli.main", "operator", "--health-port", "0",
-             "--namespace", NAMESPACE_GLOB],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            [sys.executable, "-m", self.module, "operator", "--health-port", "0",
+             "--namespace", self.namespace],
+            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=ROOT)
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, as when a node dies under the operator."""

@@ -8,7 +8,6 @@ Skipped when the cluster has no Ready real node (`nightshift-localcluster up
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -18,14 +17,12 @@ from typing import Any
 import pytest
 
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun import jobs
+from nightshift.pipelinerun import jobs, runnerparts
 from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift_localcluster.nodeconfig import NODE_LABEL, NODE_NAME, NODE_TAINT
 from tests.clusterutil import Kubectl, wait_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from s3server import VersityGW, binary
+from tests.s3server import VersityGW, binary
 
 RUNNER_IMAGE = "nightshift-runner:dev"
 BUCKET = "realnode"
@@ -51,8 +48,8 @@ def real_node(kubectl: Kubectl) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def gateway(real_node: dict[str, Any]) -> str:
     """The host as pods see it: the node's InternalIP is the CNI bridge's gateway."""
-    return next(a["address"] for a in real_node["status"]["addresses"]
-                if a["type"] == "InternalIP")
+    return str(next(a["address"] for a in real_node["status"]["addresses"]
+                    if a["type"] == "InternalIP"))
 
 
 def on_real_node(pod_spec: dict[str, Any]) -> dict[str, Any]:
@@ -212,5 +209,5 @@ def test_runner_stage_in_steps_commit_in_real_pods(
             Bucket=BUCKET, Key=f"proj/_nightshift/rn/double/{index}.json")["Body"].read())
         assert rec["item"] == item and rec["phase"] == "succeeded" and rec["exitCode"] == 0
         assert rec["node"] == NODE_NAME and [s["name"] for s in rec["steps"]] == ["cat", "size"]
-    logs = kubectl("logs", f"job/{name}", "-n", namespace, "-c", jobs.runner.STAGE_IN_CONTAINER)
+    logs = kubectl("logs", f"job/{name}", "-n", namespace, "-c", runnerparts.STAGE_IN_CONTAINER)
     assert "staged 1 files" in logs.stdout + logs.stderr

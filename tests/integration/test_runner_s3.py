@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from s3server import VersityGW, s3server
+from tests.s3server import VersityGW, s3server
 
 __all__ = ["s3server"]  # the fixture, imported explicitly (no shared conftest edits)
 

@@ -24,7 +24,7 @@ from nightshift.virtualcluster.spec import VirtualClusterSpec
 from nightshift.virtualcluster.validate import validate
 from tests.bad_virtualclusters import BAD
 from tests.clusterutil import ROOT, Kubectl, wait_for
-from tests.integration.conftest import OperatorProcess
+from tests.integration.conftest import Cluster, OperatorProcess
 
 FAST = {"pod-complete.stage.kwok.x-k8s.io/delay": "2s",
         "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "0s"}
@@ -100,7 +100,8 @@ def cleanup(kube: Kube, kubectl: Kubectl, operator: OperatorProcess) -> Iterator
     for ref in made:
         ns, name = ref.split("/")
         wait_for(f"VirtualCluster {ref} to be gone",
-                 lambda ns=ns, name=name: get_vc(kube, ns, name) is None, 90)
+                 lambda ns=ns, name=name: get_vc(kube, ns, name) is None,  # type: ignore[misc]
+                 90)
 
 
 def create_vc(kubectl: Kubectl, cleanup: list[str], ns: str, manifest: dict[str, Any]) -> None:
@@ -360,3 +361,60 @@ def test_force_delete_skips_the_wait(kube: Kube, kubectl: Kubectl, namespace: st
     assert phase(kube, namespace, "never") not in TERMINAL
     assert not kube.list("karpenter.sh/v1", "NodePool",
                          label_selector=owner(namespace, "stuck"))
+
+
+def test_a_hand_edited_nodepool_is_restored_by_the_next_pass(
+        kube: Kube, kubectl: Kubectl, namespace: str, cleanup: list[str]) -> None:
+    pool = f"cpu-{suffix()}"
+    create_vc(kubectl, cleanup, namespace, vc_manifest("drift", [
+        {"name": pool, "class": "compute", "maxCPU": 16}]))
+    ready(kube, namespace, "drift")
+    [np] = pool_objects(kube, "NodePool", namespace, "drift", pool)
+    limit = np["spec"]["limits"]["cpu"]
+    kubectl("patch", "nodepool", np["metadata"]["name"], "--type", "merge",
+            "-p", '{"spec": {"limits": {"cpu": "99999"}}}')
+    # Less than the resync interval (60 s): the NodePool's own event wakes the pass.
+    wait_for("the NodePool's limit restored", lambda: (kube.get(
+        "karpenter.sh/v1", "NodePool", np["metadata"]["name"]) or {})["spec"]["limits"]["cpu"]
+        == limit, 30)
+
+
+@pytest.fixture
+def faulty_operator(cluster: Cluster, kubectl: Kubectl,
+                    tmp_path: Path) -> Iterator[tuple[str, OperatorProcess]]:
+    """An operator of its own, with a planted fault, on a namespace the session's
+    operator does not watch."""
+    ns = f"f-{uuid.uuid4().hex[:8]}"
+    kubectl("create", "namespace", ns)
+    op = OperatorProcess(cluster, tmp_path / "faulty.log",
+                         module="tests.integration.faulty_operator", namespace=ns)
+    op.start()
+    yield ns, op
+    kubectl("annotate", "-n", ns, "virtualcluster", "--all",
+            "nightshift.io/force-delete=true", "--overwrite", check=False)
+    kubectl("delete", "-n", ns, "virtualcluster", "--all", "--timeout=60s", check=False)
+    op.stop()
+    kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_an_unexpected_error_in_a_pass_is_retried_and_shown_as_a_condition(
+        kube: Kube, kubectl: Kubectl,
+        faulty_operator: tuple[str, OperatorProcess]) -> None:
+    from tests.integration.faulty_operator import FAULT_ANNOTATION
+    ns, op = faulty_operator
+    pool = f"cpu-{suffix()}"
+    manifest = vc_manifest("faulty", [{"name": pool, "class": "compute", "maxCPU": 8}])
+    manifest["metadata"]["annotations"] = {FAULT_ANNOTATION: "true"}
+    kubectl.apply(manifest, ns)
+    cond = wait_for("ReconcileError=True", lambda: (c := condition(
+        get_vc(kube, ns, "faulty"), "ReconcileError")).get("status") == "True" and c, 60)
+    assert cond["reason"] == "ReconcileFailing"
+    assert "planted fault: the VirtualCluster planner raised" in cond["message"]
+    assert "retries every" in cond["message"]
+    assert op.proc is not None and op.proc.poll() is None, op.tail()
+    # The loop kept retrying: the fault gone, the next pass succeeds and says so.
+    kubectl("annotate", "-n", ns, "virtualcluster", "faulty", f"{FAULT_ANNOTATION}-")
+    wait_for("ReconcileError=False", lambda: condition(
+        get_vc(kube, ns, "faulty"), "ReconcileError").get("status") == "False", 60)
+    ready(kube, ns, "faulty")
+    assert "Traceback" in op.tail(400), "an unexpected error is logged with its traceback"

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from nightshift.aws.s3store import S3Store
 from nightshift.runner.config import Item, Paths, RunnerConfig
-from nightshift.runner.s3io import S3Store
 from nightshift.runner.stagein import StageStats, stage_in
 
 ETAG = "0123456789abcdef0123456789abcdef-2"  # multipart: verified by size only

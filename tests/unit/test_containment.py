@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nightshift.aws.s3store import S3Store
 from nightshift.runner.config import Item, Paths, RunnerConfig, StorageConfig
-from nightshift.runner.s3io import S3Store
 from nightshift.runner.stagein import relative_dest, stage_in
 from nightshift.runner.store import DirStore
 

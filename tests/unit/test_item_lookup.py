@@ -132,7 +132,7 @@ def test_run_sh_is_built_from_the_wire_constants() -> None:
 # Items as the validator lets them through: no line breaks or NULs, at most 1 KiB; shell
 # metacharacters, leading dashes, blanks and non-ASCII text are all fair game.
 ITEM = st.text(
-    st.characters(exclude_categories=("Cs",), exclude_characters="\n\r\0"),
+    st.characters(exclude_categories=["Cs"], exclude_characters="\n\r\0"),
     min_size=1, max_size=12,
 ).filter(lambda s: render_items.item_problem(s) is None) | st.sampled_from(
     ["-n", "$HOME", "a b", " lead", "trail ", "\\", "'q'", '"', "*", "{item}", "%s", "é"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.api import names
+from nightshift.api import names, runnerwire
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun.spec import ForEach, RangeSource
 
@@ -15,10 +15,11 @@ RUN = it.RunRef(name="nightly", namespace="physics", uid="uid-1")
 
 
 def test_range_expands_with_format() -> None:
-    fe = ForEach(range=RangeSource(from_=1, to=700, format="night-{:04d}"))
+    fe = ForEach(range=RangeSource.model_validate({"from": 1, "to": 700, "format": "night-{:04d}"}))
     got = it.expand(fe)
     assert len(got) == 700 and got[0] == "night-0001" and got[-1] == "night-0700"
-    assert it.expand(ForEach(range=RangeSource(from_=0, to=10, step=5))) == ["0", "5", "10"]
+    every_five = RangeSource.model_validate({"from": 0, "to": 10, "step": 5})
+    assert it.expand(ForEach(range=every_five)) == ["0", "5", "10"]
 
 
 def test_inline_items_and_no_source() -> None:
@@ -45,7 +46,7 @@ def test_chunks_stay_under_the_configmap_limit_at_100k_items() -> None:
         assert size < 1_000_000
         key = next(k for k in cm["data"] if k.startswith(names.ITEMS_KEY))
         start = int(cm["metadata"]["annotations"][it.ANNOTATION_ITEM_START])
-        assert key == it.chunk_key(names.ITEMS_KEY, start) and start == len(lines)
+        assert key == runnerwire.chunk_key(names.ITEMS_KEY, start) and start == len(lines)
         lines += cm["data"][key].splitlines()
         assert cm["metadata"]["annotations"][it.ANNOTATION_ITEMS_TOTAL] == "100000"
     assert lines == items

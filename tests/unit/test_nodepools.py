@@ -23,7 +23,7 @@ def by_kind(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 def req(np: dict[str, Any], key: str) -> dict[str, Any] | None:
     for r in np["spec"]["template"]["spec"]["requirements"]:
         if r["key"] == key:
-            return r
+            return dict(r)
     return None
 
 

@@ -4,6 +4,7 @@ chunks they need and the stage's Jobs, never a list of all pods."""
 
 from __future__ import annotations
 
+import builtins
 import copy
 import io
 import json
@@ -54,13 +55,13 @@ class FakeKube:
 
     def list(self, api_version: str, kind: str, namespace: str | None = None,
              label_selector: str | None = None, field_selector: str | None = None,
-             limit: int | None = None) -> list[dict[str, Any]]:
+             limit: int | None = None) -> builtins.list[dict[str, Any]]:
         self.calls.append(("list", kind, label_selector, limit))
         found = [o for o in self.objects if o["kind"] == kind and _matches(o, label_selector)]
         return self._answer(found[:limit] if limit else found)  # type: ignore[no-any-return]
 
     def list_metadata(self, api_version: str, kind: str, namespace: str | None = None,
-                      label_selector: str | None = None) -> list[dict[str, Any]]:
+                      label_selector: str | None = None) -> builtins.list[dict[str, Any]]:
         self.calls.append(("list_metadata", kind, label_selector))
         return self._answer([{"metadata": o["metadata"]} for o in self.objects  # type: ignore[no-any-return]
                              if o["kind"] == kind and _matches(o, label_selector)])

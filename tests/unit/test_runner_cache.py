@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from nightshift.runner.cache import NodeCache, cache_key
@@ -44,7 +45,7 @@ def test_eviction_keeps_the_cap_and_drops_least_recently_used(tmp_path: Path) ->
 
     def put(key: str) -> bool:
         return cache.fetch("", "b", key, "e", 100, tmp_path / "out" / key,
-                           lambda tmp: tmp.write_bytes(b"y" * 100))
+                           _filler(100))
 
     put("a")
     put("b")
@@ -59,5 +60,11 @@ def test_eviction_keeps_the_cap_and_drops_least_recently_used(tmp_path: Path) ->
 def test_object_bigger_than_cap_bypasses_cache(tmp_path: Path) -> None:
     cache = NodeCache(tmp_path / "cache", max_bytes=10, namespace="ns")
     assert not cache.fetch("", "b", "k", "e", 100, tmp_path / "d",
-                           lambda p: p.write_bytes(b"z" * 100))
+                           _filler(100, b"z"))
     assert (tmp_path / "d").read_bytes() == b"z" * 100 and cache.size() == 0
+
+
+def _filler(n: int, byte: bytes = b"y") -> Callable[[Path], None]:
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(byte * n)
+    return write

@@ -98,7 +98,7 @@ def api_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     def incluster(client_configuration: Any) -> None:
         client_configuration.host = f"http://127.0.0.1:{server.server_port}"
 
-    monkeypatch.setattr(kube.config, "load_incluster_config", incluster)
+    monkeypatch.setattr(kube.config, "load_incluster_config", incluster)  # type: ignore[attr-defined]
     yield paths
     server.shutdown()
     server.server_close()

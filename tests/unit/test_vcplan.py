@@ -207,8 +207,7 @@ def test_deleted_without_our_finalizer_is_gone() -> None:
 
 
 def test_an_unreadable_spec_is_invalid_naming_the_field() -> None:
-    obj = kwok_vc(POOLS["spot-compute"])
-    obj["spec"]["pools"][0]["bogus"] = 1
+    obj = kwok_vc({**POOLS["spot-compute"], "bogus": 1})
     p = plan(observed(obj))
     assert p.apply == [] and p.status is not None
     invalid = next(c for c in p.status["conditions"] if c["type"] == "Invalid")

@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from kubernetes import client, config  # type: ignore[import-untyped]
-from kubernetes.client.rest import ApiException  # type: ignore[import-untyped]
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
 
 from nightshift import metrics
 from nightshift.api import names

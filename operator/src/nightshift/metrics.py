@@ -6,6 +6,9 @@ Names are the contract with the chart's Grafana dashboard
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 PASSES = Counter("nightshift_passes", "Reconcile passes run, per kind.", ["kind"])
@@ -26,3 +29,33 @@ RUNS = Gauge("nightshift_runs", "PipelineRuns by phase, as last seen by a pass."
              ["namespace", "phase"])
 ITEMS = Gauge("nightshift_items", "Items of a PipelineRun stage by state.",
               ["namespace", "run", "stage", "state"])
+
+# The last phase each run's pass saw, so RUNS counts runs per phase without listing.
+_phases: dict[tuple[str, str], str] = {}
+_stages: dict[tuple[str, str], set[str]] = {}
+ITEM_STATES = ("succeeded", "failed", "running")
+
+
+def observe_run(namespace: str, name: str, status: Mapping[str, Any] | None) -> None:
+    """Record a run's phase and per-stage item counts from the status a pass wrote
+    (None: the run is gone)."""
+    key = (namespace, name)
+    if status is None:
+        _phases.pop(key, None)
+        for stage in _stages.pop(key, set()):
+            for state in ITEM_STATES:
+                ITEMS.remove(namespace, name, stage, state)
+    else:
+        _phases[key] = str(status.get("phase") or "Pending")
+        seen = _stages.setdefault(key, set())
+        for st in status.get("stages") or []:
+            stage = str(st.get("name"))
+            seen.add(stage)
+            for state in ITEM_STATES:
+                ITEMS.labels(namespace, name, stage, state).set(float(st.get(state) or 0))
+    counts: dict[tuple[str, str], int] = {}
+    for (ns, _), phase in _phases.items():
+        counts[(ns, phase)] = counts.get((ns, phase), 0) + 1
+    RUNS.clear()
+    for (ns, phase), n in counts.items():
+        RUNS.labels(ns, phase).set(n)

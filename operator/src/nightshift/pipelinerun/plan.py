@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from nightshift.api import names
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
+from nightshift.api.problems import Problem
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
@@ -91,7 +92,7 @@ class _Planner:
         self.patch: list[dict[str, Any]] = []
         self.resolve: list[str] = []
         self.requeue: float | None = None
-        self.problems: list[validate.Problem] = []
+        self.problems: list[Problem] = []
         self.records: dict[str, StageRecord] = {}
         old_stages = self.old.get("stages") or []
         self.old_stages = {s.get("name"): s for s in old_stages}
@@ -100,7 +101,7 @@ class _Planner:
         try:
             spec = PipelineRunSpec.model_validate(self.obs.run.get("spec") or {})
         except ValidationError as e:
-            self.problems = [validate.Problem(
+            self.problems = [Problem(
                 field_path("spec", *err["loc"]), err["msg"]) for err in e.errors()]
             return self._finish(None, {}, rerun_handled=int(self.old.get("rerunFailed") or 0))
         self.problems = validate.validate_spec(spec, self.ref.name)

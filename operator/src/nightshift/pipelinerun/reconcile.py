@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from nightshift import metrics
 from nightshift.api import conditions, names
 from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
@@ -42,6 +43,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
               state: LoopState) -> Outcome:
     run = kube.get(names.API_VERSION, names.PIPELINERUN, name, namespace)
     if run is None or run["metadata"].get("deletionTimestamp"):
+        metrics.observe_run(namespace, name, None)
         return Outcome(gone=True)
     selector = f"{names.LABEL_RUN}={name}"
     jobs = kube.list("batch/v1", "Job", namespace, label_selector=selector)
@@ -83,6 +85,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                     propagation=ref.get("propagation", "Background"))
     state.writer.progress_interval = config.progress_interval
     state.writer.write(kube, run, p.status)
+    metrics.observe_run(namespace, name, p.status)
     for ev in p.events:
         # An event lost is not worth failing the pass for.
         with contextlib.suppress(KubeError):

@@ -23,8 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nightshift.aws.s3store import S3Store
 from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, expand
-from nightshift.runner.s3io import S3Store
 from nightshift.runner.store import DirStore, ObjectInfo, sha256_file, walk_files
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,11 @@ import sys
 from pathlib import Path
 
 from nightshift.api import names
-from nightshift.runner import config, record, s3io, stepsh
+from nightshift.aws import s3store as s3io
+from nightshift.aws.s3store import S3Store
+from nightshift.runner import config, record, stepsh
 from nightshift.runner.commit import utcnow
 from nightshift.runner.config import ConfigError, Paths, RunnerConfig
-from nightshift.runner.s3io import S3Store
 from nightshift.runner.stagein import stage_in, write_stats
 from nightshift.runner.store import ChecksumError, DirStore
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from nightshift.api import names
+from nightshift.aws.s3store import S3Store
 from nightshift.runner.config import Item, RunnerConfig
-from nightshift.runner.s3io import S3Store
 from nightshift.runner.store import DirStore
 
 log = logging.getLogger(__name__)

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nightshift.aws.s3store import S3Store
 from nightshift.runner import procstat, record
 from nightshift.runner.commit import CommitResult, Committer, fifo_signal, safe, utcnow
 from nightshift.runner.config import Item, Paths, RunnerConfig
-from nightshift.runner.s3io import S3Store
 from nightshift.runner.stepsh import EX_TEMPFAIL, FIFO, REQUEST
 from nightshift.runner.store import DirStore
 

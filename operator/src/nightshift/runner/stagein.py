@@ -21,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from nightshift.aws.s3store import S3Store
 from nightshift.runner.cache import NodeCache
 from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, expand
-from nightshift.runner.s3io import S3Store
 from nightshift.runner.store import (
     META_SHA256,
     ChecksumError,

@@ -1,4 +1,4 @@
-"""What stage-in and commit need from a storage, for S3 (s3io.S3Store) and a mounted PVC.
+"""What stage-in and commit need from a storage, for S3 (aws.s3store.S3Store) and a mounted PVC.
 
 A PVC storage (kind "dir") lets the same stage/batch/interleave settings reproduce the
 shared-volume placements of the supernova study (NFS staged to local disk, outputs to

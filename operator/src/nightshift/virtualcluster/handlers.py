@@ -56,6 +56,15 @@ async def pool_node_event(labels: kopf.Labels, **_: Any) -> None:
             LOOPS.wake(key[1], key[2])
 
 
+@kopf.on.event("karpenter.sh", "v1", "nodepools",
+               labels={names.LABEL_VIRTUAL_CLUSTER: kopf.PRESENT})
+async def nodepool_event(labels: kopf.Labels, **_: Any) -> None:
+    # Our own NodePools: a hand edit is drift, restored by the pass this wakes.
+    owner = _owner(labels)
+    if owner is not None:
+        LOOPS.wake(*owner)
+
+
 @kopf.on.event("karpenter.sh", "v1", "nodeclaims",
                labels={names.LABEL_VIRTUAL_CLUSTER: kopf.PRESENT})
 async def nodeclaim_event(labels: kopf.Labels, **_: Any) -> None:

@@ -1,4 +1,5 @@
-"""S3 access for the runner: one tuned client per storage and the few calls we make.
+"""S3 for the in-pod runner: the Store it stages from and commits to. It lives in aws/
+because only aws/ talks to AWS; it implements the runner's Store protocol.
 
 botocore retries throttling, timeouts and 5xx itself (adaptive mode also slows the
 client down when S3 answers SlowDown). It does not retry a response body that breaks
