@@ -16,15 +16,15 @@ RUN = it.RunRef(name="nightly", namespace="physics", uid="uid-1")
 
 def test_range_expands_with_format() -> None:
     fe = ForEach(range=RangeSource.model_validate({"from": 1, "to": 700, "format": "night-{:04d}"}))
-    got = it.expand(fe)
+    got = it.item_list(fe)
     assert len(got) == 700 and got[0] == "night-0001" and got[-1] == "night-0700"
     every_five = RangeSource.model_validate({"from": 0, "to": 10, "step": 5})
-    assert it.expand(ForEach(range=every_five)) == ["0", "5", "10"]
+    assert it.item_list(ForEach(range=every_five)) == ["0", "5", "10"]
 
 
 def test_inline_items_and_no_source() -> None:
-    assert it.expand(ForEach(items=["a", "b"])) == ["a", "b"]
-    assert it.expand(None) == ["0"]
+    assert it.item_list(ForEach(items=["a", "b"])) == ["a", "b"]
+    assert it.item_list(None) == ["0"]
 
 
 @pytest.mark.parametrize(("fmt", "ok"), [
@@ -45,12 +45,12 @@ def test_chunks_stay_under_the_configmap_limit_at_100k_items() -> None:
         size = sum(len(v.encode()) for v in cm["data"].values())
         assert size < 1_000_000
         key = next(k for k in cm["data"] if k.startswith(names.ITEMS_KEY))
-        start = int(cm["metadata"]["annotations"][it.ANNOTATION_ITEM_START])
+        start = int(cm["metadata"]["annotations"][names.ANNOTATION_ITEM_START])
         assert key == runnerwire.chunk_key(names.ITEMS_KEY, start) and start == len(lines)
         lines += cm["data"][key].splitlines()
-        assert cm["metadata"]["annotations"][it.ANNOTATION_ITEMS_TOTAL] == "100000"
+        assert cm["metadata"]["annotations"][names.ANNOTATION_ITEMS_TOTAL] == "100000"
     assert lines == items
-    assert it.RUN_SH_KEY in cms[0]["data"] and it.RUN_SH_KEY not in cms[1]["data"]
+    assert names.RUN_SH_KEY in cms[0]["data"] and names.RUN_SH_KEY not in cms[1]["data"]
 
 
 def test_configmap_metadata() -> None:
@@ -63,7 +63,7 @@ def test_configmap_metadata() -> None:
     assert meta["labels"][names.LABEL_RUN] == "nightly"
     assert meta["labels"][names.LABEL_STAGE] == "ifu"
     assert meta["labels"][names.LABEL_MANAGED_BY] == "nightshift"
-    assert meta["annotations"][it.ANNOTATION_ITEM_COUNT] == "1"
+    assert meta["annotations"][names.ANNOTATION_ITEM_COUNT] == "1"
     assert cm["immutable"] is True
 
 
@@ -86,7 +86,7 @@ def install(tmp: Path, cms: list[dict[str, object]]) -> Path:
     for cm in cms:
         for key, value in cm["data"].items():  # type: ignore[attr-defined]
             (tmp / key).write_text(value)
-    return tmp / it.RUN_SH_KEY
+    return tmp / names.RUN_SH_KEY
 
 
 def sh(script: Path, index: int, path: str | None = None) -> dict[str, str]:
@@ -116,7 +116,7 @@ def test_run_sh_across_chunks_and_retry_indexes(tmp_path: Path) -> None:
     items = [f"item-{i:05d}-" + "x" * 40 for i in range(40_000)]  # ~2.1 MB
     cms = it.items_configmaps(RUN, "ifu", items)
     assert len(cms) == 3
-    starts = [int(c["metadata"]["annotations"][it.ANNOTATION_ITEM_START]) for c in cms]
+    starts = [int(c["metadata"]["annotations"][names.ANNOTATION_ITEM_START]) for c in cms]
     second = starts[1]
     script = install(tmp_path, cms)
     for i in (0, starts[1] - 1, starts[1], starts[2] - 1, starts[2], 39_999):
@@ -141,5 +141,5 @@ def test_run_sh_fails_for_an_index_without_item(tmp_path: Path) -> None:
 
 def test_run_sh_prefers_the_runner_step_binary() -> None:
     # The runner's binary is tried first; the argv is passed through untouched.
-    assert f'exec {it.STEP_BINARY} "$step" "$@"' in it.RUN_SH
+    assert f'exec {names.STEP_BINARY} "$step" "$@"' in it.RUN_SH
     assert 'else exec "$@"; fi' in it.RUN_SH

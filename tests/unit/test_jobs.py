@@ -60,7 +60,7 @@ def test_golden_retry_job_and_its_indexes() -> None:
 
 
 def test_golden_items_configmap() -> None:
-    cms = it.items_configmaps(RUN, "ifu", it.expand(spec(**NIGHTLY).stages[0].for_each)[:5])
+    cms = it.items_configmaps(RUN, "ifu", it.item_list(spec(**NIGHTLY).stages[0].for_each)[:5])
     check_golden("pipelinerun/items-configmap.yaml", cms)
 
 
@@ -84,7 +84,7 @@ def test_job_fields() -> None:
     env = {e["name"]: e["value"] for e in pod["initContainers"][0]["env"]}
     assert env["MODE"] == "fast" and env["OMP_NUM_THREADS"] == "1"
     assert env[names.ENV_RUN] == "nightly" and env[names.ENV_STAGE] == "ifu"
-    assert env[names.ENV_NAMESPACE] == "physics" and env[it.ENV_LAST_STEP] == "reduce"
+    assert env[names.ENV_NAMESPACE] == "physics" and env[names.ENV_LAST_STEP] == "reduce"
     assert pod["nodeSelector"] == {names.LABEL_POOL: "workers"}
     assert pod["tolerations"] == [{"key": names.TAINT_POOL, "operator": "Equal",
                                    "value": "workers", "effect": "NoSchedule"}]
@@ -117,7 +117,7 @@ def test_api_limits_are_respected() -> None:
 def test_suspend_passthrough_and_rerun_annotation() -> None:
     job = render(spec(), attempt=2, suspend=True, rerun=7)
     assert job["spec"]["suspend"] is True
-    assert job["metadata"]["annotations"] == {jobs.ANNOTATION_RERUN: "7"}
+    assert job["metadata"]["annotations"] == {names.ANNOTATION_RERUN: "7"}
     assert job["metadata"]["name"] == it.job_name("nightly", "ifu", 2)
 
 

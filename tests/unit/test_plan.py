@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from nightshift.api import conditions as cond
+from nightshift.api import names
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun.plan import ItemsInfo, Observed, Plan, plan
 from tests.bad_pipelineruns import BAD, stage
 
@@ -195,10 +195,10 @@ def test_rerun_failed_runs_exactly_the_unfinished_items_once() -> None:
     p = plan(observe(run, [first], items=items_for(run, "a"), now=T0 + timedelta(hours=2)))
     cms = [m for m in p.apply if m["kind"] == "ConfigMap"]
     (retry,) = jobs_of(p)
-    assert cms[0]["data"][it.INDEXES_KEY] == "3\n17\n18\n19\n98\n99\n"
+    assert cms[0]["data"][names.INDEXES_KEY] == "3\n17\n18\n19\n98\n99\n"
     assert retry["spec"]["completions"] == 6
     assert retry["metadata"]["labels"]["nightshift.io/attempt"] == "1"
-    assert retry["metadata"]["annotations"][jobsmod.ANNOTATION_RERUN] == "1"
+    assert retry["metadata"]["annotations"][names.ANNOTATION_RERUN] == "1"
     assert p.status["rerunFailed"] == 1 and p.status["phase"] == "Running"
     assert [e.reason for e in p.events] == ["RetryStarted"]
     # The status write was lost: the retry Job itself says the request was handled.

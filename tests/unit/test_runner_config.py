@@ -83,6 +83,6 @@ def test_item_from_items_file(tmp_path: Path) -> None:
 def test_expand_is_plain_substitution() -> None:
     cfg = RunnerConfig.loads(json.dumps(BASE))
     item = Item("x{0}y", 4, 4)
-    assert config.expand("{run}/{stage}/{item}/{index}/{other}", cfg, item) == \
+    assert config.fill_template("{run}/{stage}/{item}/{index}/{other}", cfg, item) == \
         "r/s/x{0}y/4/{other}"
     assert config.as_prefix("a") == "a/" and config.as_prefix("a/") == "a/"

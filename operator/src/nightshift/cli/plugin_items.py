@@ -48,8 +48,8 @@ def item_chunks(metas: Sequence[Mapping[str, Any]], run: str, stage: str) -> lis
     out: list[Chunk] = []
     while (name := itemsmod.items_configmap_name(run, stage, len(out))) in by_name:
         ann = by_name[name].get("annotations") or {}
-        out.append(Chunk(name, int(ann.get(itemsmod.ANNOTATION_ITEM_START, "0")),
-                         int(ann.get(itemsmod.ANNOTATION_ITEM_COUNT, "0"))))
+        out.append(Chunk(name, int(ann.get(names.ANNOTATION_ITEM_START, "0")),
+                         int(ann.get(names.ANNOTATION_ITEM_COUNT, "0"))))
     return out
 
 

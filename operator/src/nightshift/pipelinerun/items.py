@@ -33,13 +33,6 @@ JOB_NAME_MAX = 63 - len("-999999")
 
 # Aliases of api/names.py for callers that still spell them here (pipelinerun/
 # itemsource.py, tests); new code uses names.* directly.
-ANNOTATION_ITEM_COUNT = names.ANNOTATION_ITEM_COUNT
-ANNOTATION_ITEM_START = names.ANNOTATION_ITEM_START
-ANNOTATION_ITEMS_TOTAL = names.ANNOTATION_ITEMS_TOTAL
-ENV_LAST_STEP = names.ENV_LAST_STEP
-INDEXES_KEY = names.INDEXES_KEY
-RUN_SH_KEY = names.RUN_SH_KEY
-STEP_BINARY = names.STEP_BINARY
 
 
 @dataclass(frozen=True)
@@ -136,7 +129,7 @@ def range_count(from_: int, to: int, step: int) -> int:
     return len(range(from_, to + 1, step)) if step >= 1 else 0
 
 
-def expand(for_each: ForEach | None) -> list[str]:
+def item_list(for_each: ForEach | None) -> list[str]:
     """The items of an inline or range source ([""] as one item for a stage without one).
 
     fromConfigMap and fromS3 are resolved by the I/O layer, which then freezes what it
@@ -153,7 +146,7 @@ def expand(for_each: ForEach | None) -> list[str]:
         if problem:
             raise ValueError(problem)
         return [r.format.format(i) for i in range(r.from_, r.to + 1, r.step)]
-    raise ValueError("expand() handles items and range; fromConfigMap/fromS3 are I/O")
+    raise ValueError("item_list() handles items and range; fromConfigMap/fromS3 are I/O")
 
 
 def chunk(lines: Sequence[str], budget: int = CHUNK_BYTES) -> list[tuple[int, list[str]]]:

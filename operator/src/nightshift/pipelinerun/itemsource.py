@@ -49,9 +49,9 @@ def frozen_items(kube: Kube, namespace: str, run: str,
         if not chunks:
             continue
         ann = by_name[chunks[0]].get("annotations") or {}
-        total = int(ann.get(render_items.ANNOTATION_ITEMS_TOTAL, "0"))
+        total = int(ann.get(names.ANNOTATION_ITEMS_TOTAL, "0"))
         if sum(int((by_name[c].get("annotations") or {}).get(
-                render_items.ANNOTATION_ITEM_COUNT, "0")) for c in chunks) != total:
+                names.ANNOTATION_ITEM_COUNT, "0")) for c in chunks) != total:
             # A pass died between chunks: the missing ones are applied again next time.
             continue
         out[st.name] = ItemsInfo(count=total, configmaps=tuple(chunks))
@@ -78,7 +78,7 @@ def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage,
     fe = stage.for_each
     field = f"spec.stages[{spec.stages.index(stage)}].forEach"
     if fe is None or fe.items is not None or fe.range is not None:
-        return render_items.expand(fe)
+        return render_items.item_list(fe)
     if fe.from_config_map is not None:
         src = fe.from_config_map
         cm = kube.get("v1", "ConfigMap", src.name, namespace)

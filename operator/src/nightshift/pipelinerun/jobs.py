@@ -16,7 +16,6 @@ from nightshift.pipelinerun.items import RunRef, job_name
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 # Alias of api/names.py for callers that still spell it here (plan.py, tests).
-ANNOTATION_RERUN = names.ANNOTATION_RERUN
 DISRUPTION_TARGET = "DisruptionTarget"
 # Job API limit on completions-with-backoffLimitPerIndex before stricter rules apply.
 HIGH_COMPLETIONS = 100_000

@@ -115,7 +115,7 @@ class _Planner:
             views[st.name] = pg.stage_view(by_stage.get(st.name, {}), total,
                                            st.tolerate_failed_items)
         rerun_handled = max([int(self.old.get("rerunFailed") or 0)] + [
-            int((j.get("metadata", {}).get("annotations") or {}).get(jobsmod.ANNOTATION_RERUN, 0))
+            int((j.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_RERUN, 0))
             for js in by_stage.values() for j in js.values()])
         if not self.problems:
             rerun_handled = self._decide(spec, views, rerun_handled)

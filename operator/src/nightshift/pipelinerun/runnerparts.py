@@ -115,9 +115,11 @@ def runner_config(*, run: str, namespace: str, stage: Stage,
 
 
 def runner_problems(stage: Stage, storage: Mapping[str, StorageRef],
-                    archive: Archive | None = None, where: str = "") -> list[str]:
-    """What the runner cannot do with this stage, as field path: problem, fix."""
-    at = where or f"spec.stages[name={stage.name}]"
+                    archive: Archive | None = None,
+                    where: str = "spec.stages[?]") -> list[str]:
+    """What the runner cannot do with this stage, as field path: problem, fix. `where`
+    is the stage's path (`spec.stages[2]`, api/fieldpath.py)."""
+    at = where
     out: list[str] = []
     refs = [("inputs", i, d) for i, d in enumerate(stage.inputs)]
     refs += [("outputs", i, d) for i, d in enumerate(stage.outputs)]

@@ -24,7 +24,7 @@ from nightshift.api.runnerwire import (
 
 # The wire types come from api/runnerwire.py; the runner's modules import them here.
 __all__ = ["ENV_ROOT", "ConfigError", "DataConfig", "Item", "Paths", "RunnerConfig",
-           "StorageConfig", "as_prefix", "expand", "load", "paths_from_env", "resolve_item"]
+           "StorageConfig", "as_prefix", "fill_template", "load", "paths_from_env", "resolve_item"]
 
 # Test and local-run override for the /nightshift tree (the pod's volume layout); the
 # operator never sets it.
@@ -111,7 +111,7 @@ def resolve_item(paths: Paths, env: dict[str, str] | None = None) -> Item:
     return lookup(DirVolume(items_file.parent), ci, base=items_file.name)
 
 
-def expand(template: str, cfg: RunnerConfig, item: Item) -> str:
+def fill_template(template: str, cfg: RunnerConfig, item: Item) -> str:
     """Plain substitution, never str.format: items and paths may hold braces."""
     return (
         template.replace("{item}", item.value)

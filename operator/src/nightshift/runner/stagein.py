@@ -23,7 +23,7 @@ from pathlib import Path
 
 from nightshift.aws.s3store import S3Store
 from nightshift.runner.cache import NodeCache
-from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, expand
+from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, fill_template
 from nightshift.runner.store import (
     META_SHA256,
     ChecksumError,
@@ -231,7 +231,7 @@ def check_item_paths(cfg: RunnerConfig, paths: Paths, item: Item) -> None:
     """
     for i, ref in enumerate(cfg.inputs):
         st = cfg.storage(ref.storage)
-        path = expand(ref.path, cfg, item)
+        path = fill_template(ref.path, cfg, item)
         if ref.mode == "stream":
             _link(paths.inputs, ref.local_path or st.name, f"inputs[{i}]")
             try:
@@ -245,7 +245,7 @@ def check_item_paths(cfg: RunnerConfig, paths: Paths, item: Item) -> None:
         _item_key(cfg, item, f"inputs[{i}]", ref, st.prefix + path)
     for i, ref in enumerate(cfg.outputs):
         st = cfg.storage(ref.storage)
-        path = as_prefix(expand(ref.path, cfg, item))
+        path = as_prefix(fill_template(ref.path, cfg, item))
         _local(paths.outputs, ref.local_path, f"outputs[{i}]")
         _item_key(cfg, item, f"outputs[{i}]", ref, st.prefix + path)
         if ref.failed_prefix:
@@ -261,7 +261,7 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
     cache: NodeCache | None = None
     for i, ref in enumerate(cfg.inputs):
         st = cfg.storage(ref.storage)
-        path = expand(ref.path, cfg, item)
+        path = fill_template(ref.path, cfg, item)
         if ref.mode == "stream":
             # The volume is mounted into the step containers; link the item's part of it.
             link = _link(paths.inputs, ref.local_path or st.name, f"inputs[{i}]")
