@@ -9,12 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nightshift.api import names
+from nightshift.api.drift import contains, drifted
 from nightshift.virtualcluster.nodepools import render_virtualcluster
 from nightshift.virtualcluster.plan import (
     DELETING,
     Observed,
-    contains,
-    drifted,
     plan,
 )
 from nightshift.virtualcluster.provider import (

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import conditions, names
+from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
 from nightshift.api.fieldpath import field_path
 from nightshift.virtualcluster import objectnames
@@ -183,30 +184,6 @@ def _status_plan(o: Observed, status: dict[str, Any], requeue: float | None,
                  **kw: Any) -> Plan:
     return Plan(status=status, requeue_after=requeue, events=condition_events(
         (o.vc.get("status") or {}).get("conditions"), status.get("conditions")), **kw)
-
-
-def drifted(desired: Obj, observed: Obj | None) -> bool:
-    """True when the API server's object lacks something we render: it is missing, or a
-    field of its spec, labels or annotations differs. Fields the server or Karpenter
-    added (defaults, status) are not drift."""
-    if observed is None:
-        return True
-    dm, om = desired.get("metadata") or {}, observed.get("metadata") or {}
-    return not (contains(om.get("labels") or {}, dm.get("labels") or {})
-                and contains(om.get("annotations") or {}, dm.get("annotations") or {})
-                and contains(observed.get("spec"), desired.get("spec")))
-
-
-def contains(have: Any, want: Any) -> bool:
-    """`want` is in `have`: maps by key (extra keys in `have` allowed), lists item by
-    item at equal length, scalars equal."""
-    if isinstance(want, Mapping):
-        return isinstance(have, Mapping) and all(
-            k in have and contains(have[k], v) for k, v in want.items())
-    if isinstance(want, list):
-        return (isinstance(have, list) and len(have) == len(want)
-                and all(contains(h, w) for h, w in zip(have, want, strict=True)))
-    return bool(have == want)
 
 
 def placement_pools(spec: VirtualClusterSpec | None) -> list[str]:
