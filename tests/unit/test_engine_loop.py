@@ -304,3 +304,27 @@ def test_a_failing_report_does_not_stop_the_loop() -> None:
         await loops.shutdown()
 
     run(main)
+
+
+def test_status_writes_keep_the_engines_condition() -> None:
+    from nightshift.engine.status import StatusWriter
+
+    class Recording:
+        def __init__(self) -> None:
+            self.patched: list[dict[str, Any]] = []
+
+        def patch_status(self, *_a: Any, resource_version: str | None = None,
+                         **_k: Any) -> None:
+            self.patched.append(_a[4])
+
+    failing = {"type": "ReconcileError", "status": "True", "reason": "ReconcileFailing",
+               "message": "boom"}
+    obj = {"metadata": {"name": "a", "namespace": "ns"},
+           "status": {"phase": "Running", "conditions": [failing]}}
+    kube = Recording()
+    writer = StatusWriter("example.io/v1", "Example")
+    # A planner's status without the engine's condition: the condition stays, so the
+    # engine can flip it to False once passes succeed again.
+    assert writer.write(kube, obj, {"phase": "Succeeded", "conditions": []})  # type: ignore[arg-type]
+    assert kube.patched[-1]["conditions"] == [failing]
+    assert not writer.write(kube, obj, {"phase": "Running", "conditions": []})  # type: ignore[arg-type]

@@ -39,8 +39,11 @@ class StatusWriter:
     last_write: float = float("-inf")
 
     def write(self, kube: Kube, obj: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-        """Patch `obj`'s status to `new` if needed; True when written."""
+        """Patch `obj`'s status to `new` if needed; True when written. The engine's own
+        condition (ReconcileError) is kept: planners do not know it, and only the
+        engine clears it."""
         old = obj.get("status") or {}
+        new = with_engine_conditions(old, new)
         if new == old:
             return False
         now = self.clock()
@@ -53,6 +56,15 @@ class StatusWriter:
                           dict(new), resource_version=meta.get("resourceVersion"))
         self.last_write = now
         return True
+
+
+def with_engine_conditions(old: Mapping[str, Any],
+                           new: Mapping[str, Any]) -> Mapping[str, Any]:
+    kept = conditions.find(old.get("conditions"), conditions.RECONCILE_ERROR)
+    if kept is None or conditions.find(new.get("conditions"),
+                                       conditions.RECONCILE_ERROR) is not None:
+        return new
+    return {**new, "conditions": [*(new.get("conditions") or []), dict(kept)]}
 
 
 def reconcile_error_reporter(kube: Kube, api_version: str,
