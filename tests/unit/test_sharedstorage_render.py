@@ -339,3 +339,4 @@ def test_endpoints() -> None:
     assert endpoints(GOOD["s3"]) == [{"name": "s3", "url": "s3://snfactory-raw/nights/"}]
     assert endpoints(GOOD["cvmfs-eks"], load_balancer="nlb.example")[1] == {
         "name": "squid-lb", "url": "http://nlb.example:3128"}
+

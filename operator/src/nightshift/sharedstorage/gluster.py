@@ -12,8 +12,12 @@ HostToContainer. The client also runs on the host network: NUFA finds "the local
 brick" by comparing brick addresses with the client's own, which inside a pod network
 namespace would never match.
 
-The volume is created by commands run in server pod 0 (`volume_commands`), a pure
-function of the spec and the server pods the reconcile observed.
+The volume is created by a Job (glustervolume.volume_job) that runs the commands of
+`volume_commands`, a pure function of the spec and the server pods the reconcile
+observed, against server pod 0's glusterd. glusterd serves its full CLI (create, start,
+set) only on its unix socket, never over TCP (there it answers read-only queries), so
+the servers keep that socket in a host directory and the Job runs on server 0's node
+with the same directory.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ GLUSTERD_PORT = 24007
 BRICKS_IN_POD = "/bricks"
 CLIENT_MOUNT_IN_POD = "/mnt/gluster"
 GLUSTER = ["gluster", "--mode=script"]
+# glusterd's runtime directory: its CLI socket (/var/run/glusterd.socket; /var/run is
+# /run in Debian), pid files and brick sockets. A host directory per storage, so the
+# volume Job on the same node reaches the socket.
+RUN_IN_POD = "/run"
 
 CLIENT_SH = """\
 set -u
@@ -66,11 +74,13 @@ PROBE_SH = 'grep -q " {mount} fuse.glusterfs" /proc/mounts && stat -t {mount} >/
 
 @dataclass(frozen=True)
 class ServerPod:
-    """A gluster server pod as observed: its StatefulSet name, host address, readiness."""
+    """A gluster server pod as observed: its StatefulSet name, host address, readiness
+    and node (where the volume Job must run to reach its glusterd)."""
 
     name: str
     ip: str
     ready: bool
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,14 @@ def brick_host_dir(st: Storage) -> str:
     return f"{_gluster(st).brick_path.rstrip('/')}/{st.namespace}-{st.name}"
 
 
+def run_host_dir(st: Storage) -> str:
+    return st.host_dir("glusterd-run")
+
+
+def volume_job_name(st: Storage) -> str:
+    return st.object_name("gluster-volume")
+
+
 def brick_dirs(st: Storage) -> list[str]:
     return [f"{BRICKS_IN_POD}/brick{b}" for b in range(_gluster(st).bricks_per_node)]
 
@@ -134,7 +152,11 @@ def _service(st: Storage) -> dict[str, Any]:
 
 def _statefulset(st: Storage) -> dict[str, Any]:
     g = _gluster(st)
-    start = f"mkdir -p {' '.join(brick_dirs(st))} && exec glusterd -N --log-file=/dev/stderr"
+    # The runtime directory outlives the pod: a dead glusterd's socket and pid files
+    # would make the new one think its bricks still run.
+    start = (f"rm -rf {RUN_IN_POD}/glusterd.socket {RUN_IN_POD}/glusterd.pid "
+             f"{RUN_IN_POD}/gluster && mkdir -p {' '.join(brick_dirs(st))} && "
+             "exec glusterd -N --log-file=/dev/stderr")
     affinity = pool_affinity([g.pool], st.spec.virtual_cluster, st.namespace)
     # One glusterd per node, across every storage: they all want the node's port 24007.
     affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
@@ -157,6 +179,7 @@ def _statefulset(st: Storage) -> dict[str, Any]:
             {"name": "state", "mountPath": "/var/lib/glusterd"},
             {"name": "bricks", "mountPath": BRICKS_IN_POD},
             {"name": "logs", "mountPath": "/var/log/glusterfs"},
+            {"name": "run", "mountPath": RUN_IN_POD},
         ],
     }
     return {
@@ -181,6 +204,8 @@ def _statefulset(st: Storage) -> dict[str, Any]:
                     "affinity": affinity,
                     "tolerations": pool_tolerations([g.pool]),
                     "enableServiceLinks": False,
+                    # /var/run/secrets would land in the host runtime directory.
+                    "automountServiceAccountToken": False,
                     "volumes": [
                         # Peer identity and volume definitions outlive the pod, so a
                         # restarted server rejoins its pool with its bricks.
@@ -189,6 +214,8 @@ def _statefulset(st: Storage) -> dict[str, Any]:
                         {"name": "bricks", "hostPath": {"path": brick_host_dir(st),
                                                         "type": "DirectoryOrCreate"}},
                         {"name": "logs", "emptyDir": {}},
+                        {"name": "run", "hostPath": {"path": run_host_dir(st),
+                                                     "type": "DirectoryOrCreate"}},
                     ],
                 },
             },
