@@ -54,6 +54,8 @@ def test_per_pool_figures_and_cost() -> None:
     assert workers["hourlyUSD"] == round(0.238 + 0.34, 4)
     assert imaging["memory"] == "15Gi"
     assert st["nodes"] == 3 and st["hourlyUSD"] == round(0.238 + 0.34 + 0.126, 4)
+    # kubectl's columns: both pools, not the first.
+    assert st["poolCount"] == 2 and st["poolSummary"] == "workers=2 imaging=1"
     assert (st["provider"], st["mode"], st["observedGeneration"]) == ("kwok", "karpenter", 3)
     assert cond(st, "Ready")["status"] == "True"
     assert cond(st, "CapacityLimited")["status"] == "False"
@@ -65,6 +67,7 @@ def test_pending_cpu_served_by_launching_claims_is_not_limited() -> None:
                                nodeclaims=[claim("workers", "6")],
                                pending_cpu={"workers": 6.0}, now=NOW)
     assert st["pools"][0]["pendingCPU"] == 0 and st["pools"][0]["launching"] == 1
+    assert st["poolSummary"] == "workers=0+1"
     assert cond(st, "CapacityLimited")["status"] == "False"
 
 

@@ -138,6 +138,14 @@ def _pool_status(
     return entry, (f"{pool.name}: " + ", ".join(why)) if why else None
 
 
+def pool_summary(pools: Sequence[Mapping[str, Any]]) -> str:
+    """Every pool with its nodes, for `kubectl get nsvc`: a printer column's JSONPath
+    shows only the first element of an array, so the pools are joined here."""
+    return " ".join(
+        f"{p['name']}={p['nodes']}" + (f"+{p['launching']}" if p.get("launching") else "")
+        for p in pools)
+
+
 def virtualcluster_status(
     vc: Mapping[str, Any],
     *,
@@ -180,6 +188,8 @@ def virtualcluster_status(
         "provider": choice.provider,
         "mode": choice.mode,
         "pools": pools,
+        "poolCount": len(pools),
+        "poolSummary": pool_summary(pools),
         "nodes": sum(p["nodes"] for p in pools),
         "hourlyUSD": round(sum(p["hourlyUSD"] for p in pools), 4),
         "conditions": conditions.merge(old, conds, now=now),
