@@ -112,7 +112,8 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(CORE, "configmaps", "create patch", NAMESPACE, _K,
            f"pipelinerun/itemsource and plan: item and rerun-index ConfigMaps ({_SSA})"),
     *_rows(CORE, "pods", "list", NAMESPACE, _K,
-           "pipelinerun/reconcile failure samples (failed pods of one Job, limit 5); "
+           "pipelinerun/reconcile failure samples (failed pods of one Job, limit 5) and "
+           "a lost Job's live pods (limit 1); "
            "virtualcluster/observe pending CPU (unscheduled pipeline pods)"),
     *_rows(CORE, "events", "create", NAMESPACE, _K,
            "Kube.event: a run's and a VirtualCluster's transitions"),

@@ -47,6 +47,10 @@ ANNOTATION_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 ANNOTATION_FORCE_DELETE = f"{GROUP}/force-delete"
 # On a retry Job: the rerun number, so the planner acts once per failed-items rerun.
 ANNOTATION_RERUN = f"{GROUP}/rerun-failed"
+# On a retry or replacement Job: the original item indexes it does not run (they had
+# succeeded when it was created), as ranges. The Job's own map from completion index
+# to item, so it holds even when earlier attempts' Jobs are gone.
+ANNOTATION_SKIP_ITEMS = f"{GROUP}/skip-items"
 # On each items (or rerun indexes) ConfigMap chunk: how many lines it holds, the list
 # index of its first line, and the length of the whole list (api/runnerwire.py).
 ANNOTATION_ITEM_COUNT = f"{GROUP}/item-count"

@@ -56,6 +56,7 @@ def render_job(
     suspend: bool,
     runner_image: str,
     rerun: int = 0,
+    skip_items: str | None = None,
 ) -> dict[str, Any]:
     """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes)."""
     name = job_name(run.name, stage.name, attempt)
@@ -90,6 +91,9 @@ def render_job(
         # Which rerunFailed value this retry answers, so a lost status write can never
         # turn one request into two retries.
         metadata["annotations"] = {names.ANNOTATION_RERUN: str(rerun)}
+        if skip_items is not None:
+            # The items this attempt does not run: its own completion-index map.
+            metadata["annotations"][names.ANNOTATION_SKIP_ITEMS] = skip_items
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 

@@ -4,6 +4,11 @@ Pure and level-based: everything is derived from the run (spec and the status th
 function wrote earlier) and the Jobs, all named deterministically, so the same
 inputs give the same plan and an operator restarted at any moment never creates a
 second Job for a stage attempt.
+
+The status is the record, the Jobs only the work in flight: a finished run (Succeeded,
+Failed, Cancelled) creates nothing again whatever happens to its Jobs (only a
+rerunFailed request starts new work), and a stage Job lost mid-run is replaced by a
+new attempt that runs only the items the record does not hold as succeeded.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import names
+from nightshift.api import names, ranges
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
@@ -24,7 +29,7 @@ from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun import validate
 from nightshift.pipelinerun.items import RunRef
-from nightshift.pipelinerun.spec import PipelineRunSpec
+from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 from nightshift.pipelinerun.status import StageRecord, build_status, stage_record
 
 
@@ -44,6 +49,9 @@ class Observed:
     failure_samples: Mapping[str, Sequence[Mapping[str, Any]]]
     now: datetime
     runner_image: str
+    # Per lost Job (lost_jobs()): how many of its pods still run or wait (0 or 1 is
+    # enough). Its replacement waits for none, so two pods never work on one item.
+    live_pods: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,11 @@ class Plan:
 
 # Seconds between the parallelism raises of a staggered launch.
 LAUNCH_STEP = 10
+# Seconds between looks while a lost Job's pods go away.
+LOST_POD_WAIT = 5.0
+# The most characters of a retry Job's skip-items annotation; beyond, fewer items are
+# skipped (they run again) so the Job stays far below the API's 256 KiB of annotations.
+SKIP_ITEMS_CHARS = 65_536
 
 
 def rfc3339(t: datetime) -> str:
@@ -80,6 +93,25 @@ def plan(observed: Observed) -> Plan:
     return _Planner(observed).run()
 
 
+def lost_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Jobs the run's record says were seen running and that are not there any more:
+    the reconcile pass asks whether their pods are gone (Observed.live_pods)."""
+    status = run.get("status") or {}
+    if status.get("phase") in TERMINAL_PHASES:
+        return []
+    present = {(j.get("metadata") or {}).get("name") for j in jobs}
+    out = []
+    for rec in status.get("stages") or []:
+        if rec.get("phase") in (pg.SUCCEEDED, pg.FAILED) or not rec.get("jobName"):
+            continue
+        latest: Mapping[str, Any] = next(
+            (a for a in rec.get("attempts") or [] if a.get("attempt") == rec.get("attempt")),
+            {})
+        if latest.get("jobUID") and rec["jobName"] not in present:
+            out.append(str(rec["jobName"]))
+    return out
+
+
 class _Planner:
     def __init__(self, obs: Observed) -> None:
         self.obs = obs
@@ -94,6 +126,9 @@ class _Planner:
         self.requeue: float | None = None
         self.problems: list[Problem] = []
         self.records: dict[str, StageRecord] = {}
+        self.extra_events: list[Event] = []
+        # Finished before this pass, and nothing of it runs: the record stands.
+        self.final = False
         old_stages = self.old.get("stages") or []
         self.old_stages = {s.get("name"): s for s in old_stages}
 
@@ -113,10 +148,15 @@ class _Planner:
                 self.problems += validate.check_count(f"spec.stages[{i}].forEach", info.count, st)
             total = info.count if info else 0
             views[st.name] = pg.stage_view(by_stage.get(st.name, {}), total,
-                                           st.tolerate_failed_items)
+                                           st.tolerate_failed_items,
+                                           self.old_stages.get(st.name))
         rerun_handled = max([int(self.old.get("rerunFailed") or 0)] + [
             int((j.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_RERUN, 0))
             for js in by_stage.values() for j in js.values()])
+        # A retry Job running (its status write lost, say) means the run is not done.
+        self.final = self.old.get("phase") in TERMINAL_PHASES and not any(
+            a.state in (pg.RUNNING, pg.SUSPENDED) and a.record is None
+            for v in views.values() for a in v.attempts[-1:])
         if not self.problems:
             rerun_handled = self._decide(spec, views, rerun_handled)
         return self._finish(spec, views, rerun_handled)
@@ -143,7 +183,7 @@ class _Planner:
     def _decide(self, spec: PipelineRunSpec, views: dict[str, pg.StageView],
                 rerun_handled: int) -> int:
         states = {n: _stage_state(v) for n, v in views.items()}
-        active = any(s in (pg.RUNNING, pg.SUSPENDED) for s in states.values())
+        active = any(s in (pg.RUNNING, pg.SUSPENDED, pg.LOST) for s in states.values())
         finished_with_failures = not active and any(
             v.latest is not None and v.not_succeeded and states[n] in (pg.FAILED, pg.SUCCEEDED)
             for n, v in views.items())
@@ -157,11 +197,22 @@ class _Planner:
                     if v.latest is not None and v.not_succeeded:
                         self._create(spec, st, v, v.latest.attempt + 1, spec.rerun_failed)
                         states[st.name] = pg.RUNNING
+                        self.final = False
             rerun_handled = spec.rerun_failed
-        blocked = spec.cancel or spec.suspend or any(s == pg.FAILED for s in states.values())
+        if not (self.final or spec.cancel):
+            for st in spec.stages:
+                v = views[st.name]
+                if v.unseen:
+                    # Created by an earlier pass, never seen: the same Job again.
+                    self._create(spec, st, v, v.unseen, rerun_handled)
+                    states[st.name] = pg.RUNNING
+                elif v.latest is not None and v.latest.state == pg.LOST:
+                    self._replace_lost(spec, st, v, rerun_handled)
+        blocked = (self.final or spec.cancel or spec.suspend
+                   or any(s == pg.FAILED for s in states.values()))
         for st in spec.stages:
             v = views[st.name]
-            if v.latest is not None or blocked:
+            if v.latest is not None or v.unseen or blocked:
                 continue
             if not all(states.get(d) == pg.SUCCEEDED for d in st.depends_on):
                 continue
@@ -174,6 +225,22 @@ class _Planner:
             self._patch_existing(spec, st, views[st.name])
         return rerun_handled
 
+    def _replace_lost(self, spec: PipelineRunSpec, st: Any, v: pg.StageView,
+                      rerun: int) -> None:
+        lost = v.latest
+        assert lost is not None
+        if self.obs.live_pods.get(lost.name):
+            # Its pods are still going (a Job deleted with orphaned or terminating pods).
+            self.requeue = min(self.requeue or LOST_POD_WAIT, LOST_POD_WAIT)
+            return
+        self._create(spec, st, v, lost.attempt + 1, rerun)
+        latest = v.latest
+        assert latest is not None
+        self.extra_events.append(Event(
+            "Warning", "JobLost", f"stage {st.name}: Job {lost.name} (attempt "
+            f"{lost.attempt}) is gone before the stage finished; attempt {latest.attempt} "
+            f"runs the {latest.completions} items not recorded as succeeded"))
+
     def _create(self, spec: PipelineRunSpec, st: Any, v: pg.StageView, attempt: int,
                 rerun: int) -> None:
         info = self.obs.items.get(st.name)
@@ -181,8 +248,13 @@ class _Planner:
             itemsmod.items_configmap_name(self.ref.name, st.name, 0)]
         index_cms: list[str] = []
         completions = v.total
+        skip: str | None = None
+        indexes: list[int] | None = None
         if attempt:
-            indexes = v.not_succeeded
+            # The Job carries what it skips, so it maps its own indexes later on.
+            skip, _ = pg.record_ranges(v.succeeded, SKIP_ITEMS_CHARS)
+            skipped = set(ranges.parse(skip))
+            indexes = [i for i in range(v.total) if i not in skipped]
             cms = itemsmod.indexes_configmaps(self.ref, st.name, attempt, indexes)
             self.apply += cms
             index_cms = [c["metadata"]["name"] for c in cms]
@@ -193,18 +265,18 @@ class _Planner:
             run=self.ref, spec=spec, stage=st, attempt=attempt, completions=completions,
             item_configmaps=item_cms, indexes_configmaps=index_cms, parallelism=parallelism,
             suspend=spec.suspend or spec.cancel, runner_image=self._runner_image(spec),
-            rerun=rerun))
+            rerun=rerun, skip_items=skip))
         # Stands in for the Job until the informer sees it, so status says Running now.
         v.attempts.append(pg.AttemptView(
             attempt=attempt, name=itemsmod.job_name(self.ref.name, st.name, attempt),
             completions=completions, succeeded=set(), failed=set(),
-            unfinished=list(range(completions)), active=0, ready=0, state=pg.RUNNING,
-            creation_time=start, parallelism=parallelism,
-            indexes=v.not_succeeded if attempt else None))
+            unfinished=list(indexes if indexes is not None else range(completions)),
+            active=0, ready=0, state=pg.RUNNING, creation_time=start,
+            parallelism=parallelism, indexes=indexes))
 
     def _patch_existing(self, spec: PipelineRunSpec, st: Any, v: pg.StageView) -> None:
         latest = v.latest
-        if latest is None or latest.state in (pg.SUCCEEDED, pg.FAILED):
+        if latest is None or latest.state in (pg.SUCCEEDED, pg.FAILED, pg.LOST):
             return
         if any(j["metadata"]["name"] == latest.name for j in self.apply):
             return
@@ -262,25 +334,35 @@ class _Planner:
         records: list[StageRecord] = []
         if spec is not None:
             for st in spec.stages:
+                v = views[st.name]
+                old = self.old_stages.get(st.name) or {}
+                latest = v.latest
+                if self.final and old and (latest is None or latest.record is not None):
+                    # A finished run's stage whose Job is gone: its record stands.
+                    records.append(dict(old))
+                    continue
                 records.append(stage_record(
-                    st.name, views[st.name], self.old_stages.get(st.name) or {},
-                    self.obs.failure_samples.get(st.name) or [], self.now,
-                    cancelled=spec.cancel))
+                    st.name, v, old, self.obs.failure_samples.get(st.name) or [],
+                    self.now, cancelled=spec.cancel))
+        elif self.final:
+            records = [dict(r) for r in self.old.get("stages") or []]
         status, events = build_status(
             old=self.old, records=records, problems=[str(p) for p in self.problems],
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
-            resolving=bool(self.resolve))
+            resolving=bool(self.resolve), final=self.final)
         return Plan(
             resolve_items=self.resolve,
             apply=self.apply,
             delete=[],
             status=status,
-            events=[Event(*e) for e in events],
+            events=[*self.extra_events, *(Event(*e) for e in events)],
             requeue_after=self.requeue,
             patch=self.patch,
         )
 
 
 def _stage_state(v: pg.StageView) -> str:
-    return v.latest.state if v.latest else pg.PENDING
+    if v.latest is None:
+        return pg.RUNNING if v.unseen is not None else pg.PENDING
+    return v.latest.state

@@ -1,17 +1,24 @@
-"""A stage's progress, derived only from its Jobs' status (never from pods or memory).
+"""A stage's progress, derived from its Jobs' status and the run's own record of it.
 
-Attempt 0 runs every item; attempt k > 0 (a rerunFailed retry) runs exactly the
-items attempt k-1 left unfinished, in ascending original index. That rule alone
-lets any pass rebuild which original item each retry completion index stands for.
+Attempt 0 runs every item; attempt k > 0 (a rerunFailed retry, or the replacement of
+a Job lost mid-run) runs the items not known to have succeeded when it was created, in
+ascending original index. Such a Job carries that set (names.ANNOTATION_SKIP_ITEMS), so
+it maps its completion indexes back to items by itself, even after earlier attempts'
+Jobs are gone; older Jobs without it are mapped by the rule alone (attempt k runs what
+attempt k-1 left unfinished).
+
+The status is the record: which items succeeded (`succeededItems`) and which Job each
+attempt was. A stage whose Jobs disappear (by hand, a TTL, a clean-up of finished Jobs)
+keeps what the record says; a Job seen once and then gone while its stage ran is Lost.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nightshift.api import ranges
+from nightshift.api import names, ranges
 
 RUNNING = "Running"
 SUCCEEDED = "Succeeded"
@@ -19,6 +26,8 @@ FAILED = "Failed"
 SUSPENDED = "Suspended"
 PENDING = "Pending"
 CANCELLED = "Cancelled"
+# The attempt's Job was seen, then disappeared before its stage finished.
+LOST = "Lost"
 
 
 @dataclass
@@ -40,6 +49,9 @@ class AttemptView:
     suspended: bool = False
     # Original index of each completion index; None for attempt 0 (the identity).
     indexes: list[int] | None = None
+    uid: str | None = None
+    # The attempt's status entry, when its Job is gone and the entry is all there is.
+    record: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -47,6 +59,11 @@ class StageView:
     total: int
     attempts: list[AttemptView] = field(default_factory=list)
     succeeded: set[int] = field(default_factory=set)
+    # The stage finished and its latest Job is gone: this status entry is its record.
+    recorded: Mapping[str, Any] | None = None
+    # A recorded attempt whose Job was never seen (created, not visible yet, or deleted
+    # before any pass saw it): nothing of it is recorded, so it is applied again as is.
+    unseen: int | None = None
 
     @property
     def latest(self) -> AttemptView | None:
@@ -69,45 +86,130 @@ def job_condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | Non
     return None
 
 
+def record_ranges(indexes: Iterable[int], limit: int) -> tuple[str, bool]:
+    """`indexes` as ranges of at most `limit` characters, and whether any were left out.
+
+    What does not fit is left out, never added: a record may say fewer items succeeded
+    than did (they run again), never more. The longest ranges are kept first, so the
+    characters cover as many items as they can.
+    """
+    text = ranges.compress(indexes)
+    if len(text) <= limit:
+        return text, False
+    spans = sorted(ranges.spans(text), key=lambda s: (s[0] - s[1], s[0]))
+    kept: list[tuple[int, int]] = []
+    used = -1
+    for lo, hi in spans:
+        n = len(str(lo) if lo == hi else f"{lo}-{hi}") + 1
+        if used + n <= limit:
+            kept.append((lo, hi))
+            used += n
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in sorted(kept)), True
+
+
+def _parse(text: Any) -> set[int]:
+    try:
+        return set(ranges.parse(str(text or "")))
+    except ValueError:
+        return set()  # a damaged record claims nothing
+
+
+def _skip_mapping(job: Mapping[str, Any], total: int) -> list[int] | None:
+    """A retry or replacement Job's own map, from the items it was created to skip."""
+    ann = ((job.get("metadata") or {}).get("annotations") or {})
+    if names.ANNOTATION_SKIP_ITEMS not in ann:
+        return None
+    try:
+        skip = set(ranges.parse(ann[names.ANNOTATION_SKIP_ITEMS]))
+    except ValueError:
+        return []  # not ours to trust: count nothing of this Job
+    return [i for i in range(total) if i not in skip]
+
+
 def stage_view(
-    jobs: Mapping[int, Mapping[str, Any]], total: int, tolerate: int | None
+    jobs: Mapping[int, Mapping[str, Any]], total: int, tolerate: int | None,
+    record: Mapping[str, Any] | None = None,
 ) -> StageView:
-    """Fold a stage's attempt Jobs (attempt -> Job) into original-index progress."""
+    """Fold a stage's attempt Jobs (attempt -> Job) and its status entry into progress."""
+    record = record or {}
+    if not total:
+        total = int(record.get("total") or 0)
     view = StageView(total=total)
-    mapping: list[int] | None = None  # None: identity, as for attempt 0
-    attempt = 0
-    while attempt in jobs:
+    if not total and 0 in jobs:
+        view.total = total = int((jobs[0].get("spec") or {}).get("completions") or 0)
+    view.succeeded |= {i for i in _parse(record.get("succeededItems")) if i < total}
+    # attempt -> (the original indexes it runs, those it completed), for the rule.
+    known: dict[int, tuple[list[int], set[int]]] = {}
+    for attempt in sorted(jobs):
         job = jobs[attempt]
+        meta = job.get("metadata") or {}
         spec = job.get("spec") or {}
         status = job.get("status") or {}
-        completions = int(spec.get("completions") or 0)
-        if mapping is None and attempt == 0 and not total:
-            view.total = total = completions
+        mapping: list[int] | None = None
+        if attempt:
+            mapping = _skip_mapping(job, total)
+            if mapping is None:
+                prev = known.get(attempt - 1)
+                # Without the annotation and the Job before it, nothing maps this one.
+                mapping = [i for i in prev[0] if i not in prev[1]] if prev else []
         done = _originals(ranges.parse(status.get("completedIndexes")), mapping)
         failed = _originals(ranges.parse(status.get("failedIndexes")), mapping)
         view.succeeded |= done
-        mine = range(total) if mapping is None else mapping
-        unfinished = [i for i in mine if i not in done and i not in failed]
+        mine = list(range(total)) if mapping is None else mapping
         av = AttemptView(
             attempt=attempt,
-            name=(job.get("metadata") or {}).get("name", ""),
-            completions=completions,
+            name=meta.get("name", ""),
+            completions=int(spec.get("completions") or 0),
             succeeded=done,
             failed=failed,
-            unfinished=unfinished,
+            unfinished=[i for i in mine if i not in done and i not in failed],
             active=int(status.get("active") or 0),
             ready=int(status.get("ready") or 0),
             state=RUNNING,
-            creation_time=(job.get("metadata") or {}).get("creationTimestamp"),
+            creation_time=meta.get("creationTimestamp"),
             parallelism=spec.get("parallelism"),
             suspended=bool(spec.get("suspend")),
             indexes=mapping,
+            uid=meta.get("uid"),
         )
         _finish_state(av, job, view, tolerate)
         view.attempts.append(av)
-        mapping = [i for i in mine if i not in done]
-        attempt += 1
+        known[attempt] = (mine, done)
+    _recorded_latest(view, record, max(jobs) if jobs else -1)
     return view
+
+
+def _recorded_latest(view: StageView, record: Mapping[str, Any], last_seen: int) -> None:
+    """The latest recorded attempt, when its Job is not among those observed."""
+    if not record.get("jobName"):
+        return
+    try:
+        attempt = int(record.get("attempt") or 0)
+    except (TypeError, ValueError):
+        return
+    if attempt <= last_seen:
+        return
+    entry: Mapping[str, Any] = next(
+        (a for a in record.get("attempts") or [] if a.get("attempt") == attempt), {})
+    phase = record.get("phase")
+    av = AttemptView(
+        attempt=attempt, name=str(entry.get("jobName") or record["jobName"]),
+        completions=int(entry.get("items") or 0), succeeded=set(), failed=set(),
+        unfinished=[], active=0, ready=0, state=LOST,
+        creation_time=entry.get("startTime"), parallelism=record.get("parallelism"),
+        uid=entry.get("jobUID"), record=entry)
+    if phase in (SUCCEEDED, FAILED):
+        # Finished: whatever happens to its Jobs, the record stands.
+        av.state = str(phase)
+        av.failed = {i for i in _parse(record.get("failedItems")) if i < view.total}
+        av.reason = str(record.get("reason") or "")
+        av.message = str(record.get("message") or "")
+        av.completion_time = entry.get("completionTime") or record.get("completionTime")
+        view.recorded = record
+    elif not entry.get("jobUID"):
+        view.unseen = attempt
+        return
+    view.attempts.append(av)
 
 
 def _originals(local: list[int], mapping: list[int] | None) -> set[int]:

@@ -21,7 +21,7 @@ from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
-from nightshift.pipelinerun.plan import Observed, plan
+from nightshift.pipelinerun.plan import Observed, lost_jobs, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 
 # Status fields that move with every pod: written at most every progress_interval.
@@ -53,10 +53,17 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
         spec = None  # plan() reports it as Invalid, naming the field.
     items = frozen_items(kube, namespace, name, spec) if spec else {}
     samples = _failure_samples(kube, namespace, jobs, state)
+    # Rare (a stage Job deleted mid-run): one short pod LIST per lost Job.
+    live = {job: len(kube.list("v1", "Pod", namespace,
+                               label_selector=f"batch.kubernetes.io/job-name={job}",
+                               field_selector="status.phase!=Succeeded,status.phase!=Failed",
+                               limit=1))
+            for job in lost_jobs(run, jobs)}
 
     def observe() -> Observed:
         return Observed(run=run, jobs=jobs, items=items, failure_samples=samples,
-                        now=datetime.now(UTC), runner_image=config.runner_image)
+                        now=datetime.now(UTC), runner_image=config.runner_image,
+                        live_pods=live)
 
     p = plan(observe())
     if p.resolve_items:

@@ -15,6 +15,10 @@ from nightshift.pipelinerun import progress as pg
 
 StageRecord = dict[str, Any]
 FAILED_ITEMS_CHARS = 512
+# The record of succeeded items (what a Job lost mid-run need not run again). Normally
+# a few ranges: "0-41234" plus gaps for items in flight or failed. What does not fit
+# is left out and would run again, never the other way round (progress.record_ranges).
+SUCCEEDED_ITEMS_CHARS = 2048
 ATTEMPT_FAILED_ITEMS_CHARS = 128
 MAX_SAMPLES = 3
 MESSAGE_CHARS = 200
@@ -32,7 +36,11 @@ def stage_record(
     cancelled: bool,
 ) -> StageRecord:
     latest = view.latest
+    if view.recorded is not None and latest is not None and latest.record is not None:
+        return dict(old)  # finished, and its Jobs are gone: the record stands
     phase = latest.state if latest else pg.PENDING
+    if phase == pg.LOST:
+        phase = pg.RUNNING  # a replacement Job takes over (plan.py)
     if cancelled and phase in (pg.RUNNING, pg.SUSPENDED, pg.PENDING):
         phase = pg.CANCELLED
     rec: StageRecord = {"name": name, "phase": phase}
@@ -42,26 +50,13 @@ def stage_record(
         return rec
     failed_text, cut = ranges.truncate(ranges.compress(view.failed), FAILED_ITEMS_CHARS)
     old_attempts = {a.get("attempt"): a for a in old.get("attempts") or []}
-    attempts = []
+    # Attempts whose Jobs are gone keep their entries; the others are recomputed.
+    by_attempt: dict[int, dict[str, Any]] = {
+        int(a["attempt"]): dict(a) for a in old.get("attempts") or []
+        if isinstance(a.get("attempt"), int) and a["attempt"] < latest.attempt}
     for av in view.attempts:
-        prior = old_attempts.get(av.attempt) or {}
-        a_failed, _ = ranges.truncate(ranges.compress(av.failed), ATTEMPT_FAILED_ITEMS_CHARS)
-        entry: dict[str, Any] = {
-            "attempt": av.attempt,
-            "jobName": av.name,
-            "items": av.completions,
-            "succeeded": len(av.succeeded),
-            "failed": len(av.failed),
-            "startTime": prior.get("startTime") or av.creation_time or now,
-        }
-        if a_failed:
-            entry["failedItems"] = a_failed
-        if av.state in (pg.SUCCEEDED, pg.FAILED):
-            entry["completionTime"] = (prior.get("completionTime") or av.completion_time
-                                       or now)
-        if av.reason:
-            entry["reason"] = av.reason
-        attempts.append(entry)
+        by_attempt[av.attempt] = _attempt_entry(av, old_attempts.get(av.attempt) or {}, now)
+    attempts = [by_attempt[k] for k in sorted(by_attempt)]
     if len(attempts) > MAX_ATTEMPT_RECORDS:
         # The first attempt's record and the latest ones say the most.
         attempts = attempts[:1] + attempts[-(MAX_ATTEMPT_RECORDS - 1):]
@@ -76,6 +71,11 @@ def stage_record(
     })
     if latest.parallelism is not None:
         rec["parallelism"] = latest.parallelism
+    done_text, done_cut = pg.record_ranges(view.succeeded, SUCCEEDED_ITEMS_CHARS)
+    if done_text:
+        rec["succeededItems"] = done_text
+    if done_cut:
+        rec["succeededItemsTruncated"] = True
     if failed_text:
         rec["failedItems"] = failed_text
     if cut:
@@ -90,6 +90,36 @@ def stage_record(
         rec["message"] = latest.message[:MESSAGE_CHARS]
     rec["attempts"] = attempts
     return rec
+
+
+def _attempt_entry(av: pg.AttemptView, prior: Mapping[str, Any], now: str) -> dict[str, Any]:
+    if av.record is not None:
+        # The Job is gone: its last recorded counts stand, and why it ended.
+        kept = dict(av.record)
+        if av.state == pg.LOST:
+            kept["reason"] = "JobLost"
+            kept.setdefault("completionTime", now)
+        return kept
+    a_failed, _ = ranges.truncate(ranges.compress(av.failed), ATTEMPT_FAILED_ITEMS_CHARS)
+    entry: dict[str, Any] = {
+        "attempt": av.attempt,
+        "jobName": av.name,
+        "items": av.completions,
+        "succeeded": len(av.succeeded),
+        "failed": len(av.failed),
+        "startTime": prior.get("startTime") or av.creation_time or now,
+    }
+    uid = av.uid or prior.get("jobUID")
+    if uid:
+        # Seen once: if it disappears before its stage finishes, it was lost.
+        entry["jobUID"] = uid
+    if a_failed:
+        entry["failedItems"] = a_failed
+    if av.state in (pg.SUCCEEDED, pg.FAILED):
+        entry["completionTime"] = prior.get("completionTime") or av.completion_time or now
+    if av.reason:
+        entry["reason"] = av.reason
+    return entry
 
 
 def _samples(view: pg.StageView, samples: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -143,9 +173,16 @@ def build_status(
     suspend: bool,
     cancel: bool,
     resolving: bool,
+    final: bool = False,
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """The run's status and the events of its transitions.
+
+    `final`: the run had finished (Succeeded, Failed, Cancelled) and nothing runs again;
+    its phase, times and conditions stay as they were, whatever happened to its Jobs.
+    """
     old_phase = old.get("phase")
-    phase = run_phase(records, bool(problems), suspend, cancel, old_phase)
+    phase = (str(old_phase) if final
+             else run_phase(records, bool(problems), suspend, cancel, old_phase))
     total = sum(int(r.get("total", 0)) for r in records)
     succeeded = sum(int(r.get("succeeded", 0)) for r in records)
     failed = sum(int(r.get("failed", 0)) for r in records)
@@ -167,9 +204,12 @@ def build_status(
     if phase in ("Succeeded", "Failed", "Cancelled"):
         status["completionTime"] = (old.get("completionTime") if old_phase == phase
                                     else None) or now
-    status["conditions"] = cond.merge(
-        old.get("conditions"), _conditions(phase, records, problems, generation, resolving),
-        now)
+    if final and old.get("conditions"):
+        status["conditions"] = [dict(c) for c in old["conditions"]]
+    else:
+        status["conditions"] = cond.merge(
+            old.get("conditions"),
+            _conditions(phase, records, problems, generation, resolving), now)
     return status, _events(old, records, phase, problems)
 
 
