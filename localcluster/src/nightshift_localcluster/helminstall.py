@@ -1,0 +1,117 @@
+"""The operator chart (charts/nightshift) on the local cluster, for `make demo` and
+tests/integration/test_install.py.
+
+The operator runs as users run it: a pod from the image `make images` built
+(`nightshift-operator:dev`, in the real node's containerd, never pulled), under the
+chart's ServiceAccount and RBAC. Only the real node runs real containers, so the pod is
+pinned to it (its label and toleration); the KWOK provider's instance catalog reaches
+the pod through a hostPath (the real node is this machine), as docs/install.md says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nightshift_localcluster.nodeconfig import NODE_LABEL, NODE_NAME, NODE_TAINT
+
+OPERATOR_REPOSITORY = "nightshift-operator"
+RUNNER_REPOSITORY = "nightshift-runner"
+TAG = "dev"
+# How containerd names an image imported as "<name>:<tag>" (hack/images.sh).
+OPERATOR_IMAGE_REF = f"docker.io/library/{OPERATOR_REPOSITORY}:{TAG}"
+
+
+def real_node_problem(node: dict[str, Any] | None) -> str | None:
+    """Why the operator pod cannot run on this cluster's real node (`node` is its Node
+    object, None when there is none); None when it can."""
+    if node is None:
+        return (f"the cluster has no real node {NODE_NAME} (the local cluster starts one "
+                "when run as root on Linux: `make cluster-up`)")
+    ready = [c for c in (node.get("status") or {}).get("conditions") or []
+             if c.get("type") == "Ready"]
+    if not ready or ready[0].get("status") != "True":
+        return f"the real node {NODE_NAME} is not Ready"
+    images = {n for img in (node.get("status") or {}).get("images") or []
+              for n in img.get("names") or []}
+    if OPERATOR_IMAGE_REF not in images:
+        return (f"{OPERATOR_REPOSITORY}:{TAG} is not in the real node's containerd: "
+                "run `make images` (or `bash hack/images.sh build .` for the operator only)")
+    return None
+
+
+def real_node(kubectl: Sequence[str]) -> dict[str, Any] | None:
+    """The real node's Node object through `kubectl` (a command line with its
+    kubeconfig), None when the cluster has none."""
+    r = subprocess.run([*kubectl, "get", "node", NODE_NAME, "-o", "json"],
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        return None
+    node: dict[str, Any] = json.loads(r.stdout)
+    return node
+
+
+def local_values(*, watch_namespaces: Sequence[str], catalog: Path | None = None,
+                 replicas: int = 1, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Chart values for the local cluster: the :dev images, never pulled, the pod on the
+    real node, the KWOK instance catalog by hostPath."""
+    values: dict[str, Any] = {
+        "image": {"repository": OPERATOR_REPOSITORY, "tag": TAG, "pullPolicy": "Never"},
+        "runnerImage": {"repository": RUNNER_REPOSITORY, "tag": TAG},
+        "replicas": replicas,
+        "watchNamespaces": list(watch_namespaces),
+        "nodeSelector": {NODE_LABEL[0]: NODE_LABEL[1]},
+        "tolerations": [{"key": NODE_TAINT["key"], "operator": "Equal",
+                         "value": NODE_TAINT["value"], "effect": NODE_TAINT["effect"]}],
+    }
+    if catalog is not None:
+        values["config"] = {
+            "instanceCatalogVolume": {"hostPath": {"path": str(catalog.parent),
+                                                   "type": "Directory"}},
+            "instanceCatalogFile": catalog.name}
+    return merge(values, extra or {})
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` into `base`, maps recursively (as Helm merges values files)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def helm(helm_bin: str, kubeconfig: str, *args: str,
+         values: dict[str, Any] | None = None,
+         timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run helm against `kubeconfig`; `values` go in as a values file. Never raises on
+    helm's exit code: callers say what failed."""
+    env = {**os.environ, "KUBECONFIG": kubeconfig,
+           # A private helm home: nothing of the user's helm config or repositories.
+           "HELM_CACHE_HOME": "/tmp/nightshift-helm-cache",
+           "HELM_CONFIG_HOME": "/tmp/nightshift-helm-config",
+           "HELM_DATA_HOME": "/tmp/nightshift-helm-data"}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="nightshift-values-") as f:
+        extra: list[str] = []
+        if values is not None:
+            json.dump(values, f)
+            f.flush()
+            extra = ["--values", f.name]
+        return subprocess.run([helm_bin, *args, *extra], capture_output=True, text=True,
+                              env=env, check=False, timeout=timeout)
+
+
+def upgrade_install(helm_bin: str, kubeconfig: str, chart: Path, release: str,
+                    namespace: str, values: dict[str, Any], *, reuse_values: bool = False,
+                    wait: str = "180s") -> subprocess.CompletedProcess[str]:
+    """`helm upgrade --install --wait`: install, or upgrade in place (a pod template
+    change rolls the operator)."""
+    args = ["upgrade", "--install", release, str(chart), "--namespace", namespace,
+            "--create-namespace", "--wait", f"--timeout={wait}"]
+    if reuse_values:
+        args.append("--reuse-values")
+    return helm(helm_bin, kubeconfig, *args, values=values)

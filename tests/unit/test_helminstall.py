@@ -1,0 +1,56 @@
+"""The test bed's chart values for the local cluster (nightshift_localcluster.helminstall):
+they pass the chart's schema and put the operator pod where `make images` put its image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nightshift_localcluster import helminstall
+from nightshift_localcluster.nodeconfig import NODE_LABEL, NODE_NAME, NODE_TAINT
+from tests.unit.test_chart_lint import NIGHTSHIFT, helm_bin
+
+
+def node(ready: str = "True", images: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"metadata": {"name": NODE_NAME},
+            "status": {"conditions": [{"type": "Ready", "status": ready}],
+                       "images": [{"names": list(images)}]}}
+
+
+def test_real_node_problems_say_what_to_do() -> None:
+    missing = helminstall.real_node_problem(None)
+    assert missing is not None and NODE_NAME in missing
+    not_ready = helminstall.real_node_problem(node("False"))
+    assert not_ready is not None and "not Ready" in not_ready
+    no_image = helminstall.real_node_problem(node(images=("docker.io/library/other:dev",)))
+    assert no_image is not None and "make images" in no_image
+    assert helminstall.real_node_problem(node(images=(helminstall.OPERATOR_IMAGE_REF,))) is None
+
+
+def test_local_values_render_a_pod_on_the_real_node() -> None:
+    catalog = Path("/opt/catalog/aws_instance_types.json")
+    values = helminstall.local_values(watch_namespaces=["runs"], catalog=catalog, replicas=2,
+                                      extra={"config": {"resync": 5}})
+    r = helminstall.helm(helm_bin(), "", "template", "nightshift", str(NIGHTSHIFT),
+                         "--namespace", "op", values=values)
+    assert r.returncode == 0, r.stderr
+    docs = [d for d in yaml.safe_load_all(r.stdout) if d]
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = deploy["spec"]["template"]["spec"]
+    assert deploy["spec"]["replicas"] == 2
+    assert pod["nodeSelector"] == {NODE_LABEL[0]: NODE_LABEL[1]}
+    assert pod["tolerations"][0]["key"] == NODE_TAINT["key"]
+    (container,) = pod["containers"]
+    assert container["image"] == "nightshift-operator:dev"
+    assert container["imagePullPolicy"] == "Never"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NIGHTSHIFT_RUNNER_IMAGE"] == "nightshift-runner:dev"
+    assert env["NIGHTSHIFT_INSTANCE_CATALOG"] == "/etc/nightshift/catalog/aws_instance_types.json"
+    # extra merged into config, the chart's other config defaults kept.
+    assert env["NIGHTSHIFT_RESYNC"] == "5" and env["NIGHTSHIFT_MIN_PASS_INTERVAL"] == "1"
+    assert env["NIGHTSHIFT_PEERING"] == "nightshift"
+    volume = next(v for v in pod["volumes"] if v["name"] == "catalog")
+    assert volume["hostPath"] == {"path": "/opt/catalog", "type": "Directory"}
+    assert [d["metadata"]["namespace"] for d in docs if d["kind"] == "KopfPeering"] == ["runs"]
