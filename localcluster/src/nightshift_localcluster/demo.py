@@ -1,9 +1,16 @@
 """`make demo`: a nightly-reduction pipeline on simulated EKS capacity, end to end.
 
-Brings the local cluster up, installs the CRDs, starts the operator, applies a
-VirtualCluster (a spot compute pool and a memory pool) and a two-stage PipelineRun
+Brings the local cluster up, installs the CRDs, installs the operator with Helm, applies
+a VirtualCluster (a spot compute pool and a memory pool) and a two-stage PipelineRun
 (one task per night, then a summary), shows progress, and ends with what Karpenter
 launched and what it costs per hour. The cluster stays up for exploring with kubectl.
+
+The operator is installed as users install it (charts/nightshift: its image, its own
+ServiceAccount and RBAC) when the local cluster has its real node: the image is built
+into the node first if it is not there (hack/images.sh, a few minutes the first time).
+Without a real node (not root, not Linux) no container can run, so the operator runs
+as a host process instead, and the demo says so. NIGHTSHIFT_DEMO_OPERATOR=process
+chooses the host process anyway.
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ from rich.table import Table
 from nightshift.api import names
 from nightshift.kube import Kube
 from nightshift_localcluster import cluster as lc
+from nightshift_localcluster import helminstall
 from nightshift_localcluster.components import Qps
 from nightshift_localcluster.paths import Layout, LocalClusterError
 
 console = Console()
 NAMESPACE = "snfactory"
+RELEASE, RELEASE_NAMESPACE = "nightshift", "nightshift"
 NIGHTS = 300
 
 
@@ -80,13 +89,7 @@ def run() -> int:
     lc.kubectl(layout, "delete", "pipelinerun", "nightly", "-n", NAMESPACE,
                "--ignore-not-found", "--wait=true")
 
-    log = layout.logs / "demo-operator.log"
-    env = {**os.environ, **layout.operator_env()}
-    with log.open("ab") as out:
-        op = subprocess.Popen([sys.executable, "-m", "nightshift.cli.main", "operator",
-                               "--health-port", "0", "--namespace", NAMESPACE],
-                              stdout=out, stderr=subprocess.STDOUT, env=env)
-    console.print(f"  operator: pid {op.pid}, log {log}")
+    op = start_operator(layout)
     started = time.monotonic()
     try:
         vc = yaml.safe_load((layout.root / "examples" / "virtualcluster-local.yaml").read_text())
@@ -99,13 +102,78 @@ def run() -> int:
         nodelog = NodeLog()
         run_obj = follow(kube, nodelog)
     finally:
-        op.send_signal(signal.SIGTERM)
-        try:
-            op.wait(20)
-        except subprocess.TimeoutExpired:
-            op.kill()
-    summarize(kube, run_obj, nodelog, time.monotonic() - started, layout)
+        if op is not None:
+            op.send_signal(signal.SIGTERM)
+            try:
+                op.wait(20)
+            except subprocess.TimeoutExpired:
+                op.kill()
+    summarize(kube, run_obj, nodelog, time.monotonic() - started, layout, helm=op is None)
     return 0 if (run_obj.get("status") or {}).get("phase") == "Succeeded" else 1
+
+
+def start_operator(layout: Layout) -> subprocess.Popen[bytes] | None:
+    """The operator: a Helm release when it can be one (None returned), else a host
+    process (returned, for the caller to stop)."""
+    why = helm_problem(layout)
+    if why is None:
+        why = helm_install(layout)
+        if why is None:
+            return None
+    log = layout.logs / "demo-operator.log"
+    console.print(f"  operator: [bold yellow]not installed with Helm[/] ({why}); running it "
+                  "as a host process instead, with the test bed's operator kubeconfig")
+    # An earlier demo's release would reconcile the same namespace: one operator only.
+    gone = helminstall.helm(str(layout.helm), str(layout.kubeconfig), "uninstall", RELEASE,
+                            "-n", RELEASE_NAMESPACE, "--wait")
+    if gone.returncode == 0:
+        console.print(f"  operator: uninstalled the earlier Helm release {RELEASE}")
+    env = {**os.environ, **layout.operator_env()}
+    with log.open("ab") as out:
+        op = subprocess.Popen([sys.executable, "-m", "nightshift.cli.main", "operator",
+                               "--health-port", "0", "--namespace", NAMESPACE],
+                              stdout=out, stderr=subprocess.STDOUT, env=env)
+    console.print(f"  operator: host process pid {op.pid}, log {log}")
+    return op
+
+
+def helm_problem(layout: Layout) -> str | None:
+    """Why the operator cannot be a Helm release here; builds its image when only that
+    is missing."""
+    if os.environ.get("NIGHTSHIFT_DEMO_OPERATOR") == "process":
+        return "NIGHTSHIFT_DEMO_OPERATOR=process"
+    kubectl = [str(layout.kubectl), f"--kubeconfig={layout.kubeconfig}"]
+    node = helminstall.real_node(kubectl)
+    why = helminstall.real_node_problem(node)
+    if why is None or node is None or "make images" not in why:
+        return why
+    console.print("  operator image: building nightshift-operator:dev into the real node "
+                  "(hack/images.sh build .; a few minutes the first time)")
+    r = subprocess.run(["bash", str(layout.root / "hack" / "images.sh"), "build",
+                        str(layout.root)], capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        return f"building the operator image failed: {(r.stderr or r.stdout).strip()[-600:]}"
+    return helminstall.real_node_problem(helminstall.real_node(kubectl))
+
+
+def helm_install(layout: Layout) -> str | None:
+    """helm upgrade --install of charts/nightshift watching the demo's namespace; why
+    not, when it failed."""
+    values = helminstall.local_values(watch_namespaces=[NAMESPACE],
+                                      catalog=layout.instance_types_file)
+    console.print(f"  operator: helm upgrade --install {RELEASE} charts/nightshift -n "
+                  f"{RELEASE_NAMESPACE} (image nightshift-operator:dev on the real node)")
+    r = helminstall.upgrade_install(str(layout.helm), str(layout.kubeconfig),
+                                    layout.root / "charts" / "nightshift", RELEASE,
+                                    RELEASE_NAMESPACE, values)
+    if r.returncode != 0:
+        return f"helm install failed: {r.stderr.strip()[-600:]}"
+    pods = lc.kubectl(layout, "get", "pods", "-n", RELEASE_NAMESPACE, "-l",
+                      f"app.kubernetes.io/instance={RELEASE}", "-o",
+                      "jsonpath={.items[*].metadata.name}").stdout.split()
+    console.print(f"  operator: pod {', '.join(pods)} as ServiceAccount {RELEASE} "
+                  "(the chart's RBAC, nothing more)")
+    return None
 
 
 class NodeLog:
@@ -158,7 +226,7 @@ def follow(kube: Kube, nodelog: NodeLog, timeout: float = 900) -> dict[str, Any]
 
 
 def summarize(kube: Kube, run: dict[str, Any], nodelog: NodeLog, seconds: float,
-              layout: Layout) -> None:
+              layout: Layout, *, helm: bool) -> None:
     status = run.get("status") or {}
     console.print(f"\nrun [bold]{status.get('phase')}[/]: {status.get('progress')} items in "
                   f"{seconds:.0f}s; stages: " + ", ".join(
@@ -186,8 +254,12 @@ def summarize(kube: Kube, run: dict[str, Any], nodelog: NodeLog, seconds: float,
         if cond["type"] == "Ready":
             console.print(f"VirtualCluster Ready={cond['status']}: {cond.get('message', '')}")
     kc = Path(layout.kubeconfig)
-    console.print(f"\nexplore: export KUBECONFIG={kc}; kubectl get nsrun,nsvc,jobs -n {NAMESPACE}"
-                  "\nstop the local cluster: make cluster-down")
+    console.print(f"\nexplore: export KUBECONFIG={kc}; kubectl get nsrun,nsvc,jobs -n {NAMESPACE}; "
+                  f"kubectl nightshift status nightly -n {NAMESPACE} (.venv/bin on PATH)")
+    if helm:
+        console.print(f"the operator stays installed (helm list -n {RELEASE_NAMESPACE}); "
+                      f"remove it: helm uninstall {RELEASE} -n {RELEASE_NAMESPACE}")
+    console.print("stop the local cluster: make cluster-down")
 
 
 if __name__ == "__main__":
