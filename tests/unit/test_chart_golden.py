@@ -27,6 +27,7 @@ NIGHTSHIFT_CASES: dict[str, dict[str, Any]] = {
             "path": "/var/lib/nightshift/catalog", "type": "Directory"}},
         "config.s3Endpoints": ["https://s3.example.org", "http://minio.storage:*"],
         "config.s3OperatorIdentity": True,
+        "config.clusterCIDRs": ["10.0.0.0/16", "100.64.0.0/16"],
         "metrics.serviceMonitor.enabled": True,
         "metrics.serviceMonitor.labels": {"release": "prometheus"},
         "networkPolicy.enabled": True,

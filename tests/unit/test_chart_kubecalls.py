@@ -5,8 +5,10 @@ recorded set: a call the table lacks would be refused in the cluster (the chart 
 the table); a row nothing calls is privilege to drop.
 
 The passes cover a PipelineRun (items from a ConfigMap, Jobs created and patched,
-failed pods sampled, a failed pass reported) and VirtualClusters on both providers
-(created, a pool removed, deleted); the Secret row through the fromS3 credentials path.
+failed pods sampled, a failed pass reported), VirtualClusters on both providers
+(created, a pool removed, deleted), SharedStorages of each type with workloads
+(created, objects an older version made under other names pruned, deleted); the
+Secret row through the fromS3 credentials path.
 """
 
 from __future__ import annotations
@@ -27,9 +29,14 @@ from nightshift.kube import Kube, KubeError, Obj
 from nightshift.pipelinerun import itemsource
 from nightshift.pipelinerun import reconcile as pipelinerun
 from nightshift.pipelinerun.spec import PipelineRunSpec
+from nightshift.sharedstorage import reconcile as sharedstorage
+from nightshift.sharedstorage.observe import Sources as StorageSources
+from nightshift.sharedstorage.observe import SquidSampler
+from nightshift.sharedstorage.plan import NAMESPACED_KINDS
 from nightshift.virtualcluster import reconcile as virtualcluster
 from nightshift.virtualcluster.observe import CrdCache, Sources
 from nightshift.virtualcluster.provider import CRD_EC2NODECLASS, CRD_KWOKNODECLASS, CRD_NODEPOOL
+from tests.bad_sharedstorages import GOOD
 from tests.unit import vcfixtures
 
 Key = tuple[str, str, str, str]
@@ -237,8 +244,68 @@ def virtualcluster_calls(provider: str) -> set[Key]:
     return kube.calls
 
 
+def _no_squid(url: str, timeout: float) -> str:
+    raise OSError("no network in unit tests")
+
+
+def _stale(kind: tuple[str, str], storage: Obj) -> Obj:
+    """An object an older operator made for `storage` under a name no longer rendered."""
+    meta = storage["metadata"]
+    return {"apiVersion": kind[0], "kind": kind[1], "metadata": {
+        "name": f"{meta['name']}-retired", "namespace": meta["namespace"],
+        "labels": {names.LABEL_STORAGE: meta["name"]},
+        "ownerReferences": [{"apiVersion": names.API_VERSION, "kind": names.SHAREDSTORAGE,
+                             "name": meta["name"], "uid": meta["uid"]}]}}
+
+
+def sharedstorage_calls(case: str) -> set[Key]:
+    storage = copy.deepcopy(GOOD[case])
+    ns, name = storage["metadata"]["namespace"], storage["metadata"]["name"]
+    vc = vcfixtures.vc(*[{"name": p, "class": "general", "maxCPU": 16}
+                         for p in ("workers", "imaging", "nfs", "storage")])
+    vc["metadata"].update(name="snfactory", namespace=ns)
+    gp3 = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+           "metadata": {"name": "gp3"}}
+    retired = [_stale(k, storage) for k in NAMESPACED_KINDS[storage["spec"]["type"]]]
+    run = _run()
+    run["spec"]["storage"] = [{"name": "sw", "sharedStorage": name}]
+    kube = RecordingKube([storage, vc, gp3, run, *retired])
+    ctx = sharedstorage.Context(kube, StorageSources(
+        sampler=SquidSampler(fetch=_no_squid), cluster_cidrs=("10.0.0.0/16",)))
+    state = sharedstorage.LoopState()
+    path = kube.path(names.API_VERSION, names.SHAREDSTORAGE, ns, name)
+    sharedstorage.reconcile(ctx, ns, name, state)
+    for pod in range(4):  # gluster servers ready: the volume Job
+        kube.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"{name}-gluster-{pod}", "namespace": ns, "labels": {
+                names.LABEL_STORAGE: name, names.LABEL_COMPONENT: "gluster-server"}},
+            "spec": {"nodeName": f"node-{pod}"},
+            "status": {"podIP": f"10.0.9.{pod}", "conditions": [
+                {"type": "Ready", "status": "True"}]}})
+    svc = kube.path("v1", "Service", ns, f"{name}-nfs")
+    if svc in kube.store:  # nfs: the client PV once the Service has its address
+        kube.store[svc]["spec"]["clusterIP"] = "10.96.0.12"
+    sharedstorage.reconcile(ctx, ns, name, state)
+    assert not [o for o in kube.store.values() if o["metadata"]["name"].endswith("-retired")]
+    made = {o["kind"] for o in kube.store.values()
+            if (o["metadata"].get("labels") or {}).get(names.LABEL_STORAGE) == name}
+    assert made >= {"nfs-dedicated": {"PersistentVolume", "PersistentVolumeClaim"},
+                    "gluster-nufa": {"Job", "StatefulSet"},
+                    "cvmfs-eks": {"HorizontalPodAutoscaler", "DaemonSet"}}.get(case, set())
+    kube.store[path]["metadata"]["deletionTimestamp"] = "2025-03-01T12:00:00Z"
+    assert sharedstorage.reconcile(ctx, ns, name, state).requeue_after, "in use: kept"
+    kube.store[path]["metadata"]["annotations"] = {f"{names.GROUP}/force-delete": "true"}
+    assert sharedstorage.reconcile(ctx, ns, name, state).gone
+    assert not [o for o in kube.store.values() if o["kind"] == "PersistentVolume"]
+    reconcile_error_reporter(kube, names.API_VERSION, names.SHAREDSTORAGE)(
+        ns, name, "a pass failed")
+    return kube.calls
+
+
 def test_the_kube_rows_are_exactly_what_the_code_calls() -> None:
     recorded = pipelinerun_calls()
+    for case in ("nfs-dedicated", "cvmfs-eks", "gluster-nufa", "s3"):
+        recorded |= sharedstorage_calls(case)
     for provider in ("kwok", "aws"):
         recorded |= virtualcluster_calls(provider)
     table = {c.key for c in kubecalls.CALLS if kubecalls.KUBE in c.via}

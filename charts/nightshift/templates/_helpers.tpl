@@ -84,24 +84,48 @@ namespaces, else by a Role in each watched namespace.
 - apiGroups: [nightshift.io]
   resources: [virtualclusters/status]
   verbs: [patch]
+# SharedStorages: as VirtualClusters (loops, finalizer nightshift.io/shared-storage,
+# status). Their observe lists the VirtualCluster a storage names (its pools).
+- apiGroups: [nightshift.io]
+  resources: [sharedstorages]
+  verbs: [get, list, watch, patch]
+- apiGroups: [nightshift.io]
+  resources: [sharedstorages/status]
+  verbs: [patch]
 # A run's stages are Indexed Jobs: created by server-side apply (patch, and create for a
 # new one), parallelism and suspend changed by merge patch; the watch wakes the run's
-# loop. No delete: a run's Jobs go with the run through their ownerReferences.
+# loop. A run's Jobs go with the run through their ownerReferences; delete is for a
+# SharedStorage's Gluster volume Job, pruned when the storage no longer renders it.
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [list, watch, create, patch]
+  verbs: [list, watch, create, patch, delete]
 # A run's items are frozen into ConfigMaps it owns (server-side apply; the list reads
-# only their metadata); get reads a forEach.fromConfigMap item list.
+# only their metadata); get reads a forEach.fromConfigMap item list. A SharedStorage's
+# configuration (squid.conf, ganesha.conf, mount scripts) too, pruned when unused.
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, list, create, patch]
+  verbs: [get, list, create, patch, delete]
 # Read-only and never all pods: a few failed pods of one Job (exit codes for status),
-# and a VirtualCluster's unscheduled pipeline pods (the CPU its pools are asked for).
+# a VirtualCluster's unscheduled pipeline pods (the CPU its pools are asked for), and a
+# SharedStorage's servers (watched by its label only, never every pod).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list]
-# The operator posts its own events on runs and VirtualClusters (on transitions only;
-# kopf's per-handler events are off).
+  verbs: [list, watch]
+# A SharedStorage's workloads (server-side apply, pruned when no longer rendered):
+# squid and nfs-ganesha Deployments, Gluster server StatefulSets, CVMFS and Gluster
+# client DaemonSets, the squids' autoscaler, its Services and claims. The watches carry
+# the label selector nightshift.io/storage and wake the storage's loop.
+- apiGroups: [apps]
+  resources: [deployments, daemonsets, statefulsets]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [autoscaling]
+  resources: [horizontalpodautoscalers]
+  verbs: [list, create, patch, delete]
+- apiGroups: [""]
+  resources: [services, persistentvolumeclaims]
+  verbs: [list, create, patch, delete]
+# The operator posts its own events on runs, VirtualClusters and SharedStorages (on
+# transitions only; kopf's per-handler events are off).
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import urllib.parse
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 
 ENV_S3_ENDPOINTS = "NIGHTSHIFT_S3_ENDPOINTS"
 ENV_S3_OPERATOR_IDENTITY = "NIGHTSHIFT_S3_OPERATOR_IDENTITY"
+ENV_CLUSTER_CIDRS = "NIGHTSHIFT_CLUSTER_CIDRS"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HOST = re.compile(r"^(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?|\[[0-9a-f:.]+\])$")
 _PORT = re.compile(r"^[0-9]{1,5}$")
@@ -79,6 +81,17 @@ def _endpoints(raw: str) -> tuple[str, ...]:
     return out
 
 
+def _cidrs(raw: str) -> tuple[str, ...]:
+    out = tuple(c.strip() for c in raw.split(",") if c.strip())
+    for c in out:
+        try:
+            ipaddress.ip_network(c, strict=True)
+        except ValueError as err:
+            raise ValueError(f"{ENV_CLUSTER_CIDRS}: {err} (a comma-separated list of "
+                             "network addresses, e.g. 10.0.0.0/16,100.64.0.0/16)") from None
+    return out
+
+
 def _flag(name: str, raw: str) -> bool:
     if raw.strip().lower() in _TRUE:
         return True
@@ -109,6 +122,10 @@ class OperatorConfig:
     # Whether a fromS3 listing without a credentials Secret may use the operator's own
     # identity (its service account's IAM role); otherwise such a listing is refused.
     s3_operator_identity: bool = False
+    # The cluster's pod and node address ranges (the VPC's CIDRs on EKS): a cvmfs
+    # SharedStorage's squids serve them when allowedCIDRs is empty, and allowedCIDRs
+    # may not be wider. Empty: allowedCIDRs must be given, within private ranges.
+    cluster_cidrs: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -124,4 +141,5 @@ class OperatorConfig:
             s3_endpoints=_endpoints(os.environ.get(ENV_S3_ENDPOINTS, "")),
             s3_operator_identity=_flag(ENV_S3_OPERATOR_IDENTITY,
                                        os.environ.get(ENV_S3_OPERATOR_IDENTITY, "")),
+            cluster_cidrs=_cidrs(os.environ.get(ENV_CLUSTER_CIDRS, "")),
         )

@@ -74,6 +74,10 @@ KNOWN: dict[tuple[str, str], Resource] = {
     ("batch/v1", "Job"): Resource("jobs", True),
     ("apps/v1", "Deployment"): Resource("deployments", True),
     ("apps/v1", "DaemonSet"): Resource("daemonsets", True),
+    ("apps/v1", "StatefulSet"): Resource("statefulsets", True),
+    ("autoscaling/v2", "HorizontalPodAutoscaler"): Resource("horizontalpodautoscalers", True),
+    ("v1", "PersistentVolume"): Resource("persistentvolumes", False),
+    ("storage.k8s.io/v1", "StorageClass"): Resource("storageclasses", False),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"):
         Resource("customresourcedefinitions", False),
     ("karpenter.sh/v1", "NodePool"): Resource("nodepools", False),

@@ -42,6 +42,9 @@ KARPENTER = "karpenter.sh"
 KARPENTER_AWS = "karpenter.k8s.aws"
 KARPENTER_KWOK = "karpenter.kwok.sh"
 KOPF = "kopf.dev"
+APPS = "apps"
+AUTOSCALING = "autoscaling"
+STORAGE = "storage.k8s.io"
 
 
 # Who makes a call: our code through kube.py, or kopf (its watches, observers, peering).
@@ -89,8 +92,9 @@ CALLS: tuple[Call, ...] = tuple([
            [PEERING, LISTED_NAMESPACES]),
     # -- PipelineRuns (pipelinerun/) -------------------------------------------------
     *_rows(names.GROUP, names.PIPELINERUNS, "list", NAMESPACE, _KF,
-           "kopf's watch (pipelinerun/handlers.py); virtualcluster/observe: the runs "
-           "that still use a VirtualCluster being deleted"),
+           "kopf's watch (pipelinerun/handlers.py); virtualcluster/ and sharedstorage/"
+           "observe: the runs that still use a VirtualCluster or SharedStorage being "
+           "deleted"),
     *_rows(names.GROUP, names.PIPELINERUNS, "watch", NAMESPACE, _F,
            "kopf's watch: one engine loop per run"),
     *_rows(names.GROUP, names.PIPELINERUNS, "get", NAMESPACE, _K,
@@ -104,9 +108,10 @@ CALLS: tuple[Call, ...] = tuple([
            "kopf's watch of runs' Jobs: their events wake the run's loop"),
     *_rows(BATCH, "jobs", "create patch", NAMESPACE, _K,
            f"pipelinerun/reconcile: a stage's Indexed Job ({_SSA}); merge patches of "
-           "parallelism and suspend"),
+           "parallelism and suspend; sharedstorage/reconcile: a Gluster volume Job"),
     *_rows(CORE, "configmaps", "list", NAMESPACE, _K,
-           "pipelinerun/itemsource.frozen_items: metadata of a run's item ConfigMaps"),
+           "pipelinerun/itemsource.frozen_items: metadata of a run's item ConfigMaps; "
+           "sharedstorage/observe: a storage's own, by label"),
     *_rows(CORE, "configmaps", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.resolve: forEach.fromConfigMap"),
     *_rows(CORE, "configmaps", "create patch", NAMESPACE, _K,
@@ -121,7 +126,10 @@ CALLS: tuple[Call, ...] = tuple([
            "pipelinerun/itemsource.s3_target: storage.s3.credentialsSecret of a "
            "forEach.fromS3 listing", [READ_SECRETS]),
     # -- VirtualClusters (virtualcluster/) -------------------------------------------
-    *_rows(names.GROUP, names.VIRTUALCLUSTERS, "list watch", NAMESPACE, _F,
+    *_rows(names.GROUP, names.VIRTUALCLUSTERS, "list", NAMESPACE, _KF,
+           "kopf's watch (virtualcluster/handlers.py): one engine loop per object; "
+           "sharedstorage/observe: the pools of the VirtualCluster a storage names"),
+    *_rows(names.GROUP, names.VIRTUALCLUSTERS, "watch", NAMESPACE, _F,
            "kopf's watch (virtualcluster/handlers.py): one engine loop per object"),
     *_rows(names.GROUP, names.VIRTUALCLUSTERS, "get", NAMESPACE, _K,
            "virtualcluster/observe re-reads the object each pass; engine/status reads "
@@ -132,7 +140,8 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(names.GROUP, f"{names.VIRTUALCLUSTERS}/status", "patch", NAMESPACE, _K,
            "virtualcluster/reconcile and engine/status write status (Kube.patch_status)"),
     *_rows(CRD_GROUP, "customresourcedefinitions", "get", CLUSTER, _K,
-           "virtualcluster/observe: which Karpenter CRDs (so which provider) are installed"),
+           "virtualcluster/observe: which Karpenter CRDs (so which provider) are "
+           "installed; sharedstorage/observe: EC2NodeClass's says EKS (NLB annotations)"),
     *_rows(CORE, "nodes", "list", CLUSTER, _KF,
            "virtualcluster/observe: a VirtualCluster's nodes; kopf's watch of pool nodes"),
     *_rows(CORE, "nodes", "watch", CLUSTER, _F,
@@ -151,6 +160,56 @@ CALLS: tuple[Call, ...] = tuple([
            f"virtualcluster/reconcile: EC2NodeClasses on EKS ({_SSA}), pruned, finalized"),
     *_rows(KARPENTER_KWOK, "kwoknodeclasses", "list create patch delete", CLUSTER, _K,
            f"virtualcluster/reconcile: KWOKNodeClasses locally ({_SSA}), pruned, finalized"),
+    # -- SharedStorages (sharedstorage/) ---------------------------------------------
+    *_rows(names.GROUP, names.SHAREDSTORAGES, "list watch", NAMESPACE, _F,
+           "kopf's watch (sharedstorage/handlers.py): one engine loop per object"),
+    *_rows(names.GROUP, names.SHAREDSTORAGES, "get", NAMESPACE, _K,
+           "sharedstorage/observe re-reads the object each pass; engine/status reads it "
+           "to report a failed pass"),
+    *_rows(names.GROUP, names.SHAREDSTORAGES, "patch", NAMESPACE, _K,
+           "sharedstorage/reconcile._set_finalizer adds and removes "
+           "nightshift.io/shared-storage"),
+    *_rows(names.GROUP, f"{names.SHAREDSTORAGES}/status", "patch", NAMESPACE, _K,
+           "sharedstorage/reconcile and engine/status write status (Kube.patch_status)"),
+    *_rows(STORAGE, "storageclasses", "list", CLUSTER, _K,
+           "sharedstorage/observe: an NFS backing claim's storageClass must exist"),
+    *_rows(CORE, "services", "list create patch delete", NAMESPACE, _K,
+           f"sharedstorage/reconcile: squid, NFS and Gluster Services ({_SSA}), pruned"),
+    *_rows(CORE, "persistentvolumeclaims", "list create patch delete", NAMESPACE, _K,
+           f"sharedstorage/reconcile: the NFS data and client claims ({_SSA}); the "
+           "client claim deleted with its storage"),
+    *_rows(CORE, "persistentvolumes", "list create patch delete", CLUSTER, _K,
+           f"sharedstorage/reconcile: the NFS clients' PersistentVolume ({_SSA}), which "
+           "cannot be owned by a namespaced object, deleted with its storage"),
+    *_rows(CORE, "configmaps", "delete", NAMESPACE, _K,
+           "sharedstorage/reconcile prunes a configuration no longer rendered"),
+    *_rows(CORE, "pods", "watch", NAMESPACE, _F,
+           "kopf's watch of storage pods (label selector nightshift.io/storage): a "
+           "server or squid ready wakes the storage's loop"),
+    *_rows(BATCH, "jobs", "delete", NAMESPACE, _K,
+           "sharedstorage/reconcile prunes a Gluster volume Job of a storage no longer "
+           "of that shape"),
+    *_rows(APPS, "deployments", "list", NAMESPACE, _KF,
+           "sharedstorage/observe: squid and nfs-ganesha Deployments; kopf's watch"),
+    *_rows(APPS, "daemonsets", "list", NAMESPACE, _KF,
+           "sharedstorage/observe: CVMFS and Gluster client DaemonSets; kopf's watch"),
+    *_rows(APPS, "statefulsets", "list", NAMESPACE, _KF,
+           "sharedstorage/observe: Gluster server StatefulSets; kopf's watch"),
+    *_rows(APPS, "deployments", "watch", NAMESPACE, _F,
+           "kopf's watch (label selector nightshift.io/storage): wakes the storage"),
+    *_rows(APPS, "daemonsets", "watch", NAMESPACE, _F,
+           "kopf's watch (label selector nightshift.io/storage): wakes the storage"),
+    *_rows(APPS, "statefulsets", "watch", NAMESPACE, _F,
+           "kopf's watch (label selector nightshift.io/storage): wakes the storage"),
+    *_rows(APPS, "deployments", "create patch delete", NAMESPACE, _K,
+           f"sharedstorage/reconcile: squid and nfs-ganesha servers ({_SSA}), pruned"),
+    *_rows(APPS, "daemonsets", "create patch delete", NAMESPACE, _K,
+           f"sharedstorage/reconcile: CVMFS and Gluster clients ({_SSA}), pruned"),
+    *_rows(APPS, "statefulsets", "create patch delete", NAMESPACE, _K,
+           f"sharedstorage/reconcile: Gluster servers ({_SSA}), pruned"),
+    *_rows(AUTOSCALING, "horizontalpodautoscalers", "list create patch delete", NAMESPACE,
+           _K, f"sharedstorage/reconcile: the squids' autoscaler ({_SSA}), pruned when "
+           "replicas.min equals max"),
 ])
 
 

@@ -43,7 +43,7 @@ TAINT_POOL = LABEL_POOL
 
 # Annotations.
 ANNOTATION_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
-# On a VirtualCluster: delete it even while PipelineRuns still use it.
+# On a VirtualCluster or SharedStorage: delete it even while PipelineRuns still use it.
 ANNOTATION_FORCE_DELETE = f"{GROUP}/force-delete"
 # On a retry Job: the rerun number, so the planner acts once per failed-items rerun.
 ANNOTATION_RERUN = f"{GROUP}/rerun-failed"
@@ -63,6 +63,7 @@ FIELD_MANAGER = "nightshift-operator"
 # Finalizers.
 FINALIZER_VIRTUAL_CLUSTER = f"{GROUP}/virtual-cluster"
 FINALIZER_PLACEMENT_GROUP = f"{GROUP}/placement-group"
+FINALIZER_SHARED_STORAGE = f"{GROUP}/shared-storage"
 
 # Environment the runner and every pipeline container see.
 ENV_ITEM = "NIGHTSHIFT_ITEM"

@@ -13,7 +13,7 @@ pauses every replica but the one of highest priority. Two things kopf does not d
   setting), so `engine_follows_pause` takes kopf's own pause state, the ToggleSet its
   orchestrator and daemon killer obey, and stops every loop while it is on. On resume
   kopf re-lists every watched kind, and those initial-listing events start the loops
-  again (pipelinerun/handlers.py, virtualcluster/handlers.py).
+  again (pipelinerun/, virtualcluster/ and sharedstorage/handlers.py).
 """
 
 from __future__ import annotations
@@ -140,6 +140,7 @@ def run_operator(namespaces: list[str], health_port: int, health_host: str = "0.
     # Importing registers the handlers with kopf's default registry.
     from nightshift.engine.kopfapp import KINDS
     from nightshift.pipelinerun import handlers as _pr  # noqa: F401
+    from nightshift.sharedstorage import handlers as _ss  # noqa: F401
     from nightshift.virtualcluster import handlers as _vc  # noqa: F401
 
     liveness = f"http://{health_host}:{health_port}/healthz" if health_port else None

@@ -42,6 +42,9 @@ BASE_MIB = 128
 # cache_dir gets this share of the emptyDir: swap.state and the journal live there too.
 DISK_SHARE = 0.9
 MAX_OBJECT = "1 GB"
+STATS_ACL = "nightshift_stats"
+# The cache manager page the status reads (status.parse_squid_5min).
+STATS_PATH = "/squid-internal-mgr/5min"
 # A removed squid takes its cache with it: scale down one pod at a time, slowly.
 SCALE_DOWN_WINDOW_S = 600
 
@@ -127,8 +130,11 @@ def squid_conf(st: Storage, allowed_cidrs: Sequence[str]) -> str:
     lines += [
         f"acl stratum1_ports port {' '.join(str(p) for p in ports)}",
         "acl cvmfs_methods method GET HEAD",
-        "# The cache manager (hit ratio, request rate for the status) from the pod itself.",
+        "# The cache manager: everything from the pod itself; from the cluster's ranges",
+        "# only the 5-minute averages the operator reads for the status (hit ratio, rate).",
+        f"acl {STATS_ACL} urlpath_regex ^/squid-internal-mgr/5min$",
         "http_access allow localhost manager",
+        f"http_access allow manager {STATS_ACL} nightshift_clients",
         "http_access deny manager",
         "http_access deny !cvmfs_methods",
         # Squid ANDs the ACLs of one line: denied when the destination is in neither list.

@@ -50,11 +50,16 @@ class Observed:
     clients: tuple[int, int] | None = None
     endpoints: Sequence[Mapping[str, str]] = ()
     capacity: str | None = None
+    # cvmfs: the squids' samples ([] when none could be read); None for other types.
     squid: Sequence[SquidSample] | None = None
     not_ready: Sequence[str] = field(default_factory=tuple)
 
 
 def _squid(samples: Sequence[SquidSample], ready: int) -> dict[str, Any]:
+    if not samples:
+        # No cache manager answered (squids starting, or unreachable from the
+        # operator): no figures rather than a hit ratio of 0.
+        return {"replicas": ready}
     req = sum(s.requests_per_second for s in samples)
     hits = sum(s.hits_per_second for s in samples)
     return {

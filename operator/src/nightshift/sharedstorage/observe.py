@@ -1,0 +1,192 @@
+"""What a SharedStorage pass reads: the object, what validation needs from the cluster
+(the namespace's VirtualClusters, the StorageClasses), its own objects, the Gluster
+server pods, the squids' cache managers, and the runs that use it (when deleting).
+
+Every read is a GET or a labeled LIST, and only the kinds the storage's type makes.
+The squids' figures are the one read that is not the API server's: an HTTP GET of
+each ready squid's `mgr:5min` page, optional (a squid that does not answer leaves the
+figures out, never fails the pass), bounded by SQUID_BUDGET_S in all, and at most
+every SQUID_TTL_S per storage.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from nightshift.api import names
+from nightshift.kube import Kube
+from nightshift.pipelinerun.spec import TERMINAL_PHASES
+from nightshift.sharedstorage import squid
+from nightshift.sharedstorage.objects import COMPONENT_GLUSTER_SERVER, COMPONENT_SQUID, Platform
+from nightshift.sharedstorage.plan import CLUSTER_KINDS, NAMESPACED_KINDS, Observed, server_pod
+from nightshift.sharedstorage.spec import SharedStorageSpec
+from nightshift.sharedstorage.status import SquidSample, parse_squid_5min
+from nightshift.sharedstorage.validate import ClusterFacts
+from nightshift.virtualcluster.observe import CrdCache
+from nightshift.virtualcluster.provider import CRD_EC2NODECLASS
+
+Obj = dict[str, Any]
+
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+# All squids of a storage answer within this many seconds together, or are left out.
+SQUID_BUDGET_S = 2.0
+SQUID_TTL_S = 30.0
+# A squid's 5-minute page is a few KB; never read more than this.
+MAX_PAGE = 1 << 20
+
+Fetch = Callable[[str, float], str]
+
+
+def http_get(url: str, timeout: float) -> str:
+    """GET `url` directly (never through an HTTP proxy from the environment)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout) as resp:
+        body: bytes = resp.read(MAX_PAGE)
+    return body.decode(errors="replace")
+
+
+@dataclass
+class SquidSampler:
+    """Reads the squids' cache managers, remembering the last samples for a while."""
+
+    fetch: Fetch = http_get
+    budget: float = SQUID_BUDGET_S
+    ttl: float = SQUID_TTL_S
+    clock: Callable[[], float] = time.monotonic
+    _seen: dict[tuple[str, str], tuple[float, list[SquidSample]]] = field(default_factory=dict)
+
+    def samples(self, namespace: str, name: str, pods: Sequence[Mapping[str, Any]]
+                ) -> list[SquidSample]:
+        key = (namespace, name)
+        now = self.clock()
+        cached = self._seen.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        out: list[SquidSample] = []
+        deadline = now + self.budget
+        for pod in pods:
+            ip = (pod.get("status") or {}).get("podIP")
+            left = deadline - self.clock()
+            if not ip or not _ready(pod) or left <= 0:
+                continue
+            try:
+                text = self.fetch(f"http://{ip}:{squid.PORT}{squid.STATS_PATH}", min(left, 2.0))
+                out.append(parse_squid_5min(text))
+            except (OSError, ValueError):
+                continue  # optional figures: a squid starting or refusing is left out
+        self._seen[key] = (now + self.ttl, out)
+        return out
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._seen.pop((namespace, name), None)
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a pass reads besides the API server's objects, built once."""
+
+    crds: CrdCache = field(default_factory=CrdCache)
+    sampler: SquidSampler = field(default_factory=SquidSampler)
+    # The cluster's pod and node ranges, when the operator is told them: the squids'
+    # default clients and the bound on allowedCIDRs (validate).
+    cluster_cidrs: tuple[str, ...] = ()
+
+
+def observe(kube: Kube, sources: Sources, namespace: str, name: str,
+            now: datetime) -> Observed | None:
+    """Everything the planner needs; None when the object is gone."""
+    obj = kube.get(names.API_VERSION, names.SHAREDSTORAGE, name, namespace)
+    if obj is None:
+        sources.sampler.forget(namespace, name)
+        return None
+    deleting = bool(obj["metadata"].get("deletionTimestamp"))
+    try:
+        spec: SharedStorageSpec | None = SharedStorageSpec.model_validate(obj.get("spec") or {})
+    except ValidationError:
+        spec = None
+    platform: Platform = "aws" if CRD_EC2NODECLASS in sources.crds.installed(kube) else "local"
+    if spec is None:
+        return Observed(storage=obj, facts=ClusterFacts(), platform=platform,
+                        owned=owned(kube, namespace, name, "nfs") if deleting else [],
+                        running_runs=running_runs(kube, namespace, name) if deleting else (),
+                        now=now)
+    servers = []
+    samples: list[SquidSample] = []
+    if spec.type == "glusterfs" and not deleting:
+        servers = [server_pod(p) for p in _pods(kube, namespace, name, COMPONENT_GLUSTER_SERVER)]
+    if spec.type == "cvmfs" and not deleting:
+        samples = sources.sampler.samples(namespace, name,
+                                          _pods(kube, namespace, name, COMPONENT_SQUID))
+    return Observed(
+        storage=obj, facts=facts(kube, namespace, spec, sources.cluster_cidrs),
+        platform=platform, owned=owned(kube, namespace, name, spec.type),
+        server_pods=servers, squid=samples,
+        running_runs=running_runs(kube, namespace, name) if deleting else (), now=now)
+
+
+def facts(kube: Kube, namespace: str, spec: SharedStorageSpec,
+          cluster_cidrs: Sequence[str]) -> ClusterFacts:
+    """What validate checks the spec against; only what this spec refers to is read."""
+    vcs: dict[str, list[str]] | None = None
+    if spec.virtual_cluster:
+        vcs = {}
+        for vc in kube.list(names.API_VERSION, names.VIRTUALCLUSTER, namespace):
+            pools = ((vc.get("spec") or {}).get("pools")) or []
+            vcs[str(vc["metadata"]["name"])] = [str(p.get("name")) for p in pools]
+    classes: set[str] | None = None
+    default = None
+    if spec.type == "nfs" and spec.nfs is not None and spec.nfs.backing.pvc is not None:
+        classes = set()
+        for sc in kube.list("storage.k8s.io/v1", "StorageClass"):
+            classes.add(str(sc["metadata"]["name"]))
+            if (sc["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true":
+                default = str(sc["metadata"]["name"])
+    return ClusterFacts(virtual_clusters=vcs, storage_classes=classes,
+                        default_storage_class=default, cluster_cidrs=list(cluster_cidrs))
+
+
+def owned(kube: Kube, namespace: str, name: str, type_: str) -> list[Obj]:
+    """Our objects of the kinds this type makes, by label: one LIST per kind."""
+    out: list[Obj] = []
+    for api_version, kind in NAMESPACED_KINDS.get(type_, ()):
+        out += kube.list(api_version, kind, namespace,
+                         label_selector=f"{names.LABEL_STORAGE}={name}")
+    for api_version, kind in CLUSTER_KINDS.get(type_, ()):
+        out += kube.list(api_version, kind, label_selector=(
+            f"{names.LABEL_STORAGE}={name},{names.LABEL_STORAGE_NAMESPACE}={namespace}"))
+    return out
+
+
+def _pods(kube: Kube, namespace: str, name: str, component: str) -> list[Obj]:
+    return kube.list("v1", "Pod", namespace, label_selector=(
+        f"{names.LABEL_STORAGE}={name},{names.LABEL_COMPONENT}={component}"))
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def refers_to(run: Mapping[str, Any], storage: str) -> bool:
+    """Whether a PipelineRun's spec.storage names this SharedStorage."""
+    return any(isinstance(s, Mapping) and s.get("sharedStorage") == storage
+               for s in (run.get("spec") or {}).get("storage") or [])
+
+
+def running_runs(kube: Kube, namespace: str, name: str) -> list[str]:
+    """PipelineRuns of the namespace that name this storage and have not ended."""
+    out = []
+    for run in kube.list(names.API_VERSION, names.PIPELINERUN, namespace):
+        if not refers_to(run, name) or run["metadata"].get("deletionTimestamp"):
+            continue
+        if (run.get("status") or {}).get("phase") in TERMINAL_PHASES:
+            continue
+        out.append(str(run["metadata"]["name"]))
+    return sorted(out)

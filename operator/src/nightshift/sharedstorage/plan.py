@@ -1,0 +1,335 @@
+"""The SharedStorage decision: what was observed in, what to do and the status out.
+
+Pure and level-based, like the VirtualCluster planner: no I/O and no clock. Every pass
+validates against what the cluster holds (an invalid storage gets an Invalid condition
+naming the field and nothing is applied, so nothing is left half made), renders the
+workloads, re-applies whatever drifted, prunes what is ours but no longer rendered, and
+computes the whole status and the events of its condition transitions.
+
+Two objects depend on what was observed, not on the spec alone: the NFS clients'
+PersistentVolume and claim (the server Service's ClusterIP) and the Gluster volume Job
+(every server pod ready, and server 0's node). The Job is applied once, never
+re-applied: its template pins a node and is immutable.
+
+Pruning never touches an object that lacks this storage's ownerReference: the NFS data
+claim under `reclaimPolicy: Retain` carries the storage label but no owner, so it
+outlives the storage whatever happens here. The cluster-scoped NFS PersistentVolume
+cannot have a namespaced owner; it is found by its labels and deleted explicitly.
+
+Deletion: our finalizer (nightshift.io/shared-storage) keeps the object while
+PipelineRuns that name it have not ended, unless it is annotated
+nightshift.io/force-delete: "true"; then the NFS clients' claim and PersistentVolume
+go (the PV only points at the server; its files stay), and the finalizer, after which
+the garbage collector removes every owned object. Data stays unless `reclaimPolicy:
+Delete` (the NFS data claim is then owned and goes too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from nightshift.api import conditions, names
+from nightshift.api.drift import drifted
+from nightshift.api.events import Event, condition_events
+from nightshift.api.fieldpath import field_path
+from nightshift.sharedstorage import gluster, glustervolume, nfs, render
+from nightshift.sharedstorage import status as ssstatus
+from nightshift.sharedstorage.objects import Platform, Storage
+from nightshift.sharedstorage.spec import SharedStorageSpec
+from nightshift.sharedstorage.validate import ClusterFacts, effective_squid_cidrs, validate
+
+DELETING = "Deleting"
+# Look again soon while something is on its way (pods starting, a claim binding, the
+# volume Job running), later after an error; when all is Ready the resync applies.
+BUSY_REQUEUE = 10.0
+ERROR_REQUEUE = 30.0
+
+Obj = Mapping[str, Any]
+
+# What each type makes, (apiVersion, kind): what observe lists (by the storage's label)
+# and what may be pruned. The NFS clients' PersistentVolume is cluster-scoped.
+NAMESPACED_KINDS: Mapping[str, tuple[tuple[str, str], ...]] = {
+    "nfs": (("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"),
+            ("v1", "PersistentVolumeClaim")),
+    "glusterfs": (("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "StatefulSet"),
+                  ("apps/v1", "DaemonSet"), ("batch/v1", "Job")),
+    "cvmfs": (("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"),
+              ("apps/v1", "DaemonSet"), ("autoscaling/v2", "HorizontalPodAutoscaler")),
+    "s3": (),
+}
+CLUSTER_KINDS: Mapping[str, tuple[tuple[str, str], ...]] = {
+    "nfs": (("v1", "PersistentVolume"),),
+}
+
+
+@dataclass(frozen=True)
+class Observed:
+    storage: Obj
+    # The VirtualClusters' pools, the StorageClasses, the cluster's address ranges.
+    facts: ClusterFacts
+    platform: Platform
+    # Our objects as the API server holds them (NAMESPACED_KINDS and CLUSTER_KINDS of
+    # the storage's type, by label).
+    owned: Sequence[Obj]
+    now: datetime
+    # glusterfs: the server pods.
+    server_pods: Sequence[gluster.ServerPod] = ()
+    # cvmfs: each ready squid's 5-minute sample ([] when none answered).
+    squid: Sequence[ssstatus.SquidSample] = ()
+    # PipelineRuns naming this storage that have not ended (read when deleting).
+    running_runs: Sequence[str] = ()
+    # What applying this plan's writes met, each a sentence naming the object: the
+    # reconciler plans once more with them to write the status.
+    errors: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    add_finalizer: bool = False
+    remove_finalizer: bool = False
+    apply: list[dict[str, Any]] = field(default_factory=list)
+    # References ({apiVersion, kind, name[, namespace]}) of our objects to delete.
+    prune: list[dict[str, str]] = field(default_factory=list)
+    status: dict[str, Any] | None = None
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    gone: bool = False
+
+
+def rfc3339(t: datetime) -> str:
+    return t.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def server_pod(pod: Obj) -> gluster.ServerPod:
+    """A gluster server pod as the volume commands need it."""
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or [])
+    return gluster.ServerPod(name=str(pod["metadata"]["name"]), ip=str(status.get("podIP") or ""),
+                             ready=ready and not pod["metadata"].get("deletionTimestamp"),
+                             node=str((pod.get("spec") or {}).get("nodeName") or ""))
+
+
+def plan(o: Observed) -> Plan:
+    meta = o.storage["metadata"]
+    mine = names.FINALIZER_SHARED_STORAGE in (meta.get("finalizers") or [])
+    deleting = bool(meta.get("deletionTimestamp"))
+    if deleting and not mine:
+        return Plan(gone=True)
+    try:
+        spec: SharedStorageSpec | None = SharedStorageSpec.model_validate(
+            o.storage.get("spec") or {})
+        spec_error: ValidationError | None = None
+    except ValidationError as e:
+        spec, spec_error = None, e
+    if deleting:
+        forced = (meta.get("annotations") or {}).get(names.ANNOTATION_FORCE_DELETE) == "true"
+        if not o.running_runs or forced:
+            return _finalize(o)
+    add = not mine and not deleting
+    if spec is None:
+        assert spec_error is not None
+        return _status_plan(o, _unreadable_status(o, spec_error), ERROR_REQUEUE,
+                            add_finalizer=add)
+    return _steady(o, spec, add_finalizer=add, deleting=deleting)
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    return str(obj["kind"]), str(obj["metadata"]["name"])
+
+
+def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
+            deleting: bool) -> Plan:
+    st = Storage.of(o.storage)
+    problems = validate(spec, st.name, o.facts)
+    present = {_key(obj): obj for obj in o.owned}
+    apply: list[dict[str, Any]] = []
+    prune: list[dict[str, str]] = []
+    if not problems and not deleting:
+        rendered = render.render_storage(o.storage, platform=o.platform,
+                                         squid_cidrs=effective_squid_cidrs(spec, o.facts))
+        rendered += _observed_dependents(st, present, o.server_pods)
+        wanted = {_key(m) for m in rendered}
+        if spec.type == "glusterfs":
+            # Made once (immutable template); its success is the volume's record.
+            wanted.add(("Job", gluster.volume_job_name(st)))
+        apply = [m for m in rendered
+                 if drifted(m, present.get(_key(m)))
+                 and not (m["kind"] == "Job" and _key(m) in present)]
+        prune = [_ref(obj) for obj in o.owned
+                 if _key(obj) not in wanted and _prunable(obj, st)]
+    figures = _figures(o, st, spec, present) if not problems else ssstatus.Observed()
+    status = ssstatus.storage_status(o.storage, observed=figures, problems=problems,
+                                     deleting=deleting, now=rfc3339(o.now))
+    if deleting:
+        status["conditions"] = _with_deleting(o, status["conditions"], blocked(st, o.running_runs))
+    ready = status["phase"] == "Ready"
+    requeue: float | None = None
+    if problems or o.errors:
+        requeue = ERROR_REQUEUE
+    elif deleting or not ready:
+        requeue = BUSY_REQUEUE
+    if o.errors:
+        # The writes this plan asked for met errors: not again in this pass, and no
+        # pruning while the new set is not in place; the next pass retries.
+        apply, prune = [], []
+    return Plan(add_finalizer=add_finalizer, apply=apply, prune=prune, status=status,
+                events=condition_events((o.storage.get("status") or {}).get("conditions"),
+                                        status["conditions"]),
+                requeue_after=requeue)
+
+
+def _observed_dependents(st: Storage, present: Mapping[tuple[str, str], Obj],
+                         servers: Sequence[gluster.ServerPod]) -> list[dict[str, Any]]:
+    """The objects that need something observed first."""
+    if st.spec.type == "nfs":
+        ip = _cluster_ip(present.get(("Service", st.object_name("nfs"))))
+        return nfs.render_nfs_client(st, ip) if ip else []
+    if st.spec.type == "glusterfs" and ("Job", gluster.volume_job_name(st)) not in present:
+        job = glustervolume.volume_job(st, servers)
+        return [job] if job else []
+    return []
+
+
+def _cluster_ip(svc: Obj | None) -> str:
+    ip = str(((svc or {}).get("spec") or {}).get("clusterIP") or "")
+    return "" if ip == "None" else ip
+
+
+def _prunable(obj: Obj, st: Storage) -> bool:
+    """Ours to delete: owned by this storage (by uid), or its cluster-scoped PV. A
+    Retain'ed NFS data claim has no owner and is never pruned."""
+    meta = obj["metadata"]
+    if obj["kind"] == "PersistentVolume":
+        labels = meta.get("labels") or {}
+        return (labels.get(names.LABEL_STORAGE) == st.name
+                and labels.get(names.LABEL_STORAGE_NAMESPACE) == st.namespace)
+    return any(r.get("uid") == st.uid and r.get("kind") == names.SHAREDSTORAGE
+               for r in meta.get("ownerReferences") or [])
+
+
+def _ready_replicas(obj: Obj | None) -> int:
+    return int(((obj or {}).get("status") or {}).get("readyReplicas") or 0)
+
+
+def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
+             present: Mapping[tuple[str, str], Obj]) -> ssstatus.Observed:
+    """The status figures of what was observed, and what is still missing."""
+    not_ready = list(o.errors)
+    if spec.type == "nfs" and spec.nfs is not None:
+        ip = _cluster_ip(present.get(("Service", st.object_name("nfs"))))
+        data = present.get(("PersistentVolumeClaim", nfs.data_claim_name(st)))
+        claim = present.get(("PersistentVolumeClaim", nfs.client_claim_name(st)))
+        capacity = (((data or {}).get("status") or {}).get("capacity") or {}).get("storage")
+        pvc = spec.nfs.backing.pvc
+        if not ip:
+            not_ready.append(f"Service {st.object_name('nfs')} has no ClusterIP yet")
+        elif (((claim or {}).get("status") or {}).get("phase")) != "Bound":
+            not_ready.append(f"claim {nfs.client_claim_name(st)} is not bound yet")
+        return ssstatus.Observed(
+            servers_wanted=1,
+            servers_ready=_ready_replicas(present.get(("Deployment", st.object_name("nfs")))),
+            endpoints=render.endpoints(o.storage, service_ip=ip or None),
+            capacity=capacity or (pvc.size if pvc else None), not_ready=not_ready)
+    if spec.type == "glusterfs" and spec.glusterfs is not None:
+        not_ready += _volume_job_state(st, present.get(("Job", gluster.volume_job_name(st))))
+        return ssstatus.Observed(
+            servers_wanted=spec.glusterfs.servers,
+            servers_ready=_ready_replicas(present.get(("StatefulSet", gluster.server_name(st)))),
+            clients=ssstatus.daemonset_counts(
+                present.get(("DaemonSet", st.object_name("gluster-client")))),
+            endpoints=render.endpoints(o.storage), not_ready=not_ready)
+    if spec.type == "cvmfs" and spec.cvmfs is not None:
+        svc = present.get(("Service", st.object_name("squid")))
+        ingress = (((svc or {}).get("status") or {}).get("loadBalancer") or {}).get(
+            "ingress") or []
+        lb = (ingress[0].get("hostname") or ingress[0].get("ip")) if ingress else None
+        return ssstatus.Observed(
+            servers_wanted=spec.cvmfs.squid.replicas.min,
+            servers_ready=_ready_replicas(present.get(("Deployment", st.object_name("squid")))),
+            clients=ssstatus.daemonset_counts(
+                present.get(("DaemonSet", st.object_name("cvmfs-client")))),
+            endpoints=render.endpoints(o.storage, load_balancer=lb),
+            squid=list(o.squid), not_ready=not_ready)
+    return ssstatus.Observed(endpoints=render.endpoints(o.storage), not_ready=not_ready)
+
+
+def _volume_job_state(st: Storage, job: Obj | None) -> list[str]:
+    name = gluster.volume_job_name(st)
+    if job is None:
+        return [f"the volume is made once every server is ready (Job {name})"]
+    js = job.get("status") or {}
+    if int(js.get("succeeded") or 0) >= 1:
+        return []
+    if any(c.get("type") == "Failed" and c.get("status") == "True"
+           for c in js.get("conditions") or []):
+        return [f"Job {name}, which makes the volume, failed: see kubectl logs -n "
+                f"{st.namespace} job/{name}; delete the Job to try again"]
+    return [f"making the volume (Job {name})"]
+
+
+def _finalize(o: Observed) -> Plan:
+    """The last deletion step: the cluster-scoped PV and the claim bound to it (a bound
+    PV waits for its claim), then the finalizer. Owned objects go with the storage."""
+    st_meta = o.storage["metadata"]
+    # nfs.client_claim_name, without a spec that may not parse.
+    claim = f"{st_meta['name']}-nfs-client"
+    refs = [_ref(obj) for obj in o.owned
+            if (obj["kind"] == "PersistentVolume"
+                or (obj["kind"] == "PersistentVolumeClaim" and obj["metadata"]["name"] == claim))
+            and not obj["metadata"].get("deletionTimestamp")]
+    if o.errors:
+        status = dict(o.storage.get("status") or {})
+        status["conditions"] = _with_deleting(o, list(status.get("conditions") or []), (
+            "CleanupFailed", "; ".join(o.errors)))
+        return _status_plan(o, status, ERROR_REQUEUE)
+    return Plan(prune=refs, remove_finalizer=True, gone=True)
+
+
+def blocked(st: Storage, runs: Sequence[str]) -> tuple[str, str]:
+    shown = ", ".join(runs[:10]) + (f" and {len(runs) - 10} more" if len(runs) > 10 else "")
+    return ("InUse", f"kept while PipelineRun(s) {shown} use this SharedStorage; it is "
+            "deleted when they end. To delete it now (their running tasks then lose it): "
+            f"kubectl annotate sharedstorage -n {st.namespace} {st.name} "
+            f"{names.ANNOTATION_FORCE_DELETE}=true")
+
+
+def _with_deleting(o: Observed, conds: list[dict[str, Any]],
+                   why: tuple[str, str]) -> list[dict[str, Any]]:
+    gen = int(o.storage["metadata"].get("generation", 0))
+    old = (o.storage.get("status") or {}).get("conditions")
+    mine = conditions.merge(old, [conditions.condition(DELETING, conditions.TRUE, why[0],
+                                                       why[1], gen)], now=rfc3339(o.now))
+    return [*[c for c in conds if c["type"] != DELETING], *mine]
+
+
+def _status_plan(o: Observed, status: dict[str, Any], requeue: float | None,
+                 **kw: Any) -> Plan:
+    return Plan(status=status, requeue_after=requeue, events=condition_events(
+        (o.storage.get("status") or {}).get("conditions"), status.get("conditions")), **kw)
+
+
+def _unreadable_status(o: Observed, e: ValidationError) -> dict[str, Any]:
+    """Only when the CRD in the cluster is older or newer than this operator."""
+    gen = int(o.storage["metadata"].get("generation", 0))
+    first = e.errors()[0]
+    msg = (f"{field_path('spec', *first.get('loc', ()))}: {first.get('msg')}: the CRD and "
+           "the operator disagree; upgrade both")
+    new = [conditions.condition(conditions.READY, conditions.FALSE, "Invalid", msg, gen),
+           conditions.condition(conditions.INVALID, conditions.TRUE, "InvalidSpec", msg, gen)]
+    old = (o.storage.get("status") or {}).get("conditions")
+    return {**(o.storage.get("status") or {}), "observedGeneration": gen, "phase": "Failed",
+            "conditions": conditions.merge(old, new, now=rfc3339(o.now))}
+
+
+def _ref(obj: Obj) -> dict[str, str]:
+    ref = {"apiVersion": str(obj["apiVersion"]), "kind": str(obj["kind"]),
+           "name": str(obj["metadata"]["name"])}
+    if obj["metadata"].get("namespace"):
+        ref["namespace"] = str(obj["metadata"]["namespace"])
+    return ref
