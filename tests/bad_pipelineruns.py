@@ -130,6 +130,106 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
 ]
 
 
+# The API server's exact errors for each "cel" case (Kubernetes v1.34, server-side dry
+# run; each is a Status cause's field and message, as kubectl prints them), in sorted
+# order since the API server's order is not fixed. `nightshift validate` must print
+# exactly these (tests/unit/test_validate_cli.py); tests/integration/
+# test_validate_parity.py compares both with a live API server.
+API_SERVER_MESSAGES: dict[str, list[str]] = {
+    "empty-stages": [
+        "spec.stages: Invalid value: 0: spec.stages in body should have at least 1 items",
+    ],
+    "duplicate-stage-names": [
+        'spec.stages: Invalid value: "array": stage names must be unique',
+    ],
+    "unknown-dependency": [
+        'spec.stages: Invalid value: "array": every dependsOn entry must name a stage of this '
+        "run",
+    ],
+    "self-dependency": [
+        'spec.stages: Invalid value: "array": a stage cannot depend on itself',
+    ],
+    "both-items-and-range": [
+        'spec.stages[0].forEach: Invalid value: "object": set exactly one of forEach.items, '
+        "forEach.range, forEach.fromConfigMap, forEach.fromS3",
+    ],
+    "no-item-source": [
+        'spec.stages[0].forEach: Invalid value: "object": set exactly one of forEach.items, '
+        "forEach.range, forEach.fromConfigMap, forEach.fromS3",
+    ],
+    "negative-retries": [
+        'spec.stages[0].retries: Invalid value: "object": retries.perItem must be between 0 and '
+        "100",
+    ],
+    "too-many-retries": [
+        'spec.stages[0].retries: Invalid value: "object": retries.perItem must be between 0 and '
+        "100",
+    ],
+    "zero-exit-code": [
+        "spec.stages[0].retries.permanentExitCodes[0]: Invalid value: 0: "
+        "spec.stages[0].retries.permanentExitCodes[0] in body should be greater than or equal "
+        "to 1",
+    ],
+    "negative-tolerate": [
+        'spec.stages[0]: Invalid value: "object": tolerateFailedItems must be >= 0; omit it to '
+        "run every item and fail the stage at the end if any failed",
+    ],
+    "range-backwards": [
+        'spec.stages[0].forEach.range: Invalid value: "object": range.to must be >= range.from',
+    ],
+    "range-step-zero": [
+        'spec.stages[0].forEach.range: Invalid value: "object": range.step must be >= 1',
+    ],
+    "stage-name-too-long": [
+        "<nil>: Invalid value: null: some validation rules were not checked because the object "
+        "was invalid; correct the existing errors to complete validation",
+        "spec.stages[0].name: Too long: may not be more than 40 bytes",
+    ],
+    "stage-name-not-dns": [
+        'spec.stages[0].name: Invalid value: "Bad_Name": spec.stages[0].name in body should '
+        "match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
+    ],
+    "run-name-too-long": [
+        "<nil>: Invalid value: \"object\": the run's name must be at most 63 characters (it is "
+        "a label value on every Job and pod)",
+    ],
+    "empty-steps": [
+        "spec.stages[0].steps: Invalid value: 0: spec.stages[0].steps in body should have at "
+        "least 1 items",
+    ],
+    "empty-command": [
+        'spec.stages[0].steps[0].command: Invalid value: "array": command[0] must name a '
+        "program",
+    ],
+    "duplicate-step-names": [
+        'spec.stages[0].steps: Invalid value: "array": step names must be unique within a stage',
+    ],
+    "bad-input-mode": [
+        'spec.stages[0]: Invalid value: "object": inputs[].mode must be stage or stream',
+    ],
+    "bad-output-mode": [
+        'spec.stages[0]: Invalid value: "object": outputs[].mode must be batch or interleave',
+    ],
+    "unknown-input-storage": [
+        'spec: Invalid value: "object": every stages[].inputs[].storage must name an entry of '
+        "spec.storage",
+    ],
+    "unknown-s3-source-storage": [
+        'spec: Invalid value: "object": every stages[].forEach.fromS3.storage must name an '
+        "entry of spec.storage",
+    ],
+    "unknown-archive-storage": [
+        'spec: Invalid value: "object": spec.archive.storage must name an entry of spec.storage',
+    ],
+    "storage-s3-and-pvc": [
+        'spec.storage[0]: Invalid value: "object": set exactly one of s3 or pvc',
+    ],
+    "parallelism-unknown-stage": [
+        'spec: Invalid value: "object": every key of spec.parallelism must be the name of a '
+        "stage",
+    ],
+}
+
 def updated(manifest: dict[str, Any], **spec: Any) -> dict[str, Any]:
     out = copy.deepcopy(manifest)
     out["spec"].update(spec)
@@ -156,3 +256,25 @@ GOOD_UPDATES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("rerun", BASE, {"rerunFailed": 1}),
     ("launch", BASE, {"launch": {"maxPodsPerMinute": 60}}),
 ]
+
+# The same for BAD_UPDATES (the change applied to the created run).
+API_SERVER_UPDATE_MESSAGES: dict[str, list[str]] = {
+    "stages-immutable": [
+        'spec: Invalid value: "object": spec.stages is immutable after creation; change a '
+        "stage's parallelism with spec.parallelism.<stage>, or create a new run",
+    ],
+    "storage-immutable": [
+        'spec: Invalid value: "object": spec.storage is immutable after creation',
+    ],
+    "archive-added": [
+        'spec: Invalid value: "object": spec.archive is immutable after creation',
+    ],
+    "rerun-decreases": [
+        'spec: Invalid value: "object": spec.rerunFailed can only grow; bump it by one to rerun '
+        "the failed items",
+    ],
+    "uncancel": [
+        'spec: Invalid value: "object": spec.cancel cannot be unset once true; a cancelled run '
+        "is final, create a new run",
+    ],
+}

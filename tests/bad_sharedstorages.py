@@ -154,3 +154,61 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("disk-cache-tiny", _with("cvmfs-eks", "cvmfs.squid.diskCache", "10Mi"), "invalid",
      "spec.cvmfs.squid.diskCache: '10Mi' is not a size of at least 1Gi"),
 ]
+
+
+# The API server's exact errors for each "cel" case (Kubernetes v1.34, server-side dry
+# run; each is a Status cause's field and message, as kubectl prints them), in sorted
+# order since the API server's order is not fixed. `nightshift validate` must print
+# exactly these (tests/unit/test_validate_cli.py); tests/integration/
+# test_validate_parity.py compares both with a live API server.
+API_SERVER_MESSAGES: dict[str, list[str]] = {
+    "unknown-type": [
+        "<nil>: Invalid value: null: some validation rules were not checked because the object "
+        "was invalid; correct the existing errors to complete validation",
+        'spec.type: Unsupported value: "ceph": supported values: "nfs", "glusterfs", "s3", '
+        '"cvmfs"',
+    ],
+    "type-without-block": [
+        'spec: Invalid value: "object": set exactly one type block, the one type names (type: '
+        "nfs -> spec.nfs, glusterfs -> spec.glusterfs, s3 -> spec.s3, cvmfs -> spec.cvmfs)",
+    ],
+    "two-blocks": [
+        'spec: Invalid value: "object": set exactly one type block, the one type names (type: '
+        "nfs -> spec.nfs, glusterfs -> spec.glusterfs, s3 -> spec.s3, cvmfs -> spec.cvmfs)",
+    ],
+    "missing-size": [
+        'spec.nfs.backing: Invalid value: "object": backing.pvc needs size, e.g. 500Gi',
+    ],
+    "pvc-and-local-disk": [
+        'spec.nfs.backing: Invalid value: "object": backing takes exactly one of pvc or '
+        "localDisk: true",
+    ],
+    "replica-does-not-divide": [
+        'spec.glusterfs: Invalid value: "object": replica must divide the brick count, servers '
+        "x bricksPerNode",
+    ],
+    "replica-above-servers": [
+        'spec.glusterfs: Invalid value: "object": replica must be at most servers (each copy on '
+        "another server's disk)",
+    ],
+    "repository-not-dns": [
+        'spec.cvmfs.repositories: Invalid value: "array": repositories are fully qualified '
+        "DNS-like names such as sft.cern.ch (lowercase, dotted)",
+    ],
+    "upstream-https": [
+        'spec.cvmfs.squid.upstreams: Invalid value: "array": upstreams must be http:// URLs '
+        "with a host (CVMFS fetches over plain HTTP so that proxies can cache it)",
+    ],
+    "replicas-min-above-max": [
+        'spec.cvmfs.squid.replicas: Invalid value: "object": replicas.min must not exceed '
+        "replicas.max",
+    ],
+    "cidr-not-cidr": [
+        'spec.cvmfs.squid.allowedCIDRs: Invalid value: "array": allowedCIDRs must be CIDRs such '
+        "as 10.0.0.0/16",
+    ],
+    "name-too-long": [
+        '<nil>: Invalid value: "object": the name must be at most 40 characters (it prefixes '
+        "the names of the objects the operator makes)",
+    ],
+}

@@ -89,3 +89,58 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
         nodeClass={**AWS_NODECLASS, "amiSelectorTerms": [{"id": "ami-0123"}]}),
      "invalid", "spec.nodeClass.amiFamily"),
 ]
+
+
+# The API server's exact errors for each "cel" case (Kubernetes v1.34, server-side dry
+# run; each is a Status cause's field and message, as kubectl prints them), in sorted
+# order since the API server's order is not fixed. `nightshift validate` must print
+# exactly these (tests/unit/test_validate_cli.py); tests/integration/
+# test_validate_parity.py compares both with a live API server.
+API_SERVER_MESSAGES: dict[str, list[str]] = {
+    "unknown-class": [
+        "<nil>: Invalid value: null: some validation rules were not checked because the object "
+        "was invalid; correct the existing errors to complete validation",
+        'spec.pools[0].class: Unsupported value: "quantum": supported values: "compute", '
+        '"memory", "general", "storage", "cluster-compute", "gpu"',
+    ],
+    "families-contradict-class": [
+        "spec.pools[0]: Invalid value: \"object\": families must belong to the pool's class: "
+        "compute c*, memory r*/x*/z*, general m*, storage i*/d*/im*/is*, cluster-compute "
+        "c*/hpc*, gpu g*/p*",
+    ],
+    "max-cpu-zero": [
+        'spec.pools[0].maxCPU: Invalid value: "integer": maxCPU must be greater than 0',
+    ],
+    "max-cpu-negative": [
+        'spec.pools[0].maxCPU: Invalid value: "integer": maxCPU must be greater than 0',
+    ],
+    "placement-on-compute": [
+        'spec.pools[0]: Invalid value: "object": placement is only allowed on pools of class '
+        "cluster-compute",
+    ],
+    "duplicate-pool-names": [
+        'spec.pools: Invalid value: "array": pool names must be unique',
+    ],
+    "pool-name-not-dns": [
+        'spec.pools[0].name: Invalid value: "Big_Pool": spec.pools[0].name in body should match '
+        "'^[a-z]([-a-z0-9]*[a-z0-9])?$'",
+    ],
+    "aws-explicit-without-role": [
+        'spec: Invalid value: "object": provider aws needs nodeClass.role (the EKS node IAM '
+        "role) or nodeClass.instanceProfile",
+    ],
+    "role-and-instance-profile": [
+        'spec.nodeClass: Invalid value: "object": role and instanceProfile exclude each other: '
+        "set one",
+    ],
+    "reserved-label": [
+        'spec.pools[0].labels: Invalid value: "object": nightshift.io/* labels are set by the '
+        "operator",
+    ],
+    "unknown-capacity": [
+        "<nil>: Invalid value: null: some validation rules were not checked because the object "
+        "was invalid; correct the existing errors to complete validation",
+        'spec.pools[0].capacity: Unsupported value: "reserved": supported values: "spot", '
+        '"on-demand", "spot-then-on-demand"',
+    ],
+}

@@ -31,7 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     op.add_argument("-v", "--verbose", action="store_true")
     # The same commands as `kubectl nightshift ...`, for machines without kubectl.
     plugin.add_commands(sub)
+    from nightshift.cli import validate
+
+    validate.add_command(sub)
     args = ap.parse_args(argv)
+
+    if args.cmd == "validate":
+        return int(args.run_validate(args))
 
     if args.cmd == "operator":
         from nightshift.cli.operator import run_operator
