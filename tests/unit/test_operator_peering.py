@@ -207,3 +207,17 @@ def test_kopfs_spawn_tasks_hands_its_pause_set_to_the_follower(
         asyncio.run(main())
     from kopf._core.reactor import orchestration
     assert orchestration.orchestrator.__module__ == "kopf._core.reactor.orchestration"
+
+
+def test_the_chart_sets_the_variable_the_operator_reads() -> None:
+    from tests.unit.test_chart_lint import NIGHTSHIFT, render
+
+    def env(values: dict[str, object]) -> dict[str, str]:
+        (deploy,) = [d for d in render(NIGHTSHIFT, values) if d["kind"] == "Deployment"]
+        return {e["name"]: e.get("value") for e in deploy["spec"]["template"]["spec"][
+            "containers"][0]["env"]}
+
+    on = env({})
+    assert op.peering_from_env(on)["peering_name"] == "nightshift"
+    assert "POD_ID" in on  # kopf's identity of the replica (a fieldRef: no value here)
+    assert op.peering_from_env(env({"peering.enabled": False})) == {"standalone": True}
