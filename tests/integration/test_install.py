@@ -5,9 +5,11 @@ ServiceAccount and RBAC (no cluster-admin anywhere).
 The tests run in file order on one release (module fixture), each leaving it as the
 next expects:
 1. the pod is Ready on the real node, as the chart's ServiceAccount, with peering on;
-2. a PipelineRun and a VirtualCluster that use every call our code makes
-   (operator/src/nightshift/kubecalls.py) succeed, and the operator's log has no 403:
-   a rule missing from the chart fails here;
+2. a PipelineRun and a VirtualCluster succeed, using the calls of their rows in
+   operator/src/nightshift/kubecalls.py (items from a ConfigMap, a failed item's pods
+   listed for its exit code, events, NodePools and KWOK node classes applied and pruned,
+   the VirtualCluster's finalizer), and the operator's log says "forbidden" nowhere: a
+   rule they need missing from the chart fails here;
 3. /metrics, scraped from the host at the pod's IP (the Service selects the pod);
 4. a live peer of higher priority pauses the operator: its engine loops stop too;
 5. `helm upgrade` with a values change rolls the operator while a run continues;
