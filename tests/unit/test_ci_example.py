@@ -44,7 +44,7 @@ def scripts() -> str:
 def test_workflow_structure() -> None:
     wf = workflow()
     # YAML 1.1 reads the key `on` as true; GitHub reads it as "on".
-    triggers = wf.get("on", wf.get(True))
+    triggers = wf["on"] if "on" in wf else wf[True]
     assert set(triggers) == {"pull_request", "push"}
     assert set(wf["jobs"]) == {"validate", "simulate"}
     assert wf["jobs"]["simulate"]["needs"] == "validate"
