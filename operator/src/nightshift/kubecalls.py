@@ -165,7 +165,8 @@ CALLS: tuple[Call, ...] = tuple([
            "kopf's watch (sharedstorage/handlers.py): one engine loop per object"),
     *_rows(names.GROUP, names.SHAREDSTORAGES, "get", NAMESPACE, _K,
            "sharedstorage/observe re-reads the object each pass; engine/status reads it "
-           "to report a failed pass"),
+           "to report a failed pass; pipelinerun/reconcile: the SharedStorages a run "
+           "names (spec.storage[].sharedStorage)"),
     *_rows(names.GROUP, names.SHAREDSTORAGES, "patch", NAMESPACE, _K,
            "sharedstorage/reconcile._set_finalizer adds and removes "
            "nightshift.io/shared-storage"),

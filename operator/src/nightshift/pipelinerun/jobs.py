@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nightshift.api import names
+from nightshift.pipelinerun import binding
 from nightshift.pipelinerun import runnerparts as runner
 from nightshift.pipelinerun.items import RunRef, job_name
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
@@ -100,11 +101,12 @@ def render_job(
 def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
                   labels: Mapping[str, str], configmaps: Sequence[str],
                   runner_image: str) -> dict[str, Any]:
+    storage = {s.name: s for s in spec.storage}
     parts = runner.runner_parts(
         run=run.name,
         namespace=run.namespace,
         stage=stage,
-        storage={s.name: s for s in spec.storage},
+        storage=storage,
         archive=spec.archive,
         runner_image=runner_image,
         items_volume=runner.VOLUME_ITEMS,
@@ -123,10 +125,13 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
     runner_work = any(v["name"] == runner.VOLUME_WORK for v in parts.volumes)
     own_work_mount = [] if any(m["name"] == runner.VOLUME_WORK for m in parts.step_volume_mounts) \
         else [{"name": runner.VOLUME_WORK, "mountPath": names.MOUNT_WORK}]
+    # stages[].mounts: what the steps see themselves (CVMFS at /cvmfs, a shared volume).
+    mount_volumes, stage_mounts = binding.stage_mounts(stage, storage)
     mounts = [
         {"name": runner.VOLUME_ITEMS, "mountPath": names.MOUNT_ITEMS, "readOnly": True},
         *own_work_mount,
         *parts.step_volume_mounts,
+        *stage_mounts,
     ]
     containers = []
     for step in stage.steps:
@@ -155,6 +160,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
              "projected": {"sources": [{"configMap": {"name": n}} for n in configmaps]}},
             *([] if runner_work else [{"name": runner.VOLUME_WORK, "emptyDir": {}}]),
             *parts.volumes,
+            *mount_volumes,
         ],
         # Thousands of pods in a namespace with many Services need no service env vars.
         "enableServiceLinks": False,

@@ -24,10 +24,10 @@ from nightshift.api import names, ranges
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
+from nightshift.pipelinerun import binding, validate
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
-from nightshift.pipelinerun import validate
 from nightshift.pipelinerun.items import RunRef
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 from nightshift.pipelinerun.status import StageRecord, build_status, stage_record
@@ -52,6 +52,8 @@ class Observed:
     # Per lost Job (lost_jobs()): how many of its pods still run or wait (0 or 1 is
     # enough). Its replacement waits for none, so two pods never work on one item.
     live_pods: Mapping[str, int] = field(default_factory=dict)
+    # The SharedStorages spec.storage names (binding.referenced), by name; None: absent.
+    shared_storages: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ class Plan:
 LAUNCH_STEP = 10
 # Seconds between looks while a lost Job's pods go away.
 LOST_POD_WAIT = 5.0
+# Seconds between looks for a SharedStorage a stage waits for (its creation wakes too).
+STORAGE_WAIT = 30.0
 # The most characters of a retry Job's skip-items annotation; beyond, fewer items are
 # skipped (they run again) so the Job stays far below the API's 256 KiB of annotations.
 SKIP_ITEMS_CHARS = 65_536
@@ -123,6 +127,8 @@ class _Planner:
         self.apply: list[dict[str, Any]] = []
         self.patch: list[dict[str, Any]] = []
         self.resolve: list[str] = []
+        # The run's SharedStorages resolved (binding.py); a stage needing a missing one waits.
+        self.binding = binding.Binding(PipelineRunSpec(stages=[]))
         self.requeue: float | None = None
         self.problems: list[Problem] = []
         self.records: dict[str, StageRecord] = {}
@@ -139,7 +145,9 @@ class _Planner:
             self.problems = [Problem(
                 field_path("spec", *err["loc"]), err["msg"]) for err in e.errors()]
             return self._finish(None, {}, rerun_handled=int(self.old.get("rerunFailed") or 0))
-        self.problems = validate.validate_spec(spec, self.ref.name)
+        bound = binding.bind(spec, self.obs.shared_storages, self.ref.namespace)
+        spec, self.binding = bound.spec, bound
+        self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
         by_stage = self._jobs_by_stage(spec)
         views: dict[str, pg.StageView] = {}
         for i, st in enumerate(spec.stages):
@@ -215,6 +223,9 @@ class _Planner:
             if v.latest is not None or v.unseen or blocked:
                 continue
             if not all(states.get(d) == pg.SUCCEEDED for d in st.depends_on):
+                continue
+            if binding.waits(st, spec, self.binding.missing_entries):
+                self.requeue = min(self.requeue or STORAGE_WAIT, STORAGE_WAIT)
                 continue
             if st.name not in self.obs.items:
                 self.resolve.append(st.name)
@@ -350,7 +361,8 @@ class _Planner:
             old=self.old, records=records, problems=[str(p) for p in self.problems],
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
-            resolving=bool(self.resolve), final=self.final)
+            resolving=bool(self.resolve), final=self.final,
+            waiting="; ".join(self.binding.missing))
         return Plan(
             resolve_items=self.resolve,
             apply=self.apply,

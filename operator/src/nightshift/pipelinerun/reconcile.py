@@ -1,8 +1,8 @@
 """PipelineRun reconcile pass: read observed → plan (pure) → apply → status, once.
 
 The API cost of a pass is O(stages): one GET of the run, one LIST of its Jobs, one
-LIST of its items ConfigMaps, and failed-pod samples only when a stage's failure
-count moved. Never a list of all pods.
+LIST of its items ConfigMaps, a GET of each SharedStorage it names, and failed-pod
+samples only when a stage's failure count moved. Never a list of all pods.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
+from nightshift.pipelinerun import binding
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.plan import Observed, lost_jobs, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
@@ -60,10 +61,14 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                                limit=1))
             for job in lost_jobs(run, jobs)}
 
+    # The SharedStorages spec.storage names: one GET each (at most 20 entries).
+    shared = {n: kube.get(names.API_VERSION, names.SHAREDSTORAGE, n, namespace)
+              for n in (binding.referenced(spec) if spec else [])}
+
     def observe() -> Observed:
         return Observed(run=run, jobs=jobs, items=items, failure_samples=samples,
                         now=datetime.now(UTC), runner_image=config.runner_image,
-                        live_pods=live)
+                        live_pods=live, shared_storages=shared)
 
     p = plan(observe())
     if p.resolve_items:

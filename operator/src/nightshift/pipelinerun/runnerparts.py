@@ -20,6 +20,7 @@ from typing import Any
 
 from nightshift.api import names
 from nightshift.api.runnerwire import (
+    DEFAULT_CACHE_BYTES,
     INPUT_MODES,
     KIND_DIR,
     KIND_S3,
@@ -29,6 +30,7 @@ from nightshift.api.runnerwire import (
     RunnerConfig,
     StorageConfig,
 )
+from nightshift.pipelinerun.binding import cache_max_bytes, mount_propagation, volume_source
 from nightshift.pipelinerun.spec import Archive, DataRef, Stage, StorageRef
 
 STAGE_IN_CONTAINER = "nightshift-stage-in"
@@ -104,12 +106,14 @@ def runner_config(*, run: str, namespace: str, stage: Stage,
         else:
             storages[name] = StorageConfig(name=name, kind=KIND_DIR,
                                            path=f"{names.MOUNT_STORAGE}/{name}")
+    # An s3 SharedStorage states its node cache size; the runner's default otherwise.
+    cache = cache_max_bytes(stage, storage) or DEFAULT_CACHE_BYTES
     cfg = RunnerConfig(
         run=run, namespace=namespace, stage=stage.name, storages=storages,
         inputs=[_data(d, INPUT_MODES[0]) for d in stage.inputs],
         outputs=[_data(d, OUTPUT_MODES[0]) for d in stage.outputs],
         archive=ArchiveConfig(archive.storage, archive.prefix) if archive else None,
-        clean_work=local_disk,
+        clean_work=local_disk, cache_max_bytes=cache,
     )
     return cfg, cred_env
 
@@ -133,7 +137,9 @@ def runner_problems(stage: Stage, storage: Mapping[str, StorageRef],
             out.append(f"{path}.storage: no storage named {d.storage!r} in spec.storage; "
                        f"add it there or name one of: {', '.join(sorted(storage)) or 'none'}")
             continue
-        if ref.s3 is None and ref.pvc is None:
+        if ref.s3 is None and volume_source(ref) is None:
+            if ref.shared_storage:
+                continue  # its SharedStorage is missing: the run waits for it (binding.py)
             out.append(f"{path}.storage: storage {d.storage!r} has neither s3 nor pvc")
         if kind == "inputs" and d.mode == "stream" and ref.s3 is not None:
             out.append(f"{path}.mode: stream from S3 storage {d.storage!r} is not supported "
@@ -208,20 +214,24 @@ def runner_parts(
         volumes.append({"name": VOLUME_CACHE, "hostPath": {
             "path": CACHE_HOST_PATH, "type": "DirectoryOrCreate"}})
         stage_in_mounts.append({"name": VOLUME_CACHE, "mountPath": names.MOUNT_CACHE})
-    pvc_reads = {d.storage for d in stage.inputs if storage[d.storage].pvc is not None}
-    pvc_streams = {d.storage for d in stage.inputs
-                   if storage[d.storage].pvc is not None and d.mode == "stream"}
-    pvc_writes = {d.storage for d in stage.outputs if storage[d.storage].pvc is not None}
-    if archive and storage[archive.storage].pvc is not None:
+    # Mounted storages: a PVC, or a SharedStorage's node-mounted directory (binding.py).
+    def mounted(name: str) -> bool:
+        return volume_source(storage[name]) is not None
+
+    pvc_reads = {d.storage for d in stage.inputs if mounted(d.storage)}
+    pvc_streams = {d.storage for d in stage.inputs if mounted(d.storage) and d.mode == "stream"}
+    pvc_writes = {d.storage for d in stage.outputs if mounted(d.storage)}
+    if archive and mounted(archive.storage):
         pvc_writes.add(archive.storage)
     for name in sorted(pvc_reads | pvc_writes):
-        pvc = storage[name].pvc
-        assert pvc is not None
         vol = _storage_volume(name)
-        volumes.append({"name": vol, "persistentVolumeClaim": {"claimName": pvc.claim_name}})
+        volumes.append({"name": vol, **(volume_source(storage[name]) or {})})
         mount: dict[str, Any] = {"name": vol, "mountPath": f"{names.MOUNT_STORAGE}/{name}"}
-        if pvc.sub_path:
+        pvc = storage[name].pvc
+        if pvc is not None and pvc.sub_path:
             mount["subPath"] = pvc.sub_path
+        if prop := mount_propagation(storage[name]):
+            mount["mountPropagation"] = prop
         if name in pvc_reads:
             stage_in_mounts.append(mount | {"readOnly": True})
         if name in pvc_streams:

@@ -76,6 +76,18 @@ class DataRef(Spec):
     failed_prefix: str = "failed/"
 
 
+class Mount(Spec):
+    """A storage the stage's steps see as a directory while they run: software (a cvmfs
+    SharedStorage, at /cvmfs) or a shared file system (a glusterfs or nfs
+    SharedStorage, a PVC) at mountPath."""
+
+    storage: str
+    # Default: /cvmfs for a cvmfs SharedStorage (HEP software expects /cvmfs/<repo>);
+    # required for every other storage.
+    mount_path: str | None = None
+    read_only: bool = True
+
+
 class Retries(Spec):
     per_item: int = 3
     # Exit codes that fail the item at once, without using a retry.
@@ -95,6 +107,7 @@ class Stage(Spec):
     parallelism: int | None = None
     inputs: list[DataRef] = []
     outputs: list[DataRef] = []
+    mounts: list[Mount] = []
     retries: Retries = Retries()
     # None: every item runs and the stage fails at the end if any failed. N: up to N
     # failed items are tolerated (dependents still start); one more stops the stage.
@@ -123,11 +136,13 @@ class PvcStorage(Spec):
 
 
 class StorageRef(Spec):
-    """A storage the stages name: S3 or a PVC now; SharedStorage objects later."""
+    """A storage the stages name: exactly one of an S3 bucket, a PVC, or a
+    SharedStorage of the run's namespace by name (pipelinerun/binding.py resolves it)."""
 
     name: str
     s3: S3Storage | None = None
     pvc: PvcStorage | None = None
+    shared_storage: str | None = None
 
 
 class Launch(Spec):

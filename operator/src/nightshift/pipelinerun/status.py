@@ -174,11 +174,13 @@ def build_status(
     cancel: bool,
     resolving: bool,
     final: bool = False,
+    waiting: str = "",
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """The run's status and the events of its transitions.
 
     `final`: the run had finished (Succeeded, Failed, Cancelled) and nothing runs again;
     its phase, times and conditions stay as they were, whatever happened to its Jobs.
+    `waiting`: why stages cannot start yet (SharedStorages that do not exist), or "".
     """
     old_phase = old.get("phase")
     phase = (str(old_phase) if final
@@ -209,12 +211,12 @@ def build_status(
     else:
         status["conditions"] = cond.merge(
             old.get("conditions"),
-            _conditions(phase, records, problems, generation, resolving), now)
+            _conditions(phase, records, problems, generation, resolving, waiting), now)
     return status, _events(old, records, phase, problems)
 
 
 def _conditions(phase: str, records: list[StageRecord], problems: list[str],
-                generation: int, resolving: bool) -> list[dict[str, Any]]:
+                generation: int, resolving: bool, waiting: str = "") -> list[dict[str, Any]]:
     g = generation
     failed_stages = [r for r in records if r["phase"] == pg.FAILED]
     if problems:
@@ -238,6 +240,10 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
     reason = "ResolvingItems" if resolving and phase == "Pending" else phase
     progressing = cond.condition(cond.PROGRESSING, cond.TRUE if moving else cond.FALSE,
                                  reason, f"run is {phase}", g)
+    if waiting and moving:
+        progressing = cond.condition(
+            cond.PROGRESSING, cond.FALSE if phase == "Pending" else cond.TRUE,
+            "WaitingForStorage", waiting[:CONDITION_MESSAGE_CHARS], g)
     return [ready, progressing, failed, invalid]
 
 

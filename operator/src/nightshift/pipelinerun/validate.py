@@ -12,7 +12,9 @@ from collections.abc import Mapping
 
 from nightshift.api.problems import Problem
 from nightshift.pipelinerun import items as itemsmod
+from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun import runnerparts as runner
+from nightshift.pipelinerun.binding import BoundStorage
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -38,6 +40,7 @@ def validate_spec(spec: PipelineRunSpec, run_name: str) -> list[Problem]:
         p.append(Problem("spec.stages", "is empty; add at least one stage"))
     storage = {s.name: s for s in spec.storage}
     p += _storage(spec)
+    p += podvalues.spec_problems(spec)
     seen: dict[str, int] = {}
     for i, st in enumerate(spec.stages):
         path = f"spec.stages[{i}]"
@@ -74,8 +77,12 @@ def _storage(spec: PipelineRunSpec) -> list[Problem]:
         if s.name in names:
             p.append(Problem(f"spec.storage[{i}].name", f"duplicate storage name {s.name!r}"))
         names.add(s.name)
-        if (s.s3 is None) == (s.pvc is None):
-            p.append(Problem(f"spec.storage[{i}]", "set exactly one of s3 or pvc"))
+        given = [s.s3, s.pvc, s.shared_storage]
+        # A bound entry (binding.py) carries its SharedStorage's name and what it became.
+        if sum(x is not None for x in given) != 1 and not isinstance(s, BoundStorage):
+            p.append(Problem(f"spec.storage[{i}]", "set exactly one of s3, pvc or "
+                             "sharedStorage"))
+        p += podvalues.storage_problems(f"spec.storage[{i}]", s)
     return p
 
 
@@ -86,6 +93,8 @@ def _stage(path: str, st: Stage, spec: PipelineRunSpec,
         p.append(Problem(f"{path}.name", f"{st.name!r} must be lower-case letters, digits and "
                          f"'-', at most {MAX_STAGE_NAME} characters"))
     p += _for_each(path, st)
+    # What the API server would refuse in the stage's Job (its pod template).
+    p += podvalues.stage_problems(path, st)
     if not st.steps:
         p.append(Problem(f"{path}.steps", "is empty; add at least one step with a command"))
     step_names: set[str] = set()

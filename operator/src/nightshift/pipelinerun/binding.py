@@ -1,0 +1,220 @@
+"""A run's `spec.storage` entries that name a SharedStorage, resolved. Pure.
+
+`storage: [{name: raw, sharedStorage: snfactory-raw}]` says "the collaboration's
+storage called snfactory-raw", stated once as a SharedStorage; the planner reads the
+SharedStorages a run names (pipelinerun/reconcile.py) and `bind` turns each entry into
+what the Job renderer and the runner already know:
+
+| SharedStorage type | the entry becomes | pods see it |
+|---|---|---|
+| s3 | the S3 block (`s3.s3_binding`), the runner config's node cache ceiling | through the runner |
+| nfs | the PVC block of its clients' claim (`nfs.storage_ref`) | the kubelet's NFS mount |
+| glusterfs | a host directory (`gluster.pod_volume`): the node's FUSE mount | HostToContainer |
+| cvmfs | a host directory (`cvmfs.pod_volume`), read-only: /cvmfs/<repo> | HostToContainer |
+
+Inputs and outputs of every type go through the runner (a mounted storage at
+/nightshift/storage/<name>); `stages[].mounts` shows a storage to the steps
+themselves, e.g. a cvmfs one at /cvmfs. A SharedStorage that does not exist (yet) is
+not a spec error: the stages that need it wait, and the run says so (`missing`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from nightshift.api.problems import Problem
+from nightshift.pipelinerun.spec import PipelineRunSpec, PvcStorage, Stage, StorageRef
+from nightshift.sharedstorage import cvmfs, gluster, nfs
+from nightshift.sharedstorage.objects import Storage
+from nightshift.sharedstorage.s3 import s3_binding
+
+MOUNT_VOLUME_PREFIX = "nightshift-mount-"
+CVMFS_MOUNT = cvmfs.MOUNT_ROOT
+
+
+class BoundStorage(StorageRef):
+    """A spec.storage entry resolved from its SharedStorage (never in the CRD)."""
+
+    # The pod volume source of a file system the node mounts (Gluster, CVMFS): a
+    # hostPath of the mount's directory.
+    volume: dict[str, Any] | None = None
+    mount_propagation: str | None = None
+    # Outputs and archives are refused (CVMFS is published elsewhere).
+    read_only: bool = False
+    storage_type: str = ""
+    # s3: the SharedStorage's cache.size, the runner's node cache ceiling.
+    cache_max_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Binding:
+    spec: PipelineRunSpec
+    problems: list[Problem] = field(default_factory=list)
+    # Each entry whose SharedStorage does not exist: "<field>: <what to do>".
+    missing: list[str] = field(default_factory=list)
+    # ... and those entries' names (spec.storage[].name).
+    missing_entries: frozenset[str] = frozenset()
+
+
+def referenced(spec: PipelineRunSpec) -> list[str]:
+    """The SharedStorage names the run's storage entries refer to."""
+    return sorted({s.shared_storage for s in spec.storage if s.shared_storage})
+
+
+def volume_source(ref: StorageRef) -> dict[str, Any] | None:
+    """The pod volume source of a storage mounted into pods, or None (S3)."""
+    if ref.pvc is not None:
+        return {"persistentVolumeClaim": {"claimName": ref.pvc.claim_name}}
+    if isinstance(ref, BoundStorage) and ref.volume is not None:
+        return copy.deepcopy(ref.volume)
+    return None
+
+
+def mount_propagation(ref: StorageRef) -> str | None:
+    return ref.mount_propagation if isinstance(ref, BoundStorage) else None
+
+
+def bind(spec: PipelineRunSpec, shared: Mapping[str, Mapping[str, Any] | None],
+         namespace: str) -> Binding:
+    """`spec` with every sharedStorage entry resolved from `shared` (name -> the
+    SharedStorage object, None when it does not exist)."""
+    out: list[StorageRef] = []
+    problems: list[Problem] = []
+    missing: list[str] = []
+    waiting: set[str] = set()
+    for i, ref in enumerate(spec.storage):
+        name = ref.shared_storage
+        if name is None or ref.s3 is not None or ref.pvc is not None:
+            out.append(ref)  # not one (validate says "exactly one of"), or not shared
+            continue
+        path = f"spec.storage[{i}].sharedStorage"
+        obj = shared.get(name)
+        if obj is None:
+            missing.append(f"{path}: no SharedStorage {name!r} in namespace {namespace}; "
+                           "the stages that use it start once it exists (create it, or "
+                           "fix the name)")
+            waiting.add(ref.name)
+            out.append(ref)
+            continue
+        try:
+            st = Storage.of(obj)
+        except (ValidationError, KeyError) as e:
+            problems.append(Problem(path, f"SharedStorage {name!r} cannot be read by this "
+                                    f"operator ({e}); check its Invalid condition"))
+            out.append(ref)
+            continue
+        out.append(_bound(ref, st))
+    bound = spec.model_copy(update={"storage": out})
+    by_name = {s.name: s for s in out}
+    for i, stage in enumerate(bound.stages):
+        problems += stage_problems(stage, by_name, f"spec.stages[{i}]")
+    archive = by_name.get(spec.archive.storage) if spec.archive else None
+    if isinstance(archive, BoundStorage) and archive.read_only:
+        problems.append(Problem("spec.archive.storage", f"the {archive.storage_type} "
+                                f"SharedStorage {archive.shared_storage!r} is read-only: "
+                                "keep the task records in another storage"))
+    return Binding(bound, problems, missing, frozenset(waiting))
+
+
+def waits(stage: Stage, spec: PipelineRunSpec, missing: frozenset[str]) -> bool:
+    """Whether the stage needs a storage whose SharedStorage does not exist."""
+    if not missing:
+        return False
+    used = {d.storage for d in [*stage.inputs, *stage.outputs]}
+    used |= {m.storage for m in stage.mounts}
+    if stage.for_each is not None and stage.for_each.from_s3 is not None:
+        used.add(stage.for_each.from_s3.storage)
+    if spec.archive is not None:
+        used.add(spec.archive.storage)
+    return bool(used & missing)
+
+
+def _bound(ref: StorageRef, st: Storage) -> BoundStorage:
+    base = {"name": ref.name, "shared_storage": st.name, "storage_type": st.spec.type}
+    if st.spec.type == "s3":
+        b = s3_binding(st)
+        return BoundStorage(**base, s3=b.storage.s3, cache_max_bytes=b.cache_max_bytes)
+    if st.spec.type == "nfs":
+        claim = nfs.storage_ref(st).pvc
+        assert claim is not None
+        return BoundStorage(**base, pvc=PvcStorage(claim_name=claim.claim_name))
+    if st.spec.type == "glusterfs":
+        volume, mount = gluster.pod_volume(st, "/")
+    else:
+        volume, mount = cvmfs.pod_volume(st)
+    return BoundStorage(**base, volume={k: v for k, v in volume.items() if k != "name"},
+                        mount_propagation=mount.get("mountPropagation"),
+                        read_only=st.spec.type == "cvmfs")
+
+
+def stage_problems(stage: Stage, storage: Mapping[str, StorageRef], at: str) -> list[Problem]:
+    """What a stage asks of its SharedStorages that their types cannot give."""
+    out: list[Problem] = []
+    for j, d in enumerate(stage.outputs):
+        ref = storage.get(d.storage)
+        if isinstance(ref, BoundStorage) and ref.read_only:
+            out.append(Problem(f"{at}.outputs[{j}].storage", f"{d.storage!r} is the "
+                               f"{ref.storage_type} SharedStorage {ref.shared_storage!r}, "
+                               "read-only: write outputs to another storage"))
+    for j, m in enumerate(stage.mounts):
+        where = f"{at}.mounts[{j}]"
+        ref = storage.get(m.storage)
+        if ref is None:
+            out.append(Problem(f"{where}.storage", f"no storage named {m.storage!r} in "
+                               "spec.storage; add it there or fix the name"))
+            continue
+        if ref.shared_storage and not isinstance(ref, BoundStorage):
+            continue  # its SharedStorage is missing: reported (and waited for) elsewhere
+        if ref.s3 is not None:
+            out.append(Problem(f"{where}.storage", f"{m.storage!r} is S3, which pods do not "
+                               "mount: use it in inputs or outputs (through the runner)"))
+            continue
+        is_cvmfs = isinstance(ref, BoundStorage) and ref.storage_type == "cvmfs"
+        if m.mount_path is None and not is_cvmfs:
+            out.append(Problem(f"{where}.mountPath", "is required (only a cvmfs "
+                               "SharedStorage has a default, /cvmfs): e.g. /data"))
+        elif m.mount_path is not None and (not m.mount_path.startswith("/")
+                                           or m.mount_path.startswith("/nightshift")):
+            out.append(Problem(f"{where}.mountPath", f"{m.mount_path!r} must be an absolute "
+                               "path outside /nightshift (the runner's)"))
+        if is_cvmfs and not m.read_only:
+            out.append(Problem(f"{where}.readOnly", "a cvmfs SharedStorage is read-only: "
+                               "remove readOnly: false"))
+    return out
+
+
+def stage_mounts(stage: Stage, storage: Mapping[str, StorageRef]
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(pod volumes, step volumeMounts) of the stage's `mounts`; stage_problems() must
+    have found nothing."""
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    for m in stage.mounts:
+        ref = storage[m.storage]
+        source = volume_source(ref)
+        if source is None:
+            continue
+        vol = (MOUNT_VOLUME_PREFIX + m.storage)[:63].rstrip("-")
+        if all(v["name"] != vol for v in volumes):
+            volumes.append({"name": vol, **source})
+        mount: dict[str, Any] = {"name": vol, "mountPath": m.mount_path or CVMFS_MOUNT,
+                                 "readOnly": m.read_only}
+        if ref.pvc is not None and ref.pvc.sub_path:
+            mount["subPath"] = ref.pvc.sub_path
+        if prop := mount_propagation(ref):
+            mount["mountPropagation"] = prop
+        mounts.append(mount)
+    return volumes, mounts
+
+
+def cache_max_bytes(stage: Stage, storage: Mapping[str, StorageRef]) -> int | None:
+    """The node cache ceiling the stage's S3 SharedStorages ask for (the largest)."""
+    sizes = [ref.cache_max_bytes for d in stage.inputs
+             if isinstance(ref := storage.get(d.storage), BoundStorage)
+             and ref.cache_max_bytes is not None]
+    return max(sizes) if sizes else None

@@ -1,0 +1,187 @@
+"""PipelineRuns naming SharedStorages: each type becomes the storage block or pod volume
+the runner and Job renderer know, stages see software mounts, what a type cannot do
+is a problem naming the field, and a SharedStorage that does not exist makes the
+stages that need it wait (never Invalid: it may be created after the run)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from typing import Any
+
+from nightshift.api import names
+from nightshift.pipelinerun import binding
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.spec import PipelineRunSpec
+from nightshift.pipelinerun.validate import validate_spec
+from tests.bad_pipelineruns import stage
+from tests.bad_sharedstorages import GOOD
+from tests.unit.test_plan import condition, items_for, jobs_of, make_run, observe
+
+SHARED = {"raw-s3": GOOD["s3"], "raw": GOOD["nfs-dedicated"], "montage": GOOD["gluster-nufa"],
+          "software": GOOD["cvmfs-local"]}
+
+
+def run_with(stages: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    storage = [{"name": "raw", "sharedStorage": "raw-s3"},
+               {"name": "nfs", "sharedStorage": "raw"},
+               {"name": "scratch", "sharedStorage": "montage"},
+               {"name": "sw", "sharedStorage": "software"}]
+    return make_run(stages, storage=storage, **spec)
+
+
+def calib(**kw: Any) -> dict[str, Any]:
+    return stage("calib", forEach={"range": {"from": 0, "to": 9}}, **kw)
+
+
+def job_for(run: dict[str, Any], shared: dict[str, Any] | None = None) -> dict[str, Any]:
+    obs = replace(observe(run, items=items_for(run, "calib", count=10)),
+                  shared_storages=SHARED if shared is None else shared)
+    p = plan(obs)
+    assert not [c for c in p.status["conditions"]
+                if c["type"] == "Invalid" and c["status"] == "True"], p.status["conditions"]
+    (job,) = jobs_of(p)
+    return job
+
+
+def pod(job: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = job["spec"]["template"]["spec"]
+    return spec
+
+
+def runner_config(job: dict[str, Any]) -> dict[str, Any]:
+    stage_in = next(c for c in pod(job)["initContainers"] if c["name"] == "nightshift-stage-in")
+    env = next(e for e in stage_in["env"] if e["name"] == names.ENV_RUNNER_CONFIG)
+    cfg: dict[str, Any] = json.loads(env["value"])
+    return cfg
+
+
+def test_s3_becomes_the_inline_s3_block_and_cache_size() -> None:
+    job = job_for(run_with([calib(inputs=[{"storage": "raw", "path": "n/{item}"}])]))
+    inline = make_run([calib(inputs=[{"storage": "raw", "path": "n/{item}"}])],
+                      storage=[{"name": "raw", "s3": GOOD["s3"]["spec"]["s3"] | {}}])
+    inline["spec"]["storage"][0]["s3"].pop("cache")
+    plain = job_for(inline, shared={})
+    cfg, plain_cfg = runner_config(job), runner_config(plain)
+    assert cfg["storages"] == plain_cfg["storages"]
+    assert cfg["cacheMaxBytes"] == 200 * 2**30, "the SharedStorage's cache.size"
+    assert "cacheMaxBytes" not in plain_cfg
+    # Same credentials env from the same Secret.
+    def creds(j: dict[str, Any]) -> list[dict[str, Any]]:
+        return [e for e in pod(j)["initContainers"][0]["env"]
+                if e["name"].startswith("NIGHTSHIFT_S3_")]
+    assert creds(job) == creds(plain) and len(creds(job)) == 2
+
+
+def test_nfs_is_its_clients_claim() -> None:
+    job = job_for(run_with([calib(outputs=[{"storage": "nfs", "path": "out/{item}/"}])]))
+    vols = {v["name"]: v for v in pod(job)["volumes"]}
+    assert vols["nightshift-storage-nfs"]["persistentVolumeClaim"] == {
+        "claimName": "raw-nfs-client"}
+
+
+def test_gluster_is_the_nodes_mount_seen_host_to_container() -> None:
+    job = job_for(run_with([calib(inputs=[{"storage": "scratch", "path": "in/{item}"}],
+                                  outputs=[{"storage": "scratch", "path": "out/{item}/"}])]))
+    vols = {v["name"]: v for v in pod(job)["volumes"]}
+    assert vols["nightshift-storage-scratch"]["hostPath"] == {
+        "path": "/var/lib/nightshift/gluster/physics/montage", "type": "Directory"}
+    runner_mounts = [m for c in pod(job)["initContainers"] if c["name"].startswith("nightshift-")
+                     for m in c["volumeMounts"] if m["name"] == "nightshift-storage-scratch"]
+    assert len(runner_mounts) == 2  # stage-in reads, commit writes
+    assert {m["mountPropagation"] for m in runner_mounts} == {"HostToContainer"}
+    assert runner_config(job)["storages"]["scratch"]["kind"] == "dir"
+
+
+def test_cvmfs_software_mount_at_cvmfs() -> None:
+    job = job_for(run_with([calib(mounts=[{"storage": "sw"}])]))
+    (step,) = pod(job)["containers"]
+    (m,) = [m for m in step["volumeMounts"] if m["name"] == "nightshift-mount-sw"]
+    assert m == {"name": "nightshift-mount-sw", "mountPath": "/cvmfs", "readOnly": True,
+                 "mountPropagation": "HostToContainer"}
+    (v,) = [v for v in pod(job)["volumes"] if v["name"] == "nightshift-mount-sw"]
+    assert v["hostPath"]["path"] == "/var/lib/nightshift/cvmfs/physics/software"
+    # Only the steps see it; the runner's containers do not need it.
+    assert not [m for c in pod(job).get("initContainers", []) for m in c["volumeMounts"]
+                if m["name"] == "nightshift-mount-sw"]
+
+
+def test_a_pvc_and_a_gluster_volume_as_writable_mounts() -> None:
+    run = run_with([calib(mounts=[{"storage": "scratch", "mountPath": "/scratch",
+                                   "readOnly": False},
+                                  {"storage": "claim", "mountPath": "/data"}])])
+    run["spec"]["storage"].append({"name": "claim", "pvc": {"claimName": "c",
+                                                           "subPath": "x"}})
+    (step,) = pod(job_for(run))["containers"]
+    mounts = {m["mountPath"]: m for m in step["volumeMounts"]}
+    assert mounts["/scratch"]["readOnly"] is False
+    assert mounts["/scratch"]["mountPropagation"] == "HostToContainer"
+    assert mounts["/data"] == {"name": "nightshift-mount-claim", "mountPath": "/data",
+                               "readOnly": True, "subPath": "x"}
+
+
+def problems(run: dict[str, Any]) -> list[str]:
+    spec = PipelineRunSpec.model_validate(run["spec"])
+    b = binding.bind(spec, SHARED, "physics")
+    return [str(p) for p in [*validate_spec(b.spec, "nightly"), *b.problems]]
+
+
+def test_what_a_type_cannot_do_names_the_field() -> None:
+    assert problems(run_with([calib(outputs=[{"storage": "sw", "path": "o/{item}/"}])])) == [
+        "spec.stages[0].outputs[0].storage: 'sw' is the cvmfs SharedStorage 'software', "
+        "read-only: write outputs to another storage"]
+    assert problems(run_with([calib(mounts=[{"storage": "raw"}])])) == [
+        "spec.stages[0].mounts[0].storage: 'raw' is S3, which pods do not mount: use it in "
+        "inputs or outputs (through the runner)"]
+    assert problems(run_with([calib(mounts=[{"storage": "scratch"}])])) == [
+        "spec.stages[0].mounts[0].mountPath: is required (only a cvmfs SharedStorage has a "
+        "default, /cvmfs): e.g. /data"]
+    assert problems(run_with([calib(mounts=[{"storage": "sw", "readOnly": False}])])) == [
+        "spec.stages[0].mounts[0].readOnly: a cvmfs SharedStorage is read-only: remove "
+        "readOnly: false"]
+    archived = run_with([calib()], archive={"storage": "sw"})
+    assert "spec.archive.storage: the cvmfs SharedStorage 'software' is read-only" in \
+        "; ".join(problems(archived))
+
+
+def test_storage_entries_need_exactly_one_source() -> None:
+    run = run_with([calib()])
+    assert problems(run) == []
+    run["spec"]["storage"][0]["s3"] = {"bucket": "b"}
+    assert problems(run) == ["spec.storage[0]: set exactly one of s3, pvc or sharedStorage"]
+
+
+def test_a_missing_shared_storage_makes_its_stages_wait() -> None:
+    run = run_with([calib(inputs=[{"storage": "raw", "path": "n/{item}"}]),
+                    stage("other", forEach={"items": ["x"]})])
+    shared = {k: v for k, v in SHARED.items() if k != "raw-s3"}
+    obs = replace(observe(run, items=items_for(run, "calib", "other", count=10)),
+                  shared_storages={**shared, "raw-s3": None})
+    p = plan(obs)
+    assert [j["metadata"]["labels"][names.LABEL_STAGE] for j in jobs_of(p)] == ["other"]
+    prog = condition(p, "Progressing")
+    assert prog["reason"] == "WaitingForStorage"
+    assert prog["message"].startswith("spec.storage[0].sharedStorage: no SharedStorage "
+                                      "'raw-s3' in namespace physics")
+    assert condition(p, "Invalid")["status"] == "False"
+    assert p.requeue_after == 30.0
+    # Created later: the stage starts.
+    later = copy.deepcopy(run)
+    later["status"] = p.status
+    obs2 = replace(observe(later, jobs=[], items=items_for(run, "calib", "other", count=10)),
+                   shared_storages=SHARED)
+    assert "calib" in [j["metadata"]["labels"][names.LABEL_STAGE] for j in jobs_of(plan(obs2))]
+
+
+def test_only_waiting_before_anything_runs_is_pending() -> None:
+    run = run_with([calib(inputs=[{"storage": "raw", "path": "n/{item}"}])])
+    p = plan(replace(observe(run, items=items_for(run, "calib", count=10)),
+                     shared_storages={"raw-s3": None}))
+    assert p.status["phase"] == "Pending" and jobs_of(p) == []
+    assert condition(p, "Progressing")["status"] == "False"
+
+
+def test_referenced_names() -> None:
+    spec = PipelineRunSpec.model_validate(run_with([calib()])["spec"])
+    assert binding.referenced(spec) == ["montage", "raw", "raw-s3", "software"]
