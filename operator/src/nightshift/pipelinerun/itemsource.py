@@ -18,6 +18,7 @@ from nightshift.config import (
     endpoint_allowed,
 )
 from nightshift.kube import Kube
+from nightshift.pipelinerun import binding
 from nightshift.pipelinerun import items as render_items
 from nightshift.pipelinerun.plan import ItemsInfo
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage, StorageRef
@@ -60,9 +61,14 @@ def frozen_items(kube: Kube, namespace: str, run: str,
 
 def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str,
                        config: OperatorConfig | None = None) -> None:
+    namespace = run["metadata"]["namespace"]
     spec = PipelineRunSpec.model_validate(run["spec"])
+    # A fromS3 storage may be an s3 SharedStorage: list what it names.
+    shared = {n: kube.get(names.API_VERSION, names.SHAREDSTORAGE, n, namespace)
+              for n in binding.referenced(spec)}
+    spec = binding.bind(spec, shared, namespace).spec
     stage = next(s for s in spec.stages if s.name == stage_name)
-    items = resolve(kube, run["metadata"]["namespace"], spec, stage,
+    items = resolve(kube, namespace, spec, stage,
                     config or OperatorConfig.from_env())
     index = next(i for i, s in enumerate(spec.stages) if s.name == stage_name)
     problems = check_items(f"spec.stages[{index}].forEach", items, stage)
