@@ -1,0 +1,213 @@
+"""Spec ablation: which part of a PipelineRun's stage Job costs fan-out time.
+
+Not part of CI. On the local cluster (`.venv/bin/nightshift-localcluster up` first):
+
+    .venv/bin/python bench/ablation.py                      # 3,000 items of 1 s, 3 rounds
+    .venv/bin/python bench/ablation.py --items 1000 --rounds 5 --variants bare full
+    .venv/bin/python bench/ablation.py --list               # the variants and features
+    .venv/bin/python bench/ablation.py --real-node          # bare and full, 6 real pods
+
+Every variant is the Job the operator renders for a one-stage PipelineRun
+(bench/jobbench.py: render_job, the operator's own code) with features removed: `bare`
+keeps none (only the placement that reaches the bench nodes), `+X` keeps only feature X,
+`full` keeps all, `full+resources` / `full+affinity` render the stage with resources or a
+virtual cluster (features the bench stage does not use otherwise). Each run creates the
+Job, times it to Complete, and drains the namespace (no pod left, control plane idle)
+before the next. Rounds alternate the order (forward, backward, ...) so a slow drift of
+the machine does not land on one variant. Results: bench/results/ablation-<time>.json.
+
+`--real-node` runs the variants as real containers on the local cluster's real node
+(`make images` first): the step prints its item, and the bench checks every pod's log,
+so the items volume, run.sh and the image path are exercised, not only the API.
+
+The machine's load average goes with each run: on a shared 2-core VM other work shows
+up as time, and the table says how much was going on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from jobbench import (
+    Bench,
+    console,
+    loadavg,
+    run_job,
+    stats,
+)
+from jobvariants import FEATURES, on_real_node, only, rendered_job
+from rich.table import Table
+
+NAMESPACE = "bench-ablation"
+# One feature at a time, grouped where the features are the same kind of cost.
+VARIANTS: dict[str, list[str] | None] = {
+    "bare": [],
+    "+failurePolicy": ["failurePolicy"],
+    "+replacement": ["replacement"],
+    "+perIndex": ["perIndex"],
+    "+itemsVolume": ["itemsVolume"],
+    "+workVolume": ["workVolume"],
+    "+labels+annotations": ["labels", "annotations"],
+    "+wrapper+env": ["wrapper", "env", "serviceLinks"],
+    "+policies": ["failurePolicy", "replacement", "perIndex"],
+    "+volumes": ["itemsVolume", "workVolume"],
+    "full": None,
+    "full+resources": None,
+    "full+affinity": None,
+}
+# The default: the Job-level policies together, the two volumes together, then pod
+# metadata and the containers' wrapper and env; the finer variants are there to split
+# a group that shows a cost.
+DEFAULT = ["bare", "+policies", "+volumes", "+labels+annotations", "+wrapper+env", "full"]
+
+
+# Real containers: the step prints its item (empty without run.sh, which sets it).
+REAL_STEP = {"image": "nightshift-runner:dev",
+             "steps": [{"name": "main",
+                        "command": ["sh", "-c", 'echo "item=${NIGHTSHIFT_ITEM-}"']}]}
+
+
+def variant_job(name: str, n: int, task_s: float, **stage: Any
+                ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    if name == "full+resources":
+        return rendered_job(n, NAMESPACE, task_s, **stage,
+                            resources={"requests": {"cpu": "100m", "memory": "64Mi"}})
+    if name == "full+affinity":
+        return rendered_job(n, NAMESPACE, task_s, virtual_cluster="bench-vc", **stage)
+    job, cms = rendered_job(n, NAMESPACE, task_s, **stage)
+    keep = VARIANTS[name]
+    if keep is None:
+        return job, cms
+    # The items ConfigMaps go only with a variant that mounts them.
+    return only(job, keep), cms if "itemsVolume" in keep else []
+
+
+def cluster_cpu(run: dict[str, Any]) -> float:
+    """CPU seconds the local cluster's own parts used during the run."""
+    return float(sum(v for k, v in run["cpu_s"].items() if k != "other"))
+
+
+def check_items(bench: Bench, variant: str, n: int) -> None:
+    """Every pod ran and printed its own item (only run.sh sets it: full variants)."""
+    seen = set()
+    for pod in bench.kube.list("v1", "Pod", NAMESPACE):
+        name = pod["metadata"]["name"]
+        seen.add(bench.log(NAMESPACE, name).strip())
+    want = ({f"item=item-{i:06d}" for i in range(n)} if variant.startswith("full")
+            else {"item="})
+    if not want <= seen:
+        raise RuntimeError(f"{variant}: pods printed {sorted(seen)}, expected {sorted(want)}")
+    console.print(f"      {variant}: {len(seen)} distinct item lines in the logs, as expected")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--items", type=int, default=3000)
+    ap.add_argument("--task-seconds", type=float, default=1.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--nodes", type=int, default=20)
+    ap.add_argument("--variants", nargs="+", default=DEFAULT, choices=list(VARIANTS))
+    ap.add_argument("--no-warmup", dest="warmup", action="store_false",
+                    help="skip the unmeasured 1,000-item Job run first")
+    ap.add_argument("--list", action="store_true", help="show variants and features, exit")
+    ap.add_argument("--real-node", action="store_true",
+                    help="real containers on the real node (default: 6 items, bare and full)")
+    args = ap.parse_args()
+    if args.real_node:
+        if "--items" not in sys.argv:
+            args.items = 6
+        if "--variants" not in sys.argv:
+            args.variants = ["bare", "full"]
+    if args.list:
+        for f in FEATURES:
+            console.print(f"  feature {f.name:14} {f.what}")
+        for v, keep in VARIANTS.items():
+            console.print(f"  variant {v:22} keeps {keep if keep is not None else 'all'}")
+        return 0
+
+    bench = Bench()
+    bench.ensure_nodes(args.nodes)
+    bench.ensure_namespace(NAMESPACE)
+    jobs = {v: variant_job(v, args.items, args.task_seconds,
+                           **(REAL_STEP if args.real_node else {}))
+            for v in args.variants}
+    if args.real_node:
+        jobs = {v: (on_real_node(j), cms) for v, (j, cms) in jobs.items()}
+    out_dir = Path(__file__).resolve().parent / "results"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"ablation-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    runs: list[dict[str, Any]] = []
+    timeout = max(600.0, args.items / 5)
+    total = args.rounds * len(args.variants)
+    console.print(f"[bold]ablation[/]: {args.items:,} items of {args.task_seconds:g} s, "
+                  f"{len(args.variants)} variants x {args.rounds} rounds on {args.nodes} "
+                  f"KWOK nodes; load average now {loadavg()}")
+    drained = bench.drain(NAMESPACE)
+    console.print(f"  drained in {drained:.1f} s")
+    if args.warmup:
+        # A fresh cluster's first big Job pays for cold caches and heaps: not a variant's.
+        warm, wcms = jobs[args.variants[-1]]
+        warm = json.loads(json.dumps(warm))
+        warm["spec"]["completions"] = warm["spec"]["parallelism"] = min(args.items, 1000)
+        t = run_job(bench, warm, wcms, "warm-up (not measured)", timeout)
+        console.print(f"  warm-up: {t.done_s} s, drained in {bench.drain(NAMESPACE):.0f} s")
+    t_start = time.monotonic()
+    for r in range(args.rounds):
+        order = args.variants if r % 2 == 0 else list(reversed(args.variants))
+        for v in order:
+            k = len(runs) + 1
+            job, cms = jobs[v]
+            t = run_job(bench, json.loads(json.dumps(job)), cms,
+                        f"[{k}/{total}] round {r + 1} {v}", timeout)
+            if args.real_node:
+                check_items(bench, v, args.items)
+            drain_s = bench.drain(NAMESPACE)
+            runs.append({"variant": v, "round": r + 1, "items": args.items,
+                         "done_s": t.done_s, "pods_per_s": round(args.items / t.done_s, 1),
+                         "completion_s": t.completion_s, "last_create_s": t.last_create_s,
+                         "last_bind_s": t.last_bind_s, "load_start": t.load_start,
+                         "load_end": t.load_end, "pod_bytes": t.pod_bytes,
+                         "drain_s": round(drain_s, 1), "cpu_s": t.cpu})
+            left = (time.monotonic() - t_start) / k * (total - k)
+            console.print(f"  [{k}/{total}] {v:22} {t.done_s:7.2f} s  "
+                          f"{args.items / t.done_s:5.1f} pods/s  last create {t.last_create_s} s"
+                          f"  last bind {t.last_bind_s} s  pod {t.pod_bytes} B  "
+                          f"load {t.load_start}->{t.load_end}  drain {drain_s:.0f} s  "
+                          f"(about {left / 60:.0f} min left)")
+            console.print("      cpu s: " + "  ".join(f"{p} {c}" for p, c in t.cpu.items()))
+            path.write_text(json.dumps({"items": args.items, "task_s": args.task_seconds,
+                                        "nodes": args.nodes, "runs": runs}, indent=2))
+    table = Table(title=f"{args.items:,} items of {args.task_seconds:g} s, "
+                        f"{args.rounds} runs per variant")
+    for col in ("variant", "min s", "median s", "max s", "median pods/s", "vs bare",
+                "last create (med)", "last bind (med)", "pod bytes", "cluster CPU s (med)",
+                "API server CPU s", "KWOK CPU s", "other CPU s", "load (med)"):
+        table.add_column(col, justify="right")
+    bare = stats([x["done_s"] for x in runs if x["variant"] == "bare"] or [0])[1]
+    for v in args.variants:
+        rs = [x for x in runs if x["variant"] == v]
+        lo, med, hi = stats([x["done_s"] for x in rs])
+        table.add_row(v, f"{lo:.1f}", f"{med:.1f}", f"{hi:.1f}", f"{args.items / med:.1f}",
+                      f"{med / bare:.2f}" if bare else "",
+                      f"{stats([x['last_create_s'] or 0 for x in rs])[1]:.1f}",
+                      f"{stats([x['last_bind_s'] or 0 for x in rs])[1]:.1f}",
+                      str(rs[0]["pod_bytes"]),
+                      f"{stats([cluster_cpu(x) for x in rs])[1]:.0f}",
+                      f"{stats([x['cpu_s'].get('kube-apiserver', 0) for x in rs])[1]:.0f}",
+                      f"{stats([x['cpu_s'].get('kwok', 0) for x in rs])[1]:.0f}",
+                      f"{stats([x['cpu_s'].get('other', 0) for x in rs])[1]:.0f}",
+                      f"{stats([x['load_start'] for x in rs])[1]:.1f}")
+    console.print(table)
+    console.print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
