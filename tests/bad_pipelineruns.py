@@ -16,6 +16,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tests import bad_pipelinerun_pods as pods
+
 
 def stage(name: str = "s", **kw: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
@@ -125,7 +127,7 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
      run([stage(forEach={"range": {"from": 1, "to": 3, "format": "night-{"}})]), "invalid",
      "does not parse"),
     ("reserved-step-name",
-     run([stage(steps=[{"name": "nightshift-stage-in", "command": ["x"]}])]), "invalid",
+     run([stage(steps=[{"name": "nightshift-stage-in", "command": ["x"]}])]), "cel",
      "reserved for the runner"),
 ]
 
@@ -228,7 +230,15 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
         'spec: Invalid value: "object": every key of spec.parallelism must be the name of a '
         "stage",
     ],
+    "reserved-step-name": [
+        'spec.stages[0].steps[0].name: Invalid value: "string": step names starting with '
+        "'nightshift-' are reserved for the runner's containers; rename the step",
+    ],
 }
+
+# Values that land in a stage Job's pod, one case per class (issue 14).
+BAD += pods.BAD
+API_SERVER_MESSAGES.update(pods.API_SERVER_MESSAGES)
 
 def updated(manifest: dict[str, Any], **spec: Any) -> dict[str, Any]:
     out = copy.deepcopy(manifest)

@@ -15,7 +15,8 @@ from tests.crdutil import load_crd, openapi_schema, undocumented
 from tests.unit.test_plan import failed, make_run, observe, start_a, with_status
 
 CRD = "pipelinerun.yaml"
-CEL_FUNCTIONS = {"all", "exists", "exists_one", "filter", "size", "map"}
+CEL_FUNCTIONS = {"all", "exists", "exists_one", "filter", "size", "map", "startsWith",
+                 "matches"}
 
 
 def crd() -> dict[str, Any]:

@@ -27,11 +27,13 @@ Obj = dict[str, Any]
 
 
 class KubeError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, obj: str = "") -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        # "Kind name" of the object the call concerned, when naming() knew it.
+        self.obj = obj
 
 
 @contextlib.contextmanager
@@ -41,7 +43,8 @@ def naming(kind: str, name: str, doing: str) -> Iterator[None]:
     try:
         yield
     except KubeError as e:
-        raise KubeError(e.status, e.reason, f"{doing} {kind} {name}: {e.message}") from None
+        raise KubeError(e.status, e.reason, f"{doing} {kind} {name}: {e.message}",
+                        obj=f"{kind} {name}") from None
 
 
 def resource_of(path: str) -> str:

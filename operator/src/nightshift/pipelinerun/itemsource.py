@@ -17,7 +17,7 @@ from nightshift.config import (
     OperatorConfig,
     endpoint_allowed,
 )
-from nightshift.kube import Kube
+from nightshift.kube import Kube, naming
 from nightshift.pipelinerun import binding
 from nightshift.pipelinerun import items as render_items
 from nightshift.pipelinerun.plan import ItemsInfo
@@ -76,7 +76,8 @@ def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str,
         raise ResolveError("; ".join(map(str, problems)), invalid=True)
     ref = render_items.RunRef.of(run)
     for cm in render_items.items_configmaps(ref, stage.name, items):
-        kube.apply(cm)
+        with naming("ConfigMap", cm["metadata"]["name"], "applying"):
+            kube.apply(cm)
 
 
 def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage,

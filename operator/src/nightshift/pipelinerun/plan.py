@@ -52,6 +52,10 @@ class Observed:
     # Per lost Job (lost_jobs()): how many of its pods still run or wait (0 or 1 is
     # enough). Its replacement waits for none, so two pods never work on one item.
     live_pods: Mapping[str, int] = field(default_factory=dict)
+    # What the API server refused of this pass's writes: (object, why), e.g. ("Job x",
+    # "422 Invalid: ..."). Planned once more into an Invalid condition: the run fails at
+    # once, naming the object and the message, rather than retrying the same write.
+    refused: Sequence[tuple[str, str]] = ()
     # The SharedStorages spec.storage names (binding.referenced), by name; None: absent.
     shared_storages: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
 
@@ -148,6 +152,8 @@ class _Planner:
         bound = binding.bind(spec, self.obs.shared_storages, self.ref.namespace)
         spec, self.binding = bound.spec, bound
         self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
+        self.problems += [Problem(where, f"refused by the API server: {why}")
+                          for where, why in self.obs.refused]
         by_stage = self._jobs_by_stage(spec)
         views: dict[str, pg.StageView] = {}
         for i, st in enumerate(spec.stages):

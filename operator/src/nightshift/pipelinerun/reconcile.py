@@ -8,7 +8,7 @@ samples only when a stage's failure count moved. Never a list of all pods.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +22,7 @@ from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
 from nightshift.pipelinerun import binding
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
-from nightshift.pipelinerun.plan import Observed, lost_jobs, plan
+from nightshift.pipelinerun.plan import Observed, Plan, lost_jobs, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 
 # Status fields that move with every pod: written at most every progress_interval.
@@ -71,6 +71,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                         live_pods=live, shared_storages=shared)
 
     p = plan(observe())
+    refused: list[tuple[str, str]] = []
     if p.resolve_items:
         for stage in p.resolve_items:
             try:
@@ -80,21 +81,18 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                 # creating the ConfigMap) is picked up on a later pass.
                 _unresolved(kube, run, state, stage, e)
                 return Outcome(requeue_after=10.0)
+            except KubeError as e:
+                if not refusal(e):
+                    raise
+                refused = [(e.obj or f"the items of stage {stage}", _why(e))]
+                break
         items = frozen_items(kube, namespace, name, spec) if spec else {}
-        p = plan(observe())
+        p = plan(replace(observe(), refused=refused))
 
-    for manifest in p.apply:
-        with naming(manifest["kind"], manifest["metadata"]["name"], "applying"):
-            kube.apply(manifest)
-    for change in p.patch:
-        # Merge patches, not apply: see Plan.patch (mutable fields of existing Jobs).
-        meta = change["metadata"]
-        with naming(change["kind"], meta["name"], "patching"):
-            kube.merge_patch(change["apiVersion"], change["kind"], meta["name"],
-                             meta.get("namespace", namespace), {"spec": change["spec"]})
-    for ref in p.delete:
-        kube.delete(ref["apiVersion"], ref["kind"], ref["name"], namespace,
-                    propagation=ref.get("propagation", "Background"))
+    if not refused:
+        refused = _apply(kube, namespace, p)
+        if refused:
+            p = plan(replace(observe(), refused=refused))
     state.writer.progress_interval = config.progress_interval
     state.writer.write(kube, run, p.status)
     metrics.observe_run(namespace, name, p.status)
@@ -104,6 +102,55 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
             kube.event(run, ev.type, ev.reason, ev.message)
     terminal = p.status.get("phase") in TERMINAL_PHASES
     return Outcome(requeue_after=None if terminal else p.requeue_after)
+
+
+def _apply(kube: Kube, namespace: str, p: Plan) -> list[tuple[str, str]]:
+    """The plan's writes, in order (ConfigMaps before the Job that mounts them).
+
+    A refusal of the object itself (a 4xx other than a conflict or throttling) stops the
+    writes and is returned, naming the object: retrying the same write can only fail
+    the same way. Anything else raises, and the engine retries with backoff.
+    """
+    for manifest in p.apply:
+        kind, obj = manifest["kind"], manifest["metadata"]["name"]
+        try:
+            with naming(kind, obj, "applying"):
+                kube.apply(manifest)
+        except KubeError as e:
+            if not refusal(e):
+                raise
+            return [(e.obj or f"{kind} {obj}", _why(e))]
+    for change in p.patch:
+        # Merge patches, not apply: see Plan.patch (mutable fields of existing Jobs).
+        meta = change["metadata"]
+        try:
+            with naming(change["kind"], meta["name"], "patching"):
+                kube.merge_patch(change["apiVersion"], change["kind"], meta["name"],
+                                 meta.get("namespace", namespace), {"spec": change["spec"]})
+        except KubeError as e:
+            if not refusal(e):
+                raise
+            return [(f"{change['kind']} {meta['name']}", _why(e))]
+    for ref in p.delete:
+        kube.delete(ref["apiVersion"], ref["kind"], ref["name"], namespace,
+                    propagation=ref.get("propagation", "Background"))
+    return []
+
+
+def refusal(e: KubeError) -> bool:
+    """Whether the API server refused the object itself, for good."""
+    if not 400 <= e.status < 500 or e.status in (409, 429):
+        return False  # a conflict, throttling or the server's own trouble: retry
+    # A full quota or a namespace being deleted is the cluster's state, not the run's
+    # fault: the engine retries, and if it lasts its ReconcileError condition says why.
+    return not (e.status == 403 and ("exceeded quota" in e.message
+                                     or "being terminated" in e.message))
+
+
+def _why(e: KubeError) -> str:
+    # naming() put "applying Job x: " in front; the object is named apart already.
+    message = e.message.partition(": ")[2] if e.obj else e.message
+    return f"{e.status} {e.reason}: {message}"
 
 
 def _failure_samples(kube: Kube, namespace: str, jobs: list[dict[str, Any]],

@@ -1,0 +1,119 @@
+"""A write the API server refuses becomes a condition on the run at once (issue 14).
+
+Before, the pass raised, the engine retried the same write forever with a warning in
+the operator's log, and the run showed no phase and no condition. Now a 4xx on the
+run's Job or ConfigMap (not a conflict, throttling, a full quota or a namespace being
+deleted) fails the run in that pass, naming the object and the API server's message,
+and later passes write nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from nightshift.api import conditions as cond
+from nightshift.api import names
+from nightshift.config import OperatorConfig
+from nightshift.kube import KubeError, Obj
+from nightshift.pipelinerun import reconcile as pipelinerun
+from tests.unit.test_chart_kubecalls import RecordingKube
+
+NS = "physics"
+INVALID = ('The Job "nightly-a-1c2d3e" is invalid: spec.template.spec.containers[0].env[6]'
+           '.valueFrom.resourceFieldRef.containerName: Invalid value: "nope": must be the '
+           "name of a container in the pod")
+
+
+class RefusingKube(RecordingKube):
+    """Refuses every server-side apply of one kind with the given error."""
+
+    def __init__(self, objects: Sequence[Obj], kind: str, error: KubeError) -> None:
+        super().__init__(objects)
+        self.kind, self.error = kind, error
+        self.attempts = 0
+
+    def _call(self, method: str, path: str, body: Any = None,
+              query: Sequence[tuple[str, Any]] = (), content_type: str | None = None,
+              accept: str = "application/json") -> Obj:
+        if (method == "PATCH" and content_type == "application/apply-patch+yaml"
+                and body.get("kind") == self.kind):
+            self.attempts += 1
+            raise self.error
+        return super()._call(method, path, body, query, content_type, accept)
+
+
+def _run() -> Obj:
+    return {
+        "apiVersion": names.API_VERSION, "kind": names.PIPELINERUN,
+        "metadata": {"name": "nightly", "namespace": NS, "uid": "run-uid", "generation": 1},
+        "spec": {"stages": [{"name": "a", "image": "busybox:1.36",
+                             "forEach": {"items": ["x", "y"]},
+                             "steps": [{"name": "main", "command": ["true"]}]}]},
+    }
+
+
+def _status(kube: RecordingKube) -> dict[str, Any]:
+    run = kube.store[kube.path(names.API_VERSION, names.PIPELINERUN, NS, "nightly")]
+    return dict(run.get("status") or {})
+
+
+def _pass(kube: RecordingKube) -> None:
+    pipelinerun.reconcile(kube, OperatorConfig(runner_image="runner:dev"), NS, "nightly",
+                          pipelinerun.LoopState())
+
+
+def test_a_refused_job_fails_the_run_at_once_naming_the_job() -> None:
+    kube = RefusingKube([_run()], "Job", KubeError(422, "Invalid", INVALID))
+    _pass(kube)  # does not raise: nothing for the engine to retry
+    status = _status(kube)
+    assert status["phase"] == "Failed"
+    invalid = cond.find(status["conditions"], cond.INVALID)
+    assert invalid is not None and invalid["status"] == "True"
+    assert invalid["message"].startswith("Job nightly-a-")
+    assert "refused by the API server: 422 Invalid: " + INVALID in invalid["message"]
+    failed = cond.find(status["conditions"], cond.FAILED)
+    assert failed is not None and failed["status"] == "True"
+    assert kube.attempts == 1
+    # Finished is final: later passes do not try the write again.
+    _pass(kube)
+    _pass(kube)
+    assert kube.attempts == 1 and _status(kube)["phase"] == "Failed"
+
+
+def test_a_refused_configmap_names_the_configmap() -> None:
+    kube = RefusingKube([_run()], "ConfigMap",
+                        KubeError(400, "BadRequest", "admission webhook denied the request"))
+    _pass(kube)
+    invalid = cond.find(_status(kube)["conditions"], cond.INVALID)
+    assert invalid is not None and invalid["message"].startswith("ConfigMap nightly-a-items")
+    assert "400 BadRequest: admission webhook denied the request" in invalid["message"]
+    assert not [o for o in kube.store.values() if o["kind"] == "Job"]
+
+
+@pytest.mark.parametrize("error", [
+    KubeError(409, "Conflict", "the object has been modified"),
+    KubeError(429, "TooManyRequests", "slow down"),
+    KubeError(500, "InternalError", "etcd timeout"),
+    KubeError(403, "Forbidden", 'jobs.batch "x" is forbidden: exceeded quota: q, '
+              "requested: count/jobs.batch=1, used: count/jobs.batch=0, limited: "
+              "count/jobs.batch=0"),
+    KubeError(403, "Forbidden", "unable to create new content in namespace physics "
+              "because it is being terminated"),
+])
+def test_transient_errors_are_left_to_the_engine(error: KubeError) -> None:
+    kube = RefusingKube([_run()], "Job", error)
+    with pytest.raises(KubeError):
+        _pass(kube)
+    assert _status(kube).get("phase") != "Failed"
+
+
+def test_a_forbidden_write_is_a_refusal() -> None:
+    """An admission policy or missing RBAC: the same write will be refused again."""
+    kube = RefusingKube([_run()], "Job", KubeError(
+        403, "Forbidden", 'jobs.batch "x" is forbidden: ValidatingAdmissionPolicy '
+        "'no-busybox' denied request"))
+    _pass(kube)
+    assert _status(kube)["phase"] == "Failed"
