@@ -340,3 +340,24 @@ def test_status_stays_small_at_100k_items_with_many_failures() -> None:
     size = len(json.dumps(p.status))
     assert size < 16_000, size
     assert stage_status(p, "split")["failedItemsTruncated"] is True
+
+
+def test_unresolved_items_wait_with_a_condition_and_one_event() -> None:
+    from dataclasses import replace as _replace
+    obs = observe(make_run())
+    first = plan(obs)
+    assert first.resolve_items == ["a"]
+    why = "ConfigMap nights not found: create it"
+    p = plan(_replace(obs, unresolved={"a": (why, False)}))
+    assert p.apply == [] and p.resolve_items == [] and p.requeue_after == 10.0
+    c = next(c for c in p.status["conditions"] if c["type"] == "Progressing")
+    assert c["status"] == "False" and c["reason"] == "ItemsUnresolved"
+    assert c["message"] == f"stage a: {why}"
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "ItemsUnresolved")]
+    # The same reason on the next pass: no second event.
+    again = _replace(obs, run={**obs.run, "status": p.status}, unresolved={"a": (why, False)})
+    assert plan(again).events == []
+    bad = plan(_replace(obs, unresolved={"a": ("item 3 has a NUL", True)}))
+    assert bad.status["phase"] == "Failed"
+    assert any(c["type"] == "Invalid" and c["reason"] == "InvalidItems"
+               for c in bad.status["conditions"])

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from nightshift.api import conditions as cond
 from nightshift.api import names, ranges
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
@@ -58,6 +59,10 @@ class Observed:
     refused: Sequence[tuple[str, str]] = ()
     # The SharedStorages spec.storage names (binding.referenced), by name; None: absent.
     shared_storages: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
+    # Stages whose items could not be resolved this pass: stage -> (why, invalid).
+    # Invalid items fail the run; a source that may still appear (a ConfigMap not yet
+    # created) keeps the stage waiting with Progressing=False saying why.
+    unresolved: Mapping[str, tuple[str, bool]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -346,6 +351,31 @@ class _Planner:
 
     # --- status ------------------------------------------------------------------
 
+    def _unresolved(self, status: dict[str, Any]) -> Plan:
+        """Nothing is written but the status: the stage waits (or the run fails) and says
+        why; one Warning event when the reason is new."""
+        old_conds = self.old.get("conditions") or []
+        conds = list(status.get("conditions") or [])
+        events = []
+        for stage, (why, invalid) in self.obs.unresolved.items():
+            message = f"stage {stage}: {why}"
+            if invalid:
+                new = cond.condition(cond.INVALID, cond.TRUE, "InvalidItems", message,
+                                     self.generation)
+                status["phase"] = "Failed"
+            else:
+                new = cond.condition(cond.PROGRESSING, cond.FALSE, "ItemsUnresolved", message,
+                                     self.generation)
+                status["phase"] = self.old.get("phase") or "Pending"
+            conds = [*(c for c in conds if c["type"] != new["type"]),
+                     *cond.merge(old_conds, [new], now=self.now)]
+            prior = cond.find(old_conds, new["type"])
+            if prior is None or prior.get("message") != message:
+                events.append(Event("Warning", str(new["reason"]), message))
+        status["conditions"] = conds
+        return Plan(resolve_items=[], apply=[], delete=[], status=status, events=events,
+                    requeue_after=10.0)
+
     def _finish(self, spec: PipelineRunSpec | None, views: dict[str, pg.StageView],
                 rerun_handled: int) -> Plan:
         records: list[StageRecord] = []
@@ -369,6 +399,8 @@ class _Planner:
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
             resolving=bool(self.resolve), final=self.final,
             waiting="; ".join(self.binding.missing))
+        if self.obs.unresolved:
+            return self._unresolved(status)
         return Plan(
             resolve_items=self.resolve,
             apply=self.apply,

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift import metrics
-from nightshift.api import conditions, names
+from nightshift.api import names
 from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
@@ -37,7 +37,6 @@ class LoopState:
         names.API_VERSION, names.PIPELINERUN, PROGRESS_KEYS))
     failed_seen: dict[str, int] = field(default_factory=dict)
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    warned: set[str] = field(default_factory=set)
 
 
 def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
@@ -79,8 +78,8 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
             except ResolveError as e:
                 # Nothing frozen: the stage waits, the user sees why, and a fix (say,
                 # creating the ConfigMap) is picked up on a later pass.
-                _unresolved(kube, run, state, stage, e)
-                return Outcome(requeue_after=10.0)
+                p = plan(replace(observe(), unresolved={stage: (str(e), e.invalid)}))
+                return _finish(kube, config, state, run, p)
             except KubeError as e:
                 if not refusal(e):
                     raise
@@ -93,9 +92,16 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
         refused = _apply(kube, namespace, p)
         if refused:
             p = plan(replace(observe(), refused=refused))
+    return _finish(kube, config, state, run, p)
+
+
+def _finish(kube: Kube, config: OperatorConfig, state: LoopState, run: dict[str, Any],
+            p: Plan) -> Outcome:
+    """Status once, metrics, the plan's events; when to look again."""
+    meta = run["metadata"]
     state.writer.progress_interval = config.progress_interval
     state.writer.write(kube, run, p.status)
-    metrics.observe_run(namespace, name, p.status)
+    metrics.observe_run(meta["namespace"], meta["name"], p.status)
     for ev in p.events:
         # An event lost is not worth failing the pass for.
         with contextlib.suppress(KubeError):
@@ -192,33 +198,3 @@ def _sample(pod: dict[str, Any]) -> dict[str, Any]:
         "pod": pod["metadata"]["name"],
         "job": (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name", ""),
     }
-
-
-def _unresolved(kube: Kube, run: dict[str, Any], state: LoopState, stage: str,
-                err: ResolveError) -> None:
-    """Say why a stage cannot start: a condition (Invalid, or Progressing=False while the
-    source may still appear) and one Warning event per distinct message."""
-    message = f"stage {stage}: {err}"
-    gen = int(run["metadata"].get("generation") or 0)
-    old = run.get("status") or {}
-    if err.invalid:
-        new = [conditions.condition(conditions.INVALID, conditions.TRUE, "InvalidItems",
-                                    message, gen)]
-        phase = "Failed"
-    else:
-        new = [conditions.condition(conditions.PROGRESSING, conditions.FALSE,
-                                    "ItemsUnresolved", message, gen)]
-        phase = old.get("phase") or "Pending"
-    kept = [c for c in old.get("conditions") or [] if c["type"] != new[0]["type"]]
-    merged = conditions.merge(old.get("conditions"), new)
-    status = {**old, "phase": phase, "observedGeneration": gen,
-              "conditions": [*kept, *merged]}
-    if status != old:
-        kube.patch_status(names.API_VERSION, names.PIPELINERUN, run["metadata"]["name"],
-                          run["metadata"]["namespace"], status,
-                          resource_version=run["metadata"].get("resourceVersion"))
-    if message not in state.warned:
-        state.warned.add(message)
-        with contextlib.suppress(KubeError):
-            kube.event(run, "Warning", "ItemsUnresolved" if not err.invalid
-                       else "InvalidItems", message)
