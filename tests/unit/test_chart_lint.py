@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -51,10 +52,12 @@ def helm_bin() -> str:
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run([helm_bin(), *args], capture_output=True, text=True, check=False,
-                       env={**os.environ, "HELM_CACHE_HOME": "/tmp/nightshift-helm-cache",
-                            "HELM_CONFIG_HOME": "/tmp/nightshift-helm-config",
-                            "HELM_DATA_HOME": "/tmp/nightshift-helm-data"})
+    # A private helm home: nothing of the user's helm config, no fixed /tmp path.
+    with tempfile.TemporaryDirectory(prefix="nightshift-helm-") as home:
+        r = subprocess.run([helm_bin(), *args], capture_output=True, text=True, check=False,
+                           env={**os.environ, "HELM_CACHE_HOME": f"{home}/cache",
+                                "HELM_CONFIG_HOME": f"{home}/config",
+                                "HELM_DATA_HOME": f"{home}/data"})
     if check and r.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed ({r.returncode}):\n{r.stderr}")
     return r

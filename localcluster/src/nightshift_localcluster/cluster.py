@@ -121,7 +121,7 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None) -> Sta
         say("kube-apiserver")
         api_argv = components.apiserver(layout, pki, ports)
         if node is not None:
-            api_argv = [*components.apiserver(layout, pki, ports, bind="0.0.0.0",
+            api_argv = [*components.apiserver(layout, pki, ports, bind="0.0.0.0",  # noqa: S104  (the real node's kubelet reaches it at the gateway)
                                               advertise=node.gateway),
                         *realnode.apiserver_flags(pki, node)]
         api = procs.start("kube-apiserver", api_argv, layout.logs)

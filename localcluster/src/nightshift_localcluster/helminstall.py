@@ -90,12 +90,12 @@ def helm(helm_bin: str, kubeconfig: str, *args: str,
          timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """Run helm against `kubeconfig`; `values` go in as a values file. Never raises on
     helm's exit code: callers say what failed."""
-    env = {**os.environ, "KUBECONFIG": kubeconfig,
-           # A private helm home: nothing of the user's helm config or repositories.
-           "HELM_CACHE_HOME": "/tmp/nightshift-helm-cache",
-           "HELM_CONFIG_HOME": "/tmp/nightshift-helm-config",
-           "HELM_DATA_HOME": "/tmp/nightshift-helm-data"}
-    with tempfile.NamedTemporaryFile("w", suffix=".json", prefix="nightshift-values-") as f:
+    # A private helm home per call: nothing of the user's helm config, repositories or
+    # plugins, and no fixed /tmp path another local user could create first.
+    with (tempfile.TemporaryDirectory(prefix="nightshift-helm-") as home,
+          tempfile.NamedTemporaryFile("w", suffix=".json", prefix="nightshift-values-") as f):
+        env = {**os.environ, "KUBECONFIG": kubeconfig, "HELM_CACHE_HOME": f"{home}/cache",
+               "HELM_CONFIG_HOME": f"{home}/config", "HELM_DATA_HOME": f"{home}/data"}
         extra: list[str] = []
         if values is not None:
             json.dump(values, f)

@@ -154,7 +154,7 @@ def _free_subnet() -> str | None:
 
 def plan(layout: Layout) -> NodePlan:
     subnet = _free_subnet()
-    assert subnet is not None  # problems() checked
+    assert subnet is not None  # noqa: S101  (invariant for mypy: problems() checked)
     return NodePlan(dir=layout.state / "realnode", subnet=subnet,
                     kubelet_port=procs.free_port(), kubelet_healthz_port=procs.free_port(),
                     proxy_healthz_port=procs.free_port(), proxy_metrics_port=procs.free_port())

@@ -93,7 +93,7 @@ def retrying(fn: Callable[[], T], what: str, attempts: int = 6, base: float = 0.
         except Exception as e:
             if attempt == attempts or not is_retryable(e):
                 raise
-            delay = random.uniform(0, min(20.0, base * 2**attempt))
+            delay = random.uniform(0, min(20.0, base * 2**attempt))  # noqa: S311  (jitter, not a secret)
             log.warning("%s failed (%s), retry %d/%d in %.1fs", what, e, attempt, attempts, delay)
             time.sleep(delay)
     raise AssertionError("unreachable")

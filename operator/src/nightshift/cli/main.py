@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="watch every namespace (the default)")
     op.add_argument("--health-port", type=int, default=8080,
                     help="serve GET /healthz on this port (0: off)")
-    op.add_argument("--health-host", default="0.0.0.0")
+    op.add_argument("--health-host", default="0.0.0.0")  # noqa: S104  (in a pod: the kubelet probes the pod IP)
     op.add_argument("-v", "--verbose", action="store_true")
     # The same commands as `kubectl nightshift ...`, for machines without kubectl.
     plugin.add_commands(sub)

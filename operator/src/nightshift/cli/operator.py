@@ -133,10 +133,10 @@ def peering_from_env(environ: dict[str, str] | None = None,
         return {"standalone": True}
     start = int(time.time() * 1000) if now_ms is None else now_ms
     return {"standalone": False, "peering_name": name,
-            "priority": peering_priority(start, random.randint(0, 999))}
+            "priority": peering_priority(start, random.randint(0, 999))}  # noqa: S311  (a tie-break, not a secret)
 
 
-def run_operator(namespaces: list[str], health_port: int, health_host: str = "0.0.0.0") -> int:
+def run_operator(namespaces: list[str], health_port: int, health_host: str = "0.0.0.0") -> int:  # noqa: S104  (in a pod: the kubelet probes the pod IP)
     # Importing registers the handlers with kopf's default registry.
     from nightshift.engine.kopfapp import KINDS
     from nightshift.pipelinerun import handlers as _pr  # noqa: F401

@@ -239,7 +239,7 @@ class Loops(Generic[S]):
             log.error("%s", what, exc_info=error)
 
     async def _call_report(self, namespace: str, name: str, message: str | None) -> None:
-        assert self._report is not None
+        assert self._report is not None  # noqa: S101  (invariant for mypy: bind() set it)
         try:
             await asyncio.to_thread(self._report, namespace, name, message)
         except Exception as e:  # the report is best effort: the loop must go on

@@ -141,7 +141,7 @@ def _bound(ref: StorageRef, st: Storage) -> BoundStorage:
         return BoundStorage(**base, s3=b.storage.s3, cache_max_bytes=b.cache_max_bytes)
     if st.spec.type == "nfs":
         claim = nfs.storage_ref(st).pvc
-        assert claim is not None
+        assert claim is not None  # noqa: S101  (invariant for mypy: nfs storages have a claim)
         return BoundStorage(**base, pvc=PvcStorage(claim_name=claim.claim_name))
     if st.spec.type == "glusterfs":
         volume, mount = gluster.pod_volume(st, "/")

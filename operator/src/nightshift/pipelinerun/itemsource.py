@@ -165,7 +165,7 @@ SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 def s3_target(kube: Kube, namespace: str, storage: StorageRef, field: str,
               operator_identity: bool = False) -> S3Target:
     """The listing's target and keys; no keys only when s3_listing_refusal allowed that."""
-    assert storage.s3 is not None
+    assert storage.s3 is not None  # noqa: S101  (invariant for mypy: callers pass s3 storages)
     s3 = storage.s3
     access = secret = None
     if s3.credentials_secret:

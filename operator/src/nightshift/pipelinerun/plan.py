@@ -250,14 +250,14 @@ class _Planner:
     def _replace_lost(self, spec: PipelineRunSpec, st: Any, v: pg.StageView,
                       rerun: int) -> None:
         lost = v.latest
-        assert lost is not None
+        assert lost is not None  # noqa: S101  (invariant for mypy: a lost Job is one we saw)
         if self.obs.live_pods.get(lost.name):
             # Its pods are still going (a Job deleted with orphaned or terminating pods).
             self.requeue = min(self.requeue or LOST_POD_WAIT, LOST_POD_WAIT)
             return
         self._create(spec, st, v, lost.attempt + 1, rerun)
         latest = v.latest
-        assert latest is not None
+        assert latest is not None  # noqa: S101  (invariant for mypy: _create just set it)
         self.extra_events.append(Event(
             "Warning", "JobLost", f"stage {st.name}: Job {lost.name} (attempt "
             f"{lost.attempt}) is gone before the stage finished; attempt {latest.attempt} "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -39,17 +40,21 @@ def record_key(cfg: RunnerConfig, item: Item) -> str | None:
 
 
 def _imds(endpoint: str) -> dict[str, str | None]:
-    tok_req = urllib.request.Request(
-        f"{endpoint}/latest/api/token", method="PUT",
-        headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
-    with urllib.request.urlopen(tok_req, timeout=TIMEOUT) as r:
-        token = r.read().decode()
+    # The endpoint comes from the pod's env, and urlopen opens file: and ftp: URLs as
+    # readily as http: ones.
+    if urllib.parse.urlsplit(endpoint).scheme not in ("http", "https"):
+        raise ValueError(f"{ENV_IMDS}={endpoint!r} is not an http:// or https:// URL")
+
+    def call(path: str, method: str, headers: dict[str, str]) -> str:
+        req = urllib.request.Request(f"{endpoint}/latest/{path}", method=method,  # noqa: S310  (scheme checked above)
+                                     headers=headers)
+        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:  # noqa: S310  (scheme checked above)
+            return str(r.read().decode())
+
+    token = call("api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": "60"})
 
     def get(path: str) -> str:
-        req = urllib.request.Request(f"{endpoint}/latest/meta-data/{path}",
-                                     headers={"X-aws-ec2-metadata-token": token})
-        with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
-            return str(r.read().decode())
+        return call(f"meta-data/{path}", "GET", {"X-aws-ec2-metadata-token": token})
 
     life = get("instance-life-cycle")  # "spot" | "on-demand" (also "scheduled")
     return {"instanceType": get("instance-type"),

@@ -133,7 +133,7 @@ def plan(o: Observed) -> Plan:
             return _finalize(o)
     add = not mine and not deleting
     if spec is None:
-        assert spec_error is not None
+        assert spec_error is not None  # noqa: S101  (invariant for mypy: no spec means an error)
         return _status_plan(o, _unreadable_status(o, spec_error), ERROR_REQUEUE,
                             add_finalizer=add)
     return _steady(o, spec, add_finalizer=add, deleting=deleting)

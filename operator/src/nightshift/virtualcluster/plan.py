@@ -105,7 +105,7 @@ def plan(o: Observed) -> Plan:
         if not o.running_runs or forced:
             return _finalize(o, spec)
     if spec is None:
-        assert spec_error is not None
+        assert spec_error is not None  # noqa: S101  (invariant for mypy: no spec means an error)
         return _status_plan(o, _unreadable_status(o, spec_error), ERROR_REQUEUE,
                             add_finalizer=not mine and not deleting)
     return _steady(o, spec, add_finalizer=not mine and not deleting, deleting=deleting)
