@@ -28,6 +28,7 @@ NIGHTSHIFT_CASES: dict[str, dict[str, Any]] = {
         "config.s3Endpoints": ["https://s3.example.org", "http://minio.storage:*"],
         "config.s3OperatorIdentity": True,
         "config.clusterCIDRs": ["10.0.0.0/16", "100.64.0.0/16"],
+        "config.runnerImages": ["123456789012.dkr.ecr.eu-west-1.amazonaws.com/runner:1.2.4"],
         "metrics.serviceMonitor.enabled": True,
         "metrics.serviceMonitor.labels": {"release": "prometheus"},
         "networkPolicy.enabled": True,

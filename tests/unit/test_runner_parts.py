@@ -33,7 +33,8 @@ def test_parts_shape() -> None:
                outputs=[{"storage": "raw", "path": "out/{item}/"}])
     parts = runner_parts(run="r", namespace="ns", stage=st, storage=STORAGE,
                          archive=Archive(storage="raw"), runner_image="img")
-    assert parts is not None and parts.share_process_namespace
+    # No opt-ins: no shared PID namespace, no node cache (tests/unit/test_pod_security.py).
+    assert parts is not None and not parts.share_process_namespace
     stage_in, commit = parts.init_containers
     assert stage_in["command"] == ["nightshift-runner", "stage-in"]
     assert "restartPolicy" not in stage_in
@@ -41,7 +42,7 @@ def test_parts_shape() -> None:
     assert commit["restartPolicy"] == "Always"  # a native sidecar
     vols = {v["name"]: v for v in parts.volumes}
     assert vols["nightshift-work"] == {"name": "nightshift-work", "emptyDir": {}}
-    assert vols["nightshift-cache"]["hostPath"]["path"] == "/var/cache/nightshift"
+    assert "nightshift-cache" not in vols
     assert vols["nightshift-storage-nfs"]["persistentVolumeClaim"]["claimName"] == "shared"
     env = {e["name"]: e for e in stage_in["env"]}
     assert env["NIGHTSHIFT_S3_0_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {
@@ -57,8 +58,8 @@ def test_parts_shape() -> None:
     assert mounts["/nightshift/storage/nfs"]["readOnly"]
     assert {e["name"] for e in parts.step_env} == {
         names.ENV_SCRATCH, names.ENV_INPUTS, names.ENV_OUTPUTS}
-    assert {m["mountPath"] for m in stage_in["volumeMounts"]} >= {
-        names.MOUNT_WORK, names.MOUNT_BIN, names.MOUNT_ITEMS, names.MOUNT_CACHE}
+    assert {m["mountPath"] for m in stage_in["volumeMounts"]} == {
+        names.MOUNT_WORK, names.MOUNT_BIN, names.MOUNT_ITEMS, "/nightshift/storage/nfs"}
 
 
 def test_local_disk_uses_per_pod_host_dir() -> None:

@@ -9,6 +9,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 ENV_S3_ENDPOINTS = "NIGHTSHIFT_S3_ENDPOINTS"
+ENV_RUNNER_IMAGES = "NIGHTSHIFT_RUNNER_IMAGES"
 ENV_S3_OPERATOR_IDENTITY = "NIGHTSHIFT_S3_OPERATOR_IDENTITY"
 ENV_CLUSTER_CIDRS = "NIGHTSHIFT_CLUSTER_CIDRS"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -92,6 +93,16 @@ def _cidrs(raw: str) -> tuple[str, ...]:
     return out
 
 
+def _images(raw: str) -> tuple[str, ...]:
+    out = tuple(i.strip() for i in raw.split(",") if i.strip())
+    for i in out:
+        if any(c.isspace() for c in i):
+            raise ValueError(f"{ENV_RUNNER_IMAGES}: {i!r} is not an image reference (a "
+                             "comma-separated list of images, e.g. "
+                             "registry.example/nightshift-runner:1.2.3)")
+    return out
+
+
 def _flag(name: str, raw: str) -> bool:
     if raw.strip().lower() in _TRUE:
         return True
@@ -103,6 +114,11 @@ def _flag(name: str, raw: str) -> bool:
 @dataclass(frozen=True)
 class OperatorConfig:
     runner_image: str = "nightshift-runner:dev"
+    # Runner images a run may name in spec.runnerImage besides runner_image (which is
+    # always allowed). The runner holds the run's S3 credentials and, with the node
+    # cache, writes the node's cache: an image of the tenant's choice would be trusted
+    # code on the node. Empty: no run overrides the runner image. See docs/security.md.
+    runner_images: tuple[str, ...] = ()
     # Coalescing: a pass runs at most this often per object, however many events arrive.
     min_pass_interval: float = 1.0
     # Progress-only status updates (counts moved, nothing else) are written at most this
@@ -131,6 +147,7 @@ class OperatorConfig:
     def from_env(cls) -> OperatorConfig:
         return cls(
             runner_image=os.environ.get("NIGHTSHIFT_RUNNER_IMAGE", cls.runner_image),
+            runner_images=_images(os.environ.get(ENV_RUNNER_IMAGES, "")),
             min_pass_interval=float(os.environ.get("NIGHTSHIFT_MIN_PASS_INTERVAL",
                                                    cls.min_pass_interval)),
             progress_interval=float(os.environ.get("NIGHTSHIFT_PROGRESS_INTERVAL",

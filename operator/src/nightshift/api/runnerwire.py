@@ -160,6 +160,9 @@ class RunnerConfig:
     cache_max_bytes: int = DEFAULT_CACHE_BYTES
     # hostPath scratch outlives the pod; the sidecar removes it when done.
     clean_work: bool = False
+    # Whether the pod shares its PID namespace, so the sidecar can sample the steps'
+    # processes in /proc (and see which output files they hold open).
+    sample_processes: bool = True
 
     def storage(self, name: str) -> StorageConfig:
         try:
@@ -182,6 +185,8 @@ class RunnerConfig:
         # template byte-identical to those of earlier releases.
         if self.cache_max_bytes != DEFAULT_CACHE_BYTES:
             out["cacheMaxBytes"] = self.cache_max_bytes
+        if not self.sample_processes:
+            out["sampleProcesses"] = False
         return out
 
     def dumps(self) -> str:
@@ -207,6 +212,7 @@ class RunnerConfig:
             archive=ArchiveConfig.from_json(archive) if archive else None,
             cache_max_bytes=int(raw.get("cacheMaxBytes", DEFAULT_CACHE_BYTES)),
             clean_work=bool(raw.get("cleanWork", False)),
+            sample_processes=bool(raw.get("sampleProcesses", True)),
         )
         for where, refs, allowed in (("inputs", cfg.inputs, INPUT_MODES),
                                      ("outputs", cfg.outputs, OUTPUT_MODES)):

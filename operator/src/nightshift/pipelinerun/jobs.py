@@ -110,6 +110,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         archive=spec.archive,
         runner_image=runner_image,
         items_volume=runner.VOLUME_ITEMS,
+        node_cache=spec.node_cache,
+        sample_processes=spec.process_sampling,
     ) or runner.RunnerParts()
     last = stage.steps[-1].name
     base_env = [
@@ -144,6 +146,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
             "env": merge_env(base_env, parts.step_env, stage.env, step.env),
             # Copies: containers sharing dicts would alias in YAML and under mutation.
             "volumeMounts": copy.deepcopy(mounts),
+            # Steps keep a writable root: user images write where they were built to.
+            "securityContext": runner.container_security(),
         }
         if stage.image_pull_policy:
             c["imagePullPolicy"] = stage.image_pull_policy
@@ -164,6 +168,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         ],
         # Thousands of pods in a namespace with many Services need no service env vars.
         "enableServiceLinks": False,
+        "securityContext": pod_security(stage),
     }
     if not pod_spec["initContainers"]:
         del pod_spec["initContainers"]
@@ -186,6 +191,22 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
             "annotations": {**stage.pod_annotations, names.ANNOTATION_DO_NOT_DISRUPT: "true"},
         },
         "spec": pod_spec,
+    }
+
+
+def pod_security(stage: Stage) -> dict[str, Any]:
+    """Pod Security "restricted" for every pod: never root (the stage's user, 65532 by
+    default), seccomp RuntimeDefault; the group owns what the pod's volumes support."""
+    group = stage.run_as_group if stage.run_as_group is not None else stage.run_as_user
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": stage.run_as_user,
+        "runAsGroup": group,
+        "fsGroup": group,
+        # Only when the volume's root is not the group's already: no recursive chown of
+        # a large PVC on every pod start.
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 

@@ -50,6 +50,8 @@ class Observed:
     failure_samples: Mapping[str, Sequence[Mapping[str, Any]]]
     now: datetime
     runner_image: str
+    # Images spec.runnerImage may name besides runner_image (NIGHTSHIFT_RUNNER_IMAGES).
+    runner_images: Sequence[str] = ()
     # Per lost Job (lost_jobs()): how many of its pods still run or wait (0 or 1 is
     # enough). Its replacement waits for none, so two pods never work on one item.
     live_pods: Mapping[str, int] = field(default_factory=dict)
@@ -159,6 +161,7 @@ class _Planner:
         self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
         self.problems += [Problem(where, f"refused by the API server: {why}")
                           for where, why in self.obs.refused]
+        self.problems += self._runner_image_problems(spec)
         by_stage = self._jobs_by_stage(spec)
         views: dict[str, pg.StageView] = {}
         for i, st in enumerate(spec.stages):
@@ -317,6 +320,15 @@ class _Planner:
                                "spec": body})
             latest.parallelism = want_par
             latest.suspended = want_suspend
+
+    def _runner_image_problems(self, spec: PipelineRunSpec) -> list[Problem]:
+        allowed = [self.obs.runner_image, *self.obs.runner_images]
+        if spec.runner_image is None or spec.runner_image in allowed:
+            return []
+        return [Problem("spec.runnerImage", f"{spec.runner_image!r} is not a runner image "
+                        f"this operator allows ({', '.join(allowed)}); remove "
+                        "spec.runnerImage to use the operator's, or ask the cluster admin "
+                        "to add it to NIGHTSHIFT_RUNNER_IMAGES")]
 
     def _runner_image(self, spec: PipelineRunSpec) -> str:
         return spec.runner_image or self.obs.runner_image

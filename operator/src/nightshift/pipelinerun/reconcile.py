@@ -67,6 +67,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
     def observe() -> Observed:
         return Observed(run=run, jobs=jobs, items=items, failure_samples=samples,
                         now=datetime.now(UTC), runner_image=config.runner_image,
+                        runner_images=config.runner_images,
                         live_pods=live, shared_storages=shared)
 
     p = plan(observe())

@@ -49,6 +49,22 @@ LOCAL_DISK_HOST_PATH = "/mnt/k8s-disks/0/nightshift/work"
 SECRET_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"  # noqa: S105  (a key's name, not a secret)
 SECRET_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"  # noqa: S105  (a key's name, not a secret)
 RUNNER_COMMAND = "nightshift-runner"
+# The node cache's per-namespace folders (runner/cache.py PARTITIONS).
+CACHE_PARTITIONS = "namespaces"
+# The node cache's hostPath folder is created by the kubelet, owned by root: the
+# stage-in that fills it runs as root, still without capabilities or escalation.
+CACHE_WRITER: dict[str, Any] = {"runAsUser": 0, "runAsNonRoot": False}
+
+
+def container_security(read_only_root: bool = False) -> dict[str, Any]:
+    """Every container Nightshift renders meets Pod Security "restricted" (the pod adds
+    runAsNonRoot, its user and seccomp RuntimeDefault). A fresh dict each time: shared
+    ones would alias in YAML and under mutation."""
+    out: dict[str, Any] = {"allowPrivilegeEscalation": False,
+                           "capabilities": {"drop": ["ALL"]}}
+    if read_only_root:
+        out["readOnlyRootFilesystem"] = True
+    return out
 
 
 @dataclass(frozen=True)
@@ -86,7 +102,8 @@ def _data(d: DataRef, default_mode: str) -> DataConfig:
 
 def runner_config(*, run: str, namespace: str, stage: Stage,
                   storage: Mapping[str, StorageRef], archive: Archive | None,
-                  local_disk: bool = False) -> tuple[RunnerConfig, list[dict[str, Any]]]:
+                  local_disk: bool = False, sample_processes: bool = True,
+                  ) -> tuple[RunnerConfig, list[dict[str, Any]]]:
     """The runner's config (names.ENV_RUNNER_CONFIG) and the credential env vars it names."""
     storages: dict[str, StorageConfig] = {}
     cred_env: list[dict[str, Any]] = []
@@ -113,7 +130,7 @@ def runner_config(*, run: str, namespace: str, stage: Stage,
         inputs=[_data(d, INPUT_MODES[0]) for d in stage.inputs],
         outputs=[_data(d, OUTPUT_MODES[0]) for d in stage.outputs],
         archive=ArchiveConfig(archive.storage, archive.prefix) if archive else None,
-        clean_work=local_disk, cache_max_bytes=cache,
+        clean_work=local_disk, cache_max_bytes=cache, sample_processes=sample_processes,
     )
     return cfg, cred_env
 
@@ -183,6 +200,8 @@ def runner_parts(
     runner_image: str,
     local_disk: bool = False,
     items_volume: str = VOLUME_ITEMS,
+    node_cache: bool = False,
+    sample_processes: bool = False,
 ) -> RunnerParts | None:
     """None when the stage needs no runner: no inputs, no outputs, no archive.
 
@@ -192,8 +211,13 @@ def runner_parts(
     """
     if not stage.inputs and not stage.outputs and archive is None:
         return None
+    # Interleaved outputs are uploaded once no step holds them open: the sidecar must see
+    # the steps' processes. Otherwise sharing the PID namespace is an opt-in (it lets
+    # the steps see the runner's processes, their environment included).
+    share = sample_processes or any(d.mode == "interleave" for d in stage.outputs)
     cfg, cred_env = runner_config(run=run, namespace=namespace, stage=stage, storage=storage,
-                                  archive=archive, local_disk=local_disk)
+                                  archive=archive, local_disk=local_disk,
+                                  sample_processes=share)
     # hostPath scratch is shared by the node's pods: each pod works in its own subdir.
     work_mount: dict[str, Any] = {"name": VOLUME_WORK, "mountPath": names.MOUNT_WORK}
     if local_disk:
@@ -209,11 +233,16 @@ def runner_parts(
     commit_mounts = [work_mount, items_mount]
     step_mounts = [work_mount, {"name": VOLUME_BIN, "mountPath": names.MOUNT_BIN,
                                 "readOnly": True}]
-    if any(d.cache and storage[d.storage].s3 is not None and (d.mode or "stage") == "stage"
-           for d in stage.inputs):
+    cached = node_cache and any(
+        d.cache and storage[d.storage].s3 is not None and (d.mode or "stage") == "stage"
+        for d in stage.inputs)
+    if cached:
+        # Only this namespace's partition of the node's cache (runner/cache.py).
+        partition = f"{CACHE_PARTITIONS}/{namespace}"
         volumes.append({"name": VOLUME_CACHE, "hostPath": {
-            "path": CACHE_HOST_PATH, "type": "DirectoryOrCreate"}})
-        stage_in_mounts.append({"name": VOLUME_CACHE, "mountPath": names.MOUNT_CACHE})
+            "path": f"{CACHE_HOST_PATH}/{partition}", "type": "DirectoryOrCreate"}})
+        stage_in_mounts.append({"name": VOLUME_CACHE,
+                                "mountPath": f"{names.MOUNT_CACHE}/{partition}"})
     # Mounted storages: a PVC, or a SharedStorage's node-mounted directory (binding.py).
     def mounted(name: str) -> bool:
         return volume_source(storage[name]) is not None
@@ -247,12 +276,15 @@ def runner_parts(
         "name": STAGE_IN_CONTAINER, "command": [RUNNER_COMMAND, "stage-in"],
         "volumeMounts": stage_in_mounts,
         "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}},
+        # The runner writes only to its volumes.
+        "securityContext": container_security(True) | (CACHE_WRITER if cached else {}),
     }
     commit = base | {
         "name": COMMIT_CONTAINER, "command": [RUNNER_COMMAND, "commit"],
         "restartPolicy": "Always", "volumeMounts": commit_mounts,
         # Counted in the pod's requests for its whole life: keep it small.
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        "securityContext": container_security(True),
     }
     step_env: list[dict[str, Any]] = [
         {"name": names.ENV_SCRATCH, "value": names.MOUNT_WORK},
@@ -267,5 +299,5 @@ def runner_parts(
         volumes=volumes,
         step_env=step_env,
         step_volume_mounts=step_mounts,
-        share_process_namespace=True,
+        share_process_namespace=share,
     )

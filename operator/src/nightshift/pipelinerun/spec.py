@@ -117,6 +117,9 @@ class Stage(Spec):
     pod_annotations: dict[str, str] = {}
     pod_labels: dict[str, str] = {}
     service_account_name: str | None = None
+    # Every container of the stage's pods runs as this user and group (never root).
+    run_as_user: int = 65532
+    run_as_group: int | None = None  # None: the same number as run_as_user
 
 
 class S3Storage(Spec):
@@ -172,6 +175,11 @@ class PipelineRunSpec(Spec):
     # Bump to rerun only the failed items of a finished run; each value runs once.
     rerun_failed: int = 0
     runner_image: str | None = None
+    # Opt-ins that need more than Pod Security "restricted" (docs/security.md):
+    # the node's S3 cache (a hostPath; its stage-in runs as root without capabilities),
+    # and /proc sampling of the steps by the commit sidecar (a shared PID namespace).
+    node_cache: bool = False
+    process_sampling: bool = False
 
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended", "Cancelled"]

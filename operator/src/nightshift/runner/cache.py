@@ -96,8 +96,9 @@ class NodeCache:
                         *((self.root / sub, 0o777) for sub in ("objects", "locks", "tmp"))):
             d.mkdir(parents=True, exist_ok=True)
             # Pods of one namespace may run as different users; the sticky bit keeps
-            # one user from renaming or removing another's partition.
-            with contextlib.suppress(PermissionError):
+            # one user from renaming or removing another's partition. Directories above
+            # the mounted partition are the container's own, perhaps read-only (EROFS).
+            with contextlib.suppress(OSError):
                 os.chmod(d, mode)
 
     def _object(self, h: str) -> Path:

@@ -91,7 +91,8 @@ class Sidecar:
         req = None
         prepared = False
         while not self.stop.is_set():
-            self.sampler.sample()
+            if self.cfg.sample_processes:
+                self.sampler.sample()
             if not prepared and tick % PREPARE_EVERY == 0:
                 prepared = self._prepare()
             if prepared and tick % INTERLEAVE_EVERY == 0:
@@ -139,6 +140,13 @@ class Sidecar:
         except Exception as e:  # the final commit uploads whatever this missed
             log.warning("interleave upload: %s", e)
 
+    def _usage(self) -> dict[str, object]:
+        totals = self.sampler.totals()
+        if not self.cfg.sample_processes:
+            # Not sampled (spec.processSampling): unknown, not zero.
+            return {k: None for k in totals} | {"samples": 0}
+        return totals
+
     def _idle(self) -> int:
         self.stop.wait()
         if self.cfg.clean_work:
@@ -163,7 +171,7 @@ class Sidecar:
             verified=staged.get("verified"),
             cacheHits=staged.get("cache_hits", 0), cacheMisses=staged.get("cache_misses", 0),
             bytesOut=res.bytes, filesOut=res.files, manifests=res.manifests,
-            failedOutputs=res.failed_keys, error=res.error, **self.sampler.totals())
+            failedOutputs=res.failed_keys, error=res.error, **self._usage())
         try:
             record.write(self.stores[self.cfg.archive.storage], key, rec)
         except Exception:  # the record is an account, not a result: never fail the item
