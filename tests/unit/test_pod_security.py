@@ -163,3 +163,16 @@ def test_runner_images_setting(monkeypatch: Any) -> None:
         OperatorConfig.from_env()
     monkeypatch.delenv("NIGHTSHIFT_RUNNER_IMAGES")
     assert OperatorConfig.from_env().runner_images == ()
+
+
+def test_the_runner_is_told_whether_it_can_sample() -> None:
+    from nightshift.api import names
+    from nightshift.api.runnerwire import RunnerConfig
+
+    def cfg(**spec: Any) -> RunnerConfig:
+        stage_in = pod_of({"storage": [S3], **spec}, **DATA)["initContainers"][0]
+        env = {e["name"]: e.get("value") for e in stage_in["env"]}
+        return RunnerConfig.loads(env[names.ENV_RUNNER_CONFIG])
+
+    assert cfg().sample_processes is False
+    assert cfg(processSampling=True).sample_processes is True

@@ -1,0 +1,107 @@
+"""A stage's pods run in a namespace that enforces Pod Security "restricted" (issue 14).
+
+On the real node (containerd + kubelet, images from `make images`): the Job the
+operator renders for a stage with the runner (stage-in from S3, two steps, commit and
+task record) is admitted and completes in a namespace labelled
+pod-security.kubernetes.io/enforce=restricted, its steps run as the stage's non-root
+user, and the opt-ins that need more (the node cache's hostPath, a root stage-in) are
+what the admission refuses there. Skipped without a real node or its images, as
+tests/integration/test_real_node.py.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun import jobs
+from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
+from nightshift.pipelinerun.spec import PipelineRunSpec
+from tests.clusterutil import Kubectl
+from tests.integration.test_real_node import (  # noqa: F401  (fixtures)
+    BUCKET,
+    RUNNER_IMAGE,
+    gateway,
+    on_real_node,
+    real_node,
+    s3_on_gateway,
+    wait_job,
+)
+from tests.s3server import VersityGW
+
+ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def _spec(gw: VersityGW, **extra: Any) -> PipelineRunSpec:
+    return PipelineRunSpec.model_validate({
+        "storage": [{"name": "data", "s3": {"bucket": BUCKET, "prefix": "sec/",
+                                            "endpoint": gw.endpoint, "region": "us-east-1",
+                                            "credentialsSecret": "s3-creds"}}],
+        "archive": {"storage": "data"},
+        "stages": [{
+            "name": "whoami", "image": RUNNER_IMAGE, "forEach": {"items": ["a", "b"]},
+            "runAsUser": 4242, "runAsGroup": 4343,
+            "inputs": [{"storage": "data", "path": "raw/{item}/"}],
+            "outputs": [{"storage": "data", "path": "out/{item}/"}],
+            "steps": [
+                {"name": "ids", "command": ["sh", "-c", 'id -u > "$NIGHTSHIFT_OUTPUTS/uid"; '
+                                            'id -g > "$NIGHTSHIFT_OUTPUTS/gid"']},
+                {"name": "copy", "command": ["sh", "-c", 'cp "$NIGHTSHIFT_INPUTS/in.txt" '
+                                             '"$NIGHTSHIFT_OUTPUTS/out.txt"']},
+            ],
+        }],
+        **extra,
+    })
+
+
+def _job(spec: PipelineRunSpec, namespace: str) -> dict[str, Any]:
+    stage = spec.stages[0]
+    run = it.RunRef(name="sec", namespace=namespace, uid=str(uuid.uuid4()))
+    manifest = jobs.render_job(
+        run=run, spec=spec, stage=stage, attempt=0, completions=2,
+        item_configmaps=[it.items_configmap_name(run.name, stage.name, 0)],
+        parallelism=2, suspend=False, runner_image=RUNNER_IMAGE)
+    manifest["metadata"].pop("ownerReferences")  # no PipelineRun here to own it
+    on_real_node(manifest["spec"]["template"]["spec"])
+    return manifest
+
+
+def test_a_stage_runs_in_a_restricted_namespace(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str,  # noqa: F811
+        s3_on_gateway: VersityGW) -> None:  # noqa: F811
+    kubectl("label", "namespace", namespace, f"{ENFORCE}=restricted", "--overwrite")
+    gw = s3_on_gateway
+    s3 = gw.client()
+    for item in ("a", "b"):
+        s3.put_object(Bucket=BUCKET, Key=f"sec/raw/{item}/in.txt", Body=item.encode())
+    kubectl("create", "secret", "generic", "s3-creds", "-n", namespace,
+            f"--from-literal={SECRET_ACCESS_KEY_ID}={gw.access_key}",
+            f"--from-literal={SECRET_SECRET_ACCESS_KEY}={gw.secret_key}")
+    spec = _spec(gw)
+    run = it.RunRef(name="sec", namespace=namespace, uid="x")
+    for cm in it.items_configmaps(run, "whoami", ["a", "b"]):
+        cm["metadata"].pop("ownerReferences", None)
+        kubectl.apply(cm)
+    manifest = _job(spec, namespace)
+    kubectl.apply(manifest)
+    wait_job(kubectl, manifest["metadata"]["name"], namespace, timeout=240)
+    for index, item in enumerate(("a", "b")):
+        got = {k: s3.get_object(Bucket=BUCKET, Key=f"sec/out/{item}/{k}")["Body"].read()
+               for k in ("uid", "gid", "out.txt")}
+        assert got == {"uid": b"4242\n", "gid": b"4343\n", "out.txt": item.encode()}, got
+        record = json.loads(s3.get_object(
+            Bucket=BUCKET, Key=f"sec/_nightshift/sec/whoami/{index}.json")["Body"].read())
+        assert record["phase"] == "succeeded"
+        # Not sampled without spec.processSampling: unknown, not zero.
+        assert record["cpuSeconds"] is None and record["samples"] == 0
+
+    # The opt-ins that need more than "restricted" are what its admission refuses.
+    cached = _job(_spec(gw, nodeCache=True), namespace)
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "probe", "namespace": namespace},
+           "spec": cached["spec"]["template"]["spec"]}
+    r = kubectl("apply", "--dry-run=server", "-f", "-", input_=json.dumps(pod), check=False)
+    assert r.returncode != 0 and 'violates PodSecurity "restricted' in r.stderr, r.stderr
+    assert "hostPath volumes" in r.stderr and "runAsNonRoot" in r.stderr, r.stderr
