@@ -8,7 +8,7 @@ export PATH := $(PATH):/usr/lib/go-1.23/bin
 export GOTOOLCHAIN ?= auto
 PYTEST_ARGS ?=
 
-.PHONY: help deps venv upstream lint unit integration test demo cluster-up cluster-down cluster-status images clean
+.PHONY: help deps venv upstream lint unit integration test demo cluster-up cluster-down cluster-status images clean kind kind-down validate-examples e2e
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -61,3 +61,16 @@ cluster-status: ## each part of the local cluster, its PID and state
 
 clean: cluster-down ## remove the venv and local cluster state (not the build cache)
 	rm -rf $(VENV) .localcluster .mypy_cache .ruff_cache .pytest_cache
+
+kind: upstream ## kind from parts built here (hack/kind.sh; docs/kind.md says how far it gets)
+	bash hack/kind.sh all
+
+kind-down: ## delete the kind cluster and stop hack/kind.sh's dockerd
+	bash hack/kind.sh down
+
+validate-examples: venv ## nightshift validate over examples/ (docs/validate.md)
+	$(VENV)/bin/nightshift validate examples/virtualcluster-eks.yaml examples/ci/manifests
+	$(VENV)/bin/nightshift validate --provider kwok examples/virtualcluster-local.yaml
+
+e2e: venv ## the chart + simulated examples/ci runs on $$KUBECONFIG (default: the local cluster); hack/e2e.sh
+	VENV=$(VENV) bash hack/e2e.sh

@@ -6,7 +6,8 @@
 Each PipelineRun keeps its shape (stages, dependsOn, forEach kinds, retries,
 tolerateFailedItems, parallelism) so that the operator plans and runs it as it would the
 real one, but every pod is tiny: a busybox step that prints its item and sleeps, no
-storage (S3 is not there on kind), no pool or VirtualCluster (no Karpenter), and at most
+storage (S3 is not there on kind), no pool (unless --pool) or VirtualCluster (no
+Karpenter), and at most
 --items items per stage (fromS3 and fromConfigMap become ranges of that size). Other
 kinds are left out. Needs PyYAML (installed with nightshift[validate]).
 """
@@ -43,9 +44,14 @@ def bounded(for_each: dict[str, Any] | None, items: int) -> dict[str, Any] | Non
     return {"range": {"from": 0, "to": items - 1, "format": "sim-{:03d}"}}
 
 
-def simulate_stage(stage: dict[str, Any], items: int, seconds: float,
-                   image: str) -> dict[str, Any]:
+def simulate_stage(stage: dict[str, Any], items: int, seconds: float, image: str,
+                   pool: str | None = None,
+                   annotations: dict[str, str] | None = None) -> dict[str, Any]:
     out = {k: copy.deepcopy(stage[k]) for k in KEPT_STAGE_FIELDS if k in stage}
+    if pool:
+        out["pool"] = pool
+    if annotations:
+        out["podAnnotations"] = dict(annotations)
     if "forEach" in stage:
         out["forEach"] = bounded(stage["forEach"], items)
         tolerate = out.get("tolerateFailedItems")
@@ -61,12 +67,13 @@ def simulate_stage(stage: dict[str, Any], items: int, seconds: float,
     return out
 
 
-def simulate(run: dict[str, Any], items: int = 3, seconds: float = 2,
-             image: str = IMAGE) -> dict[str, Any]:
+def simulate(run: dict[str, Any], items: int = 3, seconds: float = 2, image: str = IMAGE,
+             pool: str | None = None,
+             annotations: dict[str, str] | None = None) -> dict[str, Any]:
     meta = run.get("metadata") or {}
     spec = run.get("spec") or {}
     out_spec = {k: copy.deepcopy(spec[k]) for k in KEPT_SPEC_FIELDS if k in spec}
-    out_spec["stages"] = [simulate_stage(s, items, seconds, image)
+    out_spec["stages"] = [simulate_stage(s, items, seconds, image, pool, annotations)
                           for s in spec.get("stages") or []]
     return {
         "apiVersion": run["apiVersion"],
@@ -95,8 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--items", type=int, default=3, help="items per stage at most")
     ap.add_argument("--seconds", type=float, default=2, help="each pod's run time")
     ap.add_argument("--image", default=IMAGE)
+    ap.add_argument("--pool", help="run every stage on this pool (nodes labeled "
+                    "nightshift.io/pool=<pool>), e.g. KWOK nodes whose pods only pretend")
+    ap.add_argument("--pod-annotation", action="append", default=[], metavar="KEY=VALUE",
+                    help="annotate every pod (e.g. KWOK's pod-complete delay)")
     args = ap.parse_args(argv)
-    sims = [simulate(r, args.items, args.seconds, args.image)
+    annotations = dict(a.split("=", 1) for a in args.pod_annotation)
+    sims = [simulate(r, args.items, args.seconds, args.image, args.pool, annotations)
             for r in pipelineruns(args.paths)]
     if not sims:
         print("simulate: no PipelineRun found", file=sys.stderr)
