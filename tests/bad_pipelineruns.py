@@ -92,7 +92,7 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
      "spec.archive.storage must name an entry of spec.storage"),
     ("storage-s3-and-pvc",
      run(storage=[{"name": "x", "s3": {"bucket": "b"}, "pvc": {"claimName": "c"}}]), "cel",
-     "set exactly one of s3 or pvc"),
+     "set exactly one of s3, pvc or sharedStorage"),
     ("parallelism-unknown-stage", run(parallelism={"nope": 3}), "cel",
      "every key of spec.parallelism must be the name of a stage"),
     # --- what CEL cannot see -------------------------------------------------------
@@ -224,7 +224,7 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
         'spec: Invalid value: "object": spec.archive.storage must name an entry of spec.storage',
     ],
     "storage-s3-and-pvc": [
-        'spec.storage[0]: Invalid value: "object": set exactly one of s3 or pvc',
+        'spec.storage[0]: Invalid value: "object": set exactly one of s3, pvc or sharedStorage',
     ],
     "parallelism-unknown-stage": [
         'spec: Invalid value: "object": every key of spec.parallelism must be the name of a '
