@@ -258,7 +258,7 @@ node_image() {
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
 JSON
   docker exec "$id" bash -c 'nohup containerd >/tmp/containerd.log 2>&1 &
-    for i in $(seq 1 50); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done; ctr info >/dev/null' \
+    for i in $(seq 1 50); do [ -S /run/containerd/containerd.sock ] && break; sleep 0.2; done; ctr version >/dev/null' \
     || die "containerd did not start in the build container"
   local import=(ctr --namespace=k8s.io images import --label=io.cri-containerd.pinned=pinned --no-unpack --digests -)
   docker exec -i "$id" "${import[@]}" <"$pause" >/dev/null || die "importing the pause image failed"
