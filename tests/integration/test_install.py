@@ -26,11 +26,9 @@ docs/install.md says how that was tried).
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +45,7 @@ from nightshift_localcluster import helminstall
 from nightshift_localcluster.nodeconfig import NODE_NAME
 from tests.clusterutil import ROOT, Kubectl, wait_for
 from tests.integration.conftest import SESSION, Cluster, external_instance_catalog
+from tests.integration.installutil import assert_nothing_forbidden, rbac_workload
 from tests.integration.prutil import (
     get_run,
     jobs,
@@ -220,56 +219,8 @@ def test_operator_pod_runs_on_the_real_node_as_its_service_account(release: Rele
 
 
 def test_runs_and_virtualclusters_work_under_the_chart_rbac(release: Release) -> None:
-    rel, u = release, uuid.uuid4().hex[:5]
-    rel.kubectl("create", "configmap", "nights", "-n", RUNS_NS,
-                "--from-literal=items=n1\nn2\nn3")
-    failing = {"nightshift.io/kwok-exit-codes": "true", "nightshift.io/kwok-delay": "500ms",
-               "pod-complete.stage.kwok.x-k8s.io/weight": "0",
-               "nightshift.io/kwok-exit-code-1": "42"}
-    rel.kubectl.apply(pipelinerun("rbac", RUNS_NS, [
-        stage("listed", rel.pool, forEach={"fromConfigMap": {"name": "nights"}}),
-        stage("reduce", rel.pool, 3, dependsOn=["listed"], tolerateFailedItems=1,
-              retries={"perItem": 1, "permanentExitCodes": [42]}, podAnnotations=failing),
-        stage("after", rel.pool, 1, dependsOn=["reduce"])]))
-    vc = {"apiVersion": names.API_VERSION, "kind": names.VIRTUALCLUSTER,
-          "metadata": {"name": "vc", "namespace": RUNS_NS},
-          "spec": {"nodeClass": {"kwok": {"nodeRegistrationDelay": "5s"}},
-                   "pools": [{"name": f"w{u}", "class": "compute", "maxCPU": 8},
-                             {"name": f"m{u}", "class": "memory", "maxCPU": 8}]}}
-    rel.kubectl.apply(vc)
-
-    run = wait_phase(rel.kube, RUNS_NS, "rbac", {"Succeeded", "Failed"}, 180)
-    assert run["status"]["phase"] == "Succeeded", run["status"]
-    assert stage_status(run, "listed")["succeeded"] == 3
-    reduce = stage_status(run, "reduce")
-    assert (reduce["succeeded"], reduce["failed"]) == (2, 1), reduce
-    # Failure samples come from listing the Job's failed pods.
-    assert 42 in {s.get("exitCode") for s in reduce.get("failureSamples", [])}, reduce
-    events = rel.kubectl("get", "events", "-n", RUNS_NS, "--field-selector",
-                         "involvedObject.name=rbac", "-o", "json").stdout
-    assert json.loads(events)["items"], "the operator posted no event on the run"
-
-    def vc_ready() -> dict[str, Any] | None:
-        obj = rel.kube.get(names.API_VERSION, names.VIRTUALCLUSTER, "vc", RUNS_NS) or {}
-        conds = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions")
-                 or []}
-        return obj if conds.get("Ready") == "True" else None
-
-    obj = wait_for("VirtualCluster vc Ready", vc_ready, 90, 1)
-    assert obj["status"]["poolCount"] == 2 and obj["status"]["provider"] == "kwok"
-    owned = f"{LABEL_VC_NAMESPACE}={RUNS_NS}"
-    assert len(rel.kube.list("karpenter.sh/v1", "NodePool", label_selector=owned)) >= 2
-    columns = rel.kubectl("get", "nsvc", "vc", "-n", RUNS_NS).stdout
-    assert f"w{u}=0 m{u}=0" in columns, columns
-    # Deletion: the finalizer, NodePools and node classes pruned by the operator.
-    rel.kubectl("delete", "virtualcluster", "vc", "-n", RUNS_NS, "--wait=false")
-    wait_for("VirtualCluster vc gone", lambda: rel.kube.get(
-        names.API_VERSION, names.VIRTUALCLUSTER, "vc", RUNS_NS) is None, 90, 1)
-    assert rel.kube.list("karpenter.sh/v1", "NodePool", label_selector=owned) == []
-    # A call the chart does not grant: kube.py's KubeError and kopf's APIForbiddenError
-    # both say "forbidden" (403); no other log line does.
-    log = rel.logs()
-    assert "forbidden" not in log.lower(), log[-4000:]
+    rbac_workload(release.kube, release.kubectl, RUNS_NS, release.pool)
+    assert_nothing_forbidden(release.logs())
 
 
 def test_metrics_scraped_from_the_operator_pod(release: Release) -> None:
