@@ -5,8 +5,8 @@ operator renders for a stage with the runner (stage-in from S3, two steps, commi
 task record) is admitted and completes in a namespace labelled
 pod-security.kubernetes.io/enforce=restricted, its steps run as the stage's non-root
 user, and the opt-ins that need more (the node cache's hostPath, a root stage-in) are
-what the admission refuses there. Skipped without a real node or its images, as
-tests/integration/test_real_node.py.
+what the admission refuses there. The run on the real node is skipped without one or
+its images, as tests/integration/test_real_node.py; the admission check needs neither.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from tests.s3server import VersityGW
 ENFORCE = "pod-security.kubernetes.io/enforce"
 
 
-def _spec(gw: VersityGW, **extra: Any) -> PipelineRunSpec:
+def _spec(endpoint: str, **extra: Any) -> PipelineRunSpec:
     return PipelineRunSpec.model_validate({
         "storage": [{"name": "data", "s3": {"bucket": BUCKET, "prefix": "sec/",
-                                            "endpoint": gw.endpoint, "region": "us-east-1",
+                                            "endpoint": endpoint, "region": "us-east-1",
                                             "credentialsSecret": "s3-creds"}}],
         "archive": {"storage": "data"},
         "stages": [{
@@ -68,6 +68,32 @@ def _job(spec: PipelineRunSpec, namespace: str) -> dict[str, Any]:
     return manifest
 
 
+def _probe_pod(spec: PipelineRunSpec, namespace: str) -> dict[str, Any]:
+    """One pod as the Job controller would make it from the stage Job's template."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "probe", "namespace": namespace},
+            "spec": _job(spec, namespace)["spec"]["template"]["spec"]}
+
+
+def test_restricted_admission_takes_the_pods_and_refuses_the_opt_ins(
+        kubectl: Kubectl, namespace: str) -> None:
+    """Pod Security admission only, no real node needed: a server-side dry run of the
+    pods the operator's Jobs would have, in a namespace that enforces restricted."""
+    kubectl("label", "namespace", namespace, f"{ENFORCE}=restricted", "--overwrite")
+    endpoint = "http://192.0.2.1:7070"  # rendered only, never contacted
+    for extra in ({}, {"processSampling": True}):
+        pod = _probe_pod(_spec(endpoint, **extra), namespace)
+        r = kubectl("apply", "--dry-run=server", "-f", "-", input_=json.dumps(pod),
+                    check=False)
+        assert r.returncode == 0, (extra, r.stderr)
+        assert "violates PodSecurity" not in r.stderr, r.stderr
+    pod = _probe_pod(_spec(endpoint, nodeCache=True), namespace)
+    r = kubectl("apply", "--dry-run=server", "-f", "-", input_=json.dumps(pod), check=False)
+    assert r.returncode != 0 and 'violates PodSecurity "restricted' in r.stderr, r.stderr
+    assert 'restricted volume type "hostPath"' in r.stderr, r.stderr
+    assert "runAsNonRoot != true" in r.stderr and "runAsUser=0" in r.stderr, r.stderr
+
+
 def test_a_stage_runs_in_a_restricted_namespace(
         real_node: dict[str, Any], kubectl: Kubectl, namespace: str,  # noqa: F811
         s3_on_gateway: VersityGW) -> None:  # noqa: F811
@@ -79,7 +105,7 @@ def test_a_stage_runs_in_a_restricted_namespace(
     kubectl("create", "secret", "generic", "s3-creds", "-n", namespace,
             f"--from-literal={SECRET_ACCESS_KEY_ID}={gw.access_key}",
             f"--from-literal={SECRET_SECRET_ACCESS_KEY}={gw.secret_key}")
-    spec = _spec(gw)
+    spec = _spec(gw.endpoint)
     run = it.RunRef(name="sec", namespace=namespace, uid="x")
     for cm in it.items_configmaps(run, "whoami", ["a", "b"]):
         cm["metadata"].pop("ownerReferences", None)
@@ -97,11 +123,3 @@ def test_a_stage_runs_in_a_restricted_namespace(
         # Not sampled without spec.processSampling: unknown, not zero.
         assert record["cpuSeconds"] is None and record["samples"] == 0
 
-    # The opt-ins that need more than "restricted" are what its admission refuses.
-    cached = _job(_spec(gw, nodeCache=True), namespace)
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": "probe", "namespace": namespace},
-           "spec": cached["spec"]["template"]["spec"]}
-    r = kubectl("apply", "--dry-run=server", "-f", "-", input_=json.dumps(pod), check=False)
-    assert r.returncode != 0 and 'violates PodSecurity "restricted' in r.stderr, r.stderr
-    assert "hostPath volumes" in r.stderr and "runAsNonRoot" in r.stderr, r.stderr
