@@ -96,6 +96,8 @@ def test_a_refused_configmap_names_the_configmap() -> None:
 @pytest.mark.parametrize("error", [
     KubeError(409, "Conflict", "the object has been modified"),
     KubeError(429, "TooManyRequests", "slow down"),
+    KubeError(401, "Unauthorized", "Unauthorized"),
+    KubeError(408, "Timeout", "request timed out"),
     KubeError(500, "InternalError", "etcd timeout"),
     KubeError(403, "Forbidden", 'jobs.batch "x" is forbidden: exceeded quota: q, '
               "requested: count/jobs.batch=1, used: count/jobs.batch=0, limited: "
