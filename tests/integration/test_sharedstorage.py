@@ -1,0 +1,330 @@
+"""SharedStorages on the local cluster, with the operator as a process (KWOK pods only:
+API-server admission and the operator's reconcile, not the storage daemons; those are
+tests/integration/test_sharedstorage_real.py's).
+
+- Bad input: the CRD's CEL refuses what it can; the rest gets an Invalid condition
+  naming the field, and nothing is made.
+- Each type's workloads are accepted by the API server and converge: cvmfs (squid
+  Deployment, LoadBalancer Service, HPA, client DaemonSet), glusterfs (StatefulSet,
+  client DaemonSet, the volume Job once its servers are ready), nfs (the clients'
+  PersistentVolume once the Service has its address, bound to its claim); a hand edit is
+  restored; deletion removes the PV and the finalizer.
+- An s3 SharedStorage used by a PipelineRun against versitygw: items listed through it,
+  the stage's runner config its S3 block and cache size; a run created before its
+  storage waits for it; the storage is kept while a run that names it has not ended,
+  and goes when it ends (cancelled).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nightshift.api import names
+from nightshift.kube import Kube
+from tests.bad_sharedstorages import BAD, POOLS, VC
+from tests.clusterutil import Kubectl, wait_for
+from tests.integration.conftest import SESSION, Cluster, OperatorProcess
+from tests.integration.prutil import KWOK_FAST, kwok_node_pool, pipelinerun, wait_phase
+from tests.s3server import VersityGW, s3server
+
+__all__ = ["s3server"]
+
+CEL = [(i, m, s) for i, m, kind, s in BAD if kind == "cel"]
+INVALID = [(i, m, s) for i, m, kind, s in BAD if kind == "invalid"]
+# This module's operator watches only these namespaces: it needs the cluster's ranges
+# (NIGHTSHIFT_CLUSTER_CIDRS) that the session's operator is not given.
+PREFIX = f"ss-{SESSION}"
+CLUSTER_CIDRS = "10.0.0.0/16,100.64.0.0/16"
+
+
+@pytest.fixture(scope="module")
+def storage_operator(cluster: Cluster, crds: list[str],
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("ss-operator") / "operator.log"
+    op = OperatorProcess(cluster, log, {"NIGHTSHIFT_CLUSTER_CIDRS": CLUSTER_CIDRS},
+                         namespace=f"{PREFIX}-*")
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def ns(kubectl: Kubectl) -> Iterator[str]:
+    name = f"{PREFIX}-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", name)
+    wait_for("default service account", lambda: kubectl(
+        "get", "sa", "default", "-n", name, check=False).returncode == 0, 30)
+    yield name
+    # While this module's operator still runs: our finalizers go with their objects.
+    for kind in ("sharedstorages", "pipelineruns", "virtualclusters"):
+        if kubectl("-n", name, "delete", kind, "--all", "--timeout=60s",
+                   check=False).returncode:
+            for obj in kubectl("-n", name, "get", kind, "-o", "name").stdout.split():
+                kubectl("-n", name, "patch", obj, "--type=merge", "-p",
+                        '{"metadata": {"finalizers": null}}', check=False)
+    kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kwok_pool(kubectl: Kubectl, ns: str) -> Iterator[str]:
+    name = f"p-{ns}"
+    node = kwok_node_pool(name)
+    # An address: host-network pods (gluster servers) get it as their IP, as on a real
+    # node; without one KWOK leaves their podIP empty.
+    octet = int(uuid.uuid4().hex[:2], 16)
+    node["status"]["addresses"] = [{"type": "InternalIP", "address": f"10.0.250.{octet}"},
+                                   {"type": "Hostname", "address": f"kwok-{name}"}]
+    kubectl.apply(node)
+    yield name
+    kubectl("delete", "node", f"kwok-{name}", "--wait=false", check=False)
+
+
+def _in(ns: str, manifest: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    m = copy.deepcopy(manifest)
+    m["metadata"]["namespace"] = ns
+    for k in ("uid", "generation"):
+        m["metadata"].pop(k, None)
+    if name:
+        m["metadata"]["name"] = name
+    return m
+
+
+def storage(ns: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": names.API_VERSION, "kind": names.SHAREDSTORAGE,
+            "metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+
+def get(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+    obj = kube.get(names.API_VERSION, names.SHAREDSTORAGE, name, ns)
+    assert obj is not None, f"SharedStorage {ns}/{name} is gone"
+    return obj
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return next((dict(c) for c in conds if c["type"] == type_), {})
+
+
+# KWOK marks pods ready 1-6 s after they start, longer on a loaded cluster.
+READY_TIMEOUT = 180
+
+
+def wait_ready(kube: Kube, op: OperatorProcess, ns: str, name: str,
+               timeout: float = READY_TIMEOUT) -> dict[str, Any]:
+    try:
+        result: dict[str, Any] = wait_for(f"SharedStorage {name} Ready", lambda: (
+            o := get(kube, ns, name)) and (o.get("status") or {}).get("phase") == "Ready"
+            and o, timeout)
+    except AssertionError:
+        raise AssertionError(f"{name} never Ready: {get(kube, ns, name).get('status')}\n"
+                             f"{op.tail()}") from None
+    return result
+
+
+def owned(kube: Kube, ns: str, name: str, kind: tuple[str, str]) -> list[dict[str, Any]]:
+    return kube.list(kind[0], kind[1], ns, label_selector=f"{names.LABEL_STORAGE}={name}")
+
+
+KINDS = [("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"),
+         ("apps/v1", "DaemonSet"), ("apps/v1", "StatefulSet"), ("batch/v1", "Job"),
+         ("autoscaling/v2", "HorizontalPodAutoscaler"), ("v1", "PersistentVolumeClaim")]
+
+
+def gone(kube: Kube, ns: str, name: str) -> bool:
+    return kube.get(names.API_VERSION, names.SHAREDSTORAGE, name, ns) is None
+
+
+@pytest.mark.parametrize(("case", "manifest", "expected"), CEL, ids=[c[0] for c in CEL])
+def test_refused_by_the_api_server(case: str, manifest: dict[str, Any], expected: str,
+                                   kubectl: Kubectl, crds: list[str], namespace: str) -> None:
+    r = kubectl.apply(_in(namespace, manifest), check=False)
+    assert r.returncode != 0, f"{case}: the API server accepted it"
+    assert expected in r.stderr, f"{case}: expected {expected!r} in:\n{r.stderr}"
+
+
+def test_invalid_gets_a_condition_naming_the_field_and_nothing_is_made(
+        kube: Kube, kubectl: Kubectl, storage_operator: OperatorProcess, ns: str) -> None:
+    # The VirtualCluster the cases name (static: no NodePools), no gp2/gp3 classes here.
+    kubectl.apply({"apiVersion": names.API_VERSION, "kind": names.VIRTUALCLUSTER,
+                   "metadata": {"name": VC, "namespace": ns},
+                   "spec": {"provider": "static",
+                            "pools": [{"name": p, "class": "general"} for p in POOLS]}})
+    for case, manifest, _ in INVALID:
+        kubectl.apply(_in(ns, manifest, name=case[:40]))
+    for case, _, expected in INVALID:
+        name = case[:40]
+
+        def invalid_true(n: str = name) -> dict[str, Any] | None:
+            c = condition(get(kube, ns, n), "Invalid")
+            return c if c.get("status") == "True" else None
+
+        invalid = wait_for(f"{case}: Invalid=True", invalid_true, 60)
+        assert expected in invalid["message"], f"{case}: {invalid['message']!r}"
+        obj = get(kube, ns, name)
+        assert obj["status"]["phase"] == "Failed"
+        assert condition(obj, "Ready")["status"] == "False"
+        made = [o["metadata"]["name"] for k in KINDS for o in owned(kube, ns, name, k)]
+        assert made == [], f"{case}: an invalid storage made {made}"
+    pvs = kube.list("v1", "PersistentVolume",
+                    label_selector=f"{names.LABEL_STORAGE_NAMESPACE}={ns}")
+    assert pvs == []
+
+
+def test_cvmfs_squids_hpa_lb_and_clients(kube: Kube, kubectl: Kubectl,
+                                         storage_operator: OperatorProcess, ns: str,
+                                         kwok_pool: str) -> None:
+    kubectl.apply(storage(ns, "software", {
+        "type": "cvmfs",
+        "cvmfs": {"repositories": ["sft.cern.ch", "demo.nightshift.io"],
+                  "client": {"pools": [kwok_pool]},
+                  "squid": {"pool": kwok_pool, "replicas": {"min": 1, "max": 4},
+                            "upstreams": ["http://s1.example.org:8000/cvmfs/@fqrn@"],
+                            "service": {"type": "LoadBalancer"}}}}))
+    obj = wait_ready(kube, storage_operator, ns, "software")
+    st = obj["status"]
+    assert st["clients"] == {"nodes": 1, "mounted": 1}
+    assert st["squid"]["replicas"] == 1
+    assert st["endpoint"] == f"http://software-squid.{ns}.svc.cluster.local:3128"
+    assert names.FINALIZER_SHARED_STORAGE in obj["metadata"]["finalizers"]
+    (svc,) = owned(kube, ns, "software", ("v1", "Service"))
+    assert svc["spec"]["type"] == "LoadBalancer"
+    # No allowedCIDRs: the squids serve the cluster's ranges (NIGHTSHIFT_CLUSTER_CIDRS).
+    assert svc["spec"]["loadBalancerSourceRanges"] == CLUSTER_CIDRS.split(",")
+    (hpa,) = owned(kube, ns, "software", ("autoscaling/v2", "HorizontalPodAutoscaler"))
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
+    (ds,) = owned(kube, ns, "software", ("apps/v1", "DaemonSet"))
+    assert ds["spec"]["template"]["spec"]["containers"][0]["securityContext"]["privileged"]
+    conf = next(c for c in owned(kube, ns, "software", ("v1", "ConfigMap"))
+                if c["metadata"]["name"] == "software-squid")["data"]["squid.conf"]
+    assert "acl nightshift_clients src 10.0.0.0/16 100.64.0.0/16" in conf
+    # A hand edit of the squids is drift: restored.
+    kubectl("-n", ns, "set", "image", "deployment/software-squid", "squid=squid:hand-edited")
+    wait_for("the squid image restored", lambda: owned(kube, ns, "software", (
+        "apps/v1", "Deployment"))[0]["spec"]["template"]["spec"]["containers"][0][
+        "image"] == "nightshift-squid", 30)
+    # min == max: the HPA goes and the Deployment gets the count.
+    kubectl("-n", ns, "patch", "sharedstorage", "software", "--type=merge", "-p",
+            json.dumps({"spec": {"cvmfs": {"squid": {"replicas": {"min": 2, "max": 2}}}}}))
+    wait_for("the HPA pruned", lambda: not owned(
+        kube, ns, "software", ("autoscaling/v2", "HorizontalPodAutoscaler")), 30)
+    assert owned(kube, ns, "software", ("apps/v1", "Deployment"))[0]["spec"]["replicas"] == 2
+    kubectl("-n", ns, "delete", "sharedstorage", "software", "--wait=false")
+    wait_for("the storage deleted", lambda: gone(kube, ns, "software"), 30)
+
+
+def test_gluster_servers_clients_and_volume_job(kube: Kube, kubectl: Kubectl,
+                                                storage_operator: OperatorProcess, ns: str,
+                                                kwok_pool: str) -> None:
+    kubectl.apply(storage(ns, "montage", {
+        "type": "glusterfs",
+        "glusterfs": {"layout": "nufa", "pool": kwok_pool, "servers": 1,
+                      "clients": {"pools": [kwok_pool]}}}))
+    job = wait_for("the volume Job", lambda: owned(kube, ns, "montage", ("batch/v1", "Job")),
+                   READY_TIMEOUT)[0]
+    assert job["spec"]["template"]["spec"]["nodeName"] == f"kwok-{kwok_pool}"
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "volume create montage" in script and "cluster.nufa on" in script
+    (sts,) = owned(kube, ns, "montage", ("apps/v1", "StatefulSet"))
+    assert sts["spec"]["template"]["spec"]["hostNetwork"]
+    # KWOK never runs the Job's pod to completion: the volume is not there yet.
+    wait_for("Ready=False: making the volume", lambda: "making the volume (Job montage-"
+             "gluster-volume)" in condition(get(kube, ns, "montage"), "Ready")["message"], 30)
+    obj = get(kube, ns, "montage")
+    assert obj["status"]["endpoint"] == f"glusterfs://montage-gluster.{ns}.svc.cluster.local/montage"
+
+
+def test_nfs_client_volume_then_deletion(kube: Kube, kubectl: Kubectl,
+                                         storage_operator: OperatorProcess, ns: str,
+                                         kwok_pool: str) -> None:
+    kubectl.apply(storage(ns, "scratch", {
+        "type": "nfs", "reclaimPolicy": "Retain",
+        "nfs": {"server": "colocated", "pool": kwok_pool, "backing": {"localDisk": True},
+                "clients": {"pools": [kwok_pool]}}}))
+    obj = wait_ready(kube, storage_operator, ns, "scratch")
+    svc = kube.get("v1", "Service", "scratch-nfs", ns)
+    assert svc is not None
+    ip = svc["spec"]["clusterIP"]
+    assert obj["status"]["endpoint"] == f"nfs://{ip}:/data"
+    sel = f"{names.LABEL_STORAGE}=scratch,{names.LABEL_STORAGE_NAMESPACE}={ns}"
+    (pv,) = kube.list("v1", "PersistentVolume", label_selector=sel)
+    assert pv["spec"]["nfs"] == {"server": ip, "path": "/data"}
+    assert pv["status"]["phase"] == "Bound"
+    claim = kube.get("v1", "PersistentVolumeClaim", "scratch-nfs-client", ns)
+    assert claim is not None and claim["status"]["phase"] == "Bound"
+    kubectl("-n", ns, "delete", "sharedstorage", "scratch", "--wait=false")
+    wait_for("the storage deleted", lambda: gone(kube, ns, "scratch"), 30)
+    wait_for("its PersistentVolume deleted", lambda: not kube.list(
+        "v1", "PersistentVolume", label_selector=sel), 60)
+
+
+def _secret(ns: str, gw: VersityGW) -> dict[str, Any]:
+    def b64(s: str) -> str:
+        return base64.b64encode(s.encode()).decode()
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-keys",
+                                                                "namespace": ns},
+            "data": {"AWS_ACCESS_KEY_ID": b64(gw.access_key),
+                     "AWS_SECRET_ACCESS_KEY": b64(gw.secret_key)}}
+
+
+def test_s3_storage_used_by_runs_against_versitygw(
+        kube: Kube, kubectl: Kubectl, storage_operator: OperatorProcess, ns: str,
+        kwok_pool: str, s3server: VersityGW, tmp_path: Path) -> None:
+    gw = s3server
+    gw.client().create_bucket(Bucket="snfactory")
+    for n in range(1, 4):
+        gw.client().put_object(Bucket="snfactory", Key=f"nights/raw/night-{n}/a.fits",
+                               Body=b"x")
+    kubectl.apply(_secret(ns, gw))
+    stage = {"name": "calib", "pool": kwok_pool, "image": "busybox:1.36",
+             "forEach": {"fromS3": {"storage": "raw", "prefix": "raw/", "suffix": ".fits"}},
+             "steps": [{"name": "main", "command": ["true"]}],
+             "inputs": [{"storage": "raw", "path": "raw/{item}"}],
+             "resources": {"requests": {"cpu": "100m"}}, "podAnnotations": dict(KWOK_FAST)}
+    storage_entry = [{"name": "raw", "sharedStorage": "raw-s3"}]
+    # The run first: it waits for its storage, naming the field.
+    kubectl.apply(pipelinerun("first", ns, [stage], storage=storage_entry))
+    waiting = wait_for("the run waiting for its storage", lambda: (
+        c := condition(kube.get(names.API_VERSION, names.PIPELINERUN, "first", ns) or {},
+                       "Progressing")).get("reason") == "WaitingForStorage" and c, 30)
+    assert waiting["message"].startswith("spec.storage[0].sharedStorage: no SharedStorage "
+                                         "'raw-s3'")
+    assert not kube.list("batch/v1", "Job", ns)
+    kubectl.apply(storage(ns, "raw-s3", {
+        "type": "s3", "s3": {"bucket": "snfactory", "prefix": "nights/", "endpoint": gw.endpoint,
+                             "region": "us-east-1", "credentialsSecret": "s3-keys",
+                             "cache": {"size": "3Gi"}}}))
+    wait_ready(kube, storage_operator, ns, "raw-s3", 60)
+    # KWOK does not run the runner's init containers and sidecar to completion: what
+    # is checked here is what the operator did with the storage, not the pods.
+    run = wait_phase(kube, ns, "first", {"Running", "Succeeded"}, 120)
+    assert run["status"]["total"] == 3, "items listed from versitygw through the storage"
+    (job,) = kube.list("batch/v1", "Job", ns)
+    pod = job["spec"]["template"]["spec"]
+    stage_in = next(c for c in pod["initContainers"] if c["name"] == "nightshift-stage-in")
+    cfg = json.loads(next(e["value"] for e in stage_in["env"]
+                          if e["name"] == names.ENV_RUNNER_CONFIG))
+    raw = cfg["storages"]["raw"]
+    assert (raw["kind"], raw["bucket"], raw["prefix"], raw["endpoint"]) == (
+        "s3", "snfactory", "nights/", gw.endpoint)
+    assert cfg["cacheMaxBytes"] == 3 * 2**30
+    secret_refs = {e["valueFrom"]["secretKeyRef"]["name"] for e in stage_in["env"]
+                   if "valueFrom" in e and "secretKeyRef" in e["valueFrom"]}
+    assert secret_refs == {"s3-keys"}
+    # A run that has not ended keeps the storage from being deleted.
+    kubectl("-n", ns, "delete", "sharedstorage", "raw-s3", "--wait=false")
+    in_use = wait_for("Deleting=True InUse", lambda: (
+        c := condition(get(kube, ns, "raw-s3"), "Deleting")).get("reason") == "InUse" and c, 30)
+    assert "PipelineRun(s) first use this SharedStorage" in in_use["message"]
+    assert get(kube, ns, "raw-s3")["status"]["phase"] == "Deleting"
+    kubectl("-n", ns, "patch", "pipelinerun", "first", "--type=merge", "-p",
+            '{"spec": {"cancel": true}}')
+    wait_phase(kube, ns, "first", {"Cancelled"}, 60)
+    wait_for("the storage deleted once the run ended", lambda: gone(kube, ns, "raw-s3"), 60)
