@@ -8,13 +8,18 @@ FROM ${BASE}
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Dependencies first, from pyproject.toml alone, so a source change reuses this layer.
-COPY operator/pyproject.toml /src/operator/pyproject.toml
-RUN python3 -c 'import tomllib; d = tomllib.load(open("/src/operator/pyproject.toml", "rb")); print("\n".join(d["project"]["dependencies"]))' > /tmp/requirements.txt \
-    && pip install -r /tmp/requirements.txt && rm /tmp/requirements.txt
+# Dependencies first, from the lock alone, so a source change reuses this layer: exact
+# versions, wheels only, each file checked against its sha256 (hack/lock-images.sh
+# writes the lock from pyproject.toml's dependencies and build requirements).
+COPY images/operator/requirements.txt /tmp/requirements.txt
+RUN pip install --require-hashes --only-binary=:all: -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
 
+# The build backend came from the lock: no isolated build fetching setuptools unpinned.
+COPY operator/pyproject.toml /src/operator/pyproject.toml
 COPY operator/src /src/operator/src
-RUN pip install --no-deps /src/operator && rm -rf /src && nightshift --help > /dev/null
+RUN pip install --no-deps --no-build-isolation /src/operator && rm -rf /src \
+    && nightshift --help > /dev/null
 
 USER 65532:65532
 ENTRYPOINT ["nightshift", "operator"]
