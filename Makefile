@@ -29,10 +29,12 @@ venv: deps $(VENV)/.installed ## virtualenv with the operator and test bed (edit
 upstream: venv ## build etcd, Kubernetes, KWOK, Karpenter, versitygw; fetch kubectl and helm
 	$(VENV)/bin/nightshift-localcluster build
 
-lint: venv ## ruff, mypy --strict (package, test bed, tests, bench) and the layer contracts
+lint: venv ## ruff (with security rules), mypy --strict, the layer contracts, shellcheck, hadolint
 	$(VENV)/bin/ruff check operator localcluster tests bench
 	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src/nightshift localcluster/src/nightshift_localcluster tests bench
 	$(VENV)/bin/lint-imports --no-logo
+	shellcheck $$(git ls-files '*.sh' .ci/run)
+	$(VENV)/bin/hadolint Dockerfile images/*/Dockerfile
 
 unit: venv ## unit and golden tests (no cluster)
 	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)

@@ -5,7 +5,7 @@
 # module proxy, GOTOOLCHAIN=auto). Idempotent: a warm machine installs nothing.
 set -euo pipefail
 need=()
-for pkg in openssl git ca-certificates python3-venv python3-pip; do
+for pkg in openssl git ca-certificates python3-venv python3-pip shellcheck; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -19,7 +19,7 @@
 # tests do) instead of installing the chart: for clusters without the operator image.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 # shellcheck source=versions.env
 . hack/versions.env
 venv=${VENV:-.venv}
@@ -43,6 +43,7 @@ k() { "$KUBECTL" "$@"; }
 k version >/dev/null 2>&1 || die "the cluster at $KUBECONFIG does not answer"
 work=$(mktemp -d)
 
+# shellcheck disable=SC2317  # reached through the EXIT trap below
 cleanup() {
   [ -n "${E2E_KEEP:-}" ] && { echo "e2e: kept (E2E_KEEP): release $RELEASE, namespaces $OPNS $RUNS"; return; }
   [ -n "$op_pid" ] && kill "$op_pid" 2>/dev/null

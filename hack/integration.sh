@@ -7,7 +7,7 @@
 # pytest's exit code is the script's: 5 (no tests collected) fails make and CI.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+cd "$root" || exit 1
 venv=${VENV:-.venv}
 lc="$venv/bin/nightshift-localcluster"
 

@@ -219,7 +219,9 @@ node_image() {
   base
   start_dockerd
   docker image inspect "$NODE_IMAGE" >/dev/null 2>&1 && { echo "$NODE_IMAGE"; return; }
-  local pause; pause=$(ls -t "$CACHE"/images/pause-*.tar 2>/dev/null | head -n1)
+  local pause
+  # shellcheck disable=SC2012  # our own pause-<tag>.tar names; ls -t gives the newest
+  pause=$(ls -t "$CACHE"/images/pause-*.tar 2>/dev/null | head -n1)
   [ -n "$pause" ] || die "no pause image in $CACHE/images: start the local cluster once (make cluster-up)"
   step "docker import $BASE_IMAGE"
   docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 || docker import \
