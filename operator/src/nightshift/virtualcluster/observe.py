@@ -199,17 +199,6 @@ def pod_cpu(spec: Mapping[str, Any]) -> float:
     return max(running, first + sidecars)
 
 
-def not_ready(objs: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Karpenter's own Ready=False messages on our NodePools and node classes."""
-    out = []
-    for obj in objs:
-        for c in (obj.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "Ready" and c.get("status") == "False":
-                out.append(f"{obj['kind']} {obj['metadata']['name']} is not ready "
-                           f"({c.get('reason', '')}: {c.get('message', '')})")
-    return out
-
-
 def running_runs(kube: Kube, namespace: str, vc: str) -> list[str]:
     """PipelineRuns of the namespace that use this VirtualCluster and have not ended."""
     out = []
