@@ -27,7 +27,7 @@ from nightshift.sharedstorage import squid
 from nightshift.sharedstorage.objects import COMPONENT_GLUSTER_SERVER, COMPONENT_SQUID, Platform
 from nightshift.sharedstorage.plan import CLUSTER_KINDS, NAMESPACED_KINDS, Observed, server_pod
 from nightshift.sharedstorage.spec import SharedStorageSpec
-from nightshift.sharedstorage.status import SquidSample, parse_squid_5min
+from nightshift.sharedstorage.status import SquidSample, parse_squid_5min, sample_seconds
 from nightshift.sharedstorage.validate import ClusterFacts
 from nightshift.virtualcluster.observe import CrdCache
 from nightshift.virtualcluster.provider import CRD_EC2NODECLASS
@@ -76,8 +76,13 @@ class SquidSampler:
             left = deadline - self.clock()
             if not ip or not _ready(pod) or left <= 0:
                 continue
+            base = f"http://{ip}:{squid.PORT}"
             try:
-                text = self.fetch(f"http://{ip}:{squid.PORT}{squid.STATS_PATH}", min(left, 2.0))
+                text = self.fetch(base + squid.STATS_PATH, min(left, 2.0))
+                if not sample_seconds(text) and deadline - self.clock() > 0:
+                    # Younger than 5 minutes: the 60-minute page spans what there is.
+                    text = self.fetch(base + squid.STATS_PATH_YOUNG,
+                                      min(deadline - self.clock(), 2.0))
                 out.append(parse_squid_5min(text))
             except (OSError, ValueError):
                 continue  # optional figures: a squid starting or refusing is left out

@@ -43,8 +43,11 @@ BASE_MIB = 128
 DISK_SHARE = 0.9
 MAX_OBJECT = "1 GB"
 STATS_ACL = "nightshift_stats"
-# The cache manager page the status reads (status.parse_squid_5min).
+# The cache manager pages the status reads (status.parse_squid_5min): the 5-minute
+# averages, and the 60-minute ones while a squid is younger than its first 5 minutes
+# (its 5-minute window is empty until then; the 60-minute one spans what there is).
 STATS_PATH = "/squid-internal-mgr/5min"
+STATS_PATH_YOUNG = "/squid-internal-mgr/60min"
 # A removed squid takes its cache with it: scale down one pod at a time, slowly.
 SCALE_DOWN_WINDOW_S = 600
 
@@ -131,8 +134,8 @@ def squid_conf(st: Storage, allowed_cidrs: Sequence[str]) -> str:
         f"acl stratum1_ports port {' '.join(str(p) for p in ports)}",
         "acl cvmfs_methods method GET HEAD",
         "# The cache manager: everything from the pod itself; from the cluster's ranges",
-        "# only the 5-minute averages the operator reads for the status (hit ratio, rate).",
-        f"acl {STATS_ACL} urlpath_regex ^/squid-internal-mgr/5min$",
+        "# only the averages the operator reads for the status (hit ratio, request rate).",
+        f"acl {STATS_ACL} urlpath_regex ^/squid-internal-mgr/(5min|60min)$",
         "http_access allow localhost manager",
         f"http_access allow manager {STATS_ACL} nightshift_clients",
         "http_access deny manager",

@@ -34,6 +34,15 @@ def parse_squid_5min(text: str) -> SquidSample:
     return SquidSample(found["client_http.requests"], found.get("client_http.hits", 0.0))
 
 
+_SAMPLE = re.compile(r"^\s*sample_(start|end)_time\s*=\s*([0-9.]+)", re.M)
+
+
+def sample_seconds(text: str) -> float:
+    """How many seconds a squid averages page spans (0 before its first samples)."""
+    found = {m.group(1): float(m.group(2)) for m in _SAMPLE.finditer(text)}
+    return max(0.0, found.get("end", 0.0) - found.get("start", 0.0))
+
+
 def daemonset_counts(ds: Mapping[str, Any] | None) -> tuple[int, int]:
     """(nodes that should run the client, nodes whose client is ready)."""
     st = (ds or {}).get("status") or {}
