@@ -283,3 +283,17 @@ def test_time_comes_only_from_observed() -> None:
     assert a == b
     stamps = {c["lastTransitionTime"] for c in (a.status or {})["conditions"]}
     assert stamps == {"2026-11-23T12:00:00Z"}
+
+
+def test_images_come_from_the_operators_registry_and_tag() -> None:
+    p = plan(replace(observed(storage("gluster-nufa"), server_pods=ready_pods("montage", 4)),
+                     image_registry="123456789012.dkr.ecr.eu-west-1.amazonaws.com/",
+                     image_tag="1.2.3"))
+    images = {c["image"] for m in p.apply
+              for c in (m.get("spec", {}).get("template", {}).get("spec", {})
+                        .get("containers", []))}
+    assert images == {"123456789012.dkr.ecr.eu-west-1.amazonaws.com/nightshift-gluster:1.2.3"}
+    local = plan(replace(observed(storage("cvmfs-local")), image_tag="dev"))
+    assert {c["image"] for m in local.apply
+            for c in m.get("spec", {}).get("template", {}).get("spec", {}).get(
+                "containers", [])} == {"nightshift-squid:dev", "nightshift-cvmfs-client:dev"}

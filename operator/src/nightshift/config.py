@@ -12,6 +12,8 @@ ENV_S3_ENDPOINTS = "NIGHTSHIFT_S3_ENDPOINTS"
 ENV_RUNNER_IMAGES = "NIGHTSHIFT_RUNNER_IMAGES"
 ENV_S3_OPERATOR_IDENTITY = "NIGHTSHIFT_S3_OPERATOR_IDENTITY"
 ENV_CLUSTER_CIDRS = "NIGHTSHIFT_CLUSTER_CIDRS"
+ENV_STORAGE_IMAGE_REGISTRY = "NIGHTSHIFT_STORAGE_IMAGE_REGISTRY"
+ENV_STORAGE_IMAGE_TAG = "NIGHTSHIFT_STORAGE_IMAGE_TAG"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _HOST = re.compile(r"^(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?|\[[0-9a-f:.]+\])$")
 _PORT = re.compile(r"^[0-9]{1,5}$")
@@ -142,6 +144,11 @@ class OperatorConfig:
     # SharedStorage's squids serve them when allowedCIDRs is empty, and allowedCIDRs
     # may not be wider. Empty: allowedCIDRs must be given, within private ranges.
     cluster_cidrs: tuple[str, ...] = ()
+    # Where a SharedStorage's images (nightshift-squid, -nfs-ganesha, -gluster,
+    # -cvmfs-client) come from: "<registry>/nightshift-squid:<tag>"; empty registry: the
+    # node's own images (the local cluster), empty tag: as rendered (untagged).
+    storage_image_registry: str = ""
+    storage_image_tag: str = ""
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -159,4 +166,6 @@ class OperatorConfig:
             s3_operator_identity=_flag(ENV_S3_OPERATOR_IDENTITY,
                                        os.environ.get(ENV_S3_OPERATOR_IDENTITY, "")),
             cluster_cidrs=_cidrs(os.environ.get(ENV_CLUSTER_CIDRS, "")),
+            storage_image_registry=os.environ.get(ENV_STORAGE_IMAGE_REGISTRY, "").strip(),
+            storage_image_tag=os.environ.get(ENV_STORAGE_IMAGE_TAG, "").strip(),
         )

@@ -151,5 +151,24 @@ def config_hash(*texts: str) -> str:
 
 
 
+# The renderers name their images bare (images/<name> builds nightshift-<name>).
+IMAGE_PREFIX = "nightshift-"
+
+
+def with_images(objs: Iterable[dict[str, Any]], registry: str, tag: str) -> list[dict[str, Any]]:
+    """`objs` with each bare nightshift-* container image as `registry/name:tag` (the
+    operator's NIGHTSHIFT_STORAGE_IMAGE_*); unchanged when both are empty."""
+    out = []
+    for obj in objs:
+        pod = (((obj.get("spec") or {}).get("template") or {}).get("spec") or {})
+        for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            image = str(c.get("image", ""))
+            if image.startswith(IMAGE_PREFIX) and ":" not in image:
+                ref = f"{registry.rstrip('/')}/{image}" if registry else image
+                c["image"] = f"{ref}:{tag}" if tag else ref
+        out.append(obj)
+    return out
+
+
 def mebibytes(quantity_bytes: float) -> int:
     return int(quantity_bytes // 2**20)

@@ -102,6 +102,8 @@ class Sources:
     # The cluster's pod and node ranges, when the operator is told them: the squids'
     # default clients and the bound on allowedCIDRs (validate).
     cluster_cidrs: tuple[str, ...] = ()
+    image_registry: str = ""
+    image_tag: str = ""
 
 
 def observe(kube: Kube, sources: Sources, namespace: str, name: str,
@@ -133,7 +135,8 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         storage=obj, facts=facts(kube, namespace, spec, sources.cluster_cidrs),
         platform=platform, owned=owned(kube, namespace, name, spec.type),
         server_pods=servers, squid=samples,
-        running_runs=running_runs(kube, namespace, name) if deleting else (), now=now)
+        running_runs=running_runs(kube, namespace, name) if deleting else (), now=now,
+        image_registry=sources.image_registry, image_tag=sources.image_tag)
 
 
 def facts(kube: Kube, namespace: str, spec: SharedStorageSpec,

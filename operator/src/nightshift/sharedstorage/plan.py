@@ -39,7 +39,7 @@ from nightshift.api.events import Event, condition_events
 from nightshift.api.fieldpath import field_path
 from nightshift.sharedstorage import gluster, glustervolume, nfs, render
 from nightshift.sharedstorage import status as ssstatus
-from nightshift.sharedstorage.objects import Platform, Storage
+from nightshift.sharedstorage.objects import Platform, Storage, with_images
 from nightshift.sharedstorage.spec import SharedStorageSpec
 from nightshift.sharedstorage.validate import ClusterFacts, effective_squid_cidrs, validate
 
@@ -86,6 +86,9 @@ class Observed:
     # What applying this plan's writes met, each a sentence naming the object: the
     # reconciler plans once more with them to write the status.
     errors: Sequence[str] = ()
+    # Where the workloads' images come from (objects.with_images).
+    image_registry: str = ""
+    image_tag: str = ""
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,7 @@ def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
         rendered = render.render_storage(o.storage, platform=o.platform,
                                          squid_cidrs=effective_squid_cidrs(spec, o.facts))
         rendered += _observed_dependents(st, present, o.server_pods)
+        rendered = with_images(rendered, o.image_registry, o.image_tag)
         wanted = {_key(m) for m in rendered}
         if spec.type == "glusterfs":
             # Made once (immutable template); its success is the volume's record.

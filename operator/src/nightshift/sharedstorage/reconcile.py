@@ -35,7 +35,9 @@ class Context:
 
     @classmethod
     def from_config(cls, kube: Kube, config: OperatorConfig) -> Context:
-        return cls(kube, Sources(cluster_cidrs=config.cluster_cidrs))
+        return cls(kube, Sources(cluster_cidrs=config.cluster_cidrs,
+                                 image_registry=config.storage_image_registry,
+                                 image_tag=config.storage_image_tag))
 
 
 def reconcile(ctx: Context, namespace: str, name: str, state: LoopState) -> Outcome:
