@@ -1,0 +1,290 @@
+"""SharedStorage daemons for real, on the local cluster's real node (containerd +
+kubelet), from the objects the renderers make, placed on the real node (which is not a
+Nightshift pool: its own label and taint) and with the images `make images` loads:
+
+- squid: the rendered squid.conf, Deployment and Service; a repository-shaped tree
+  (CVMFS-like: a manifest, many small content-addressed objects, a few 10 MB ones)
+  served by an HTTP origin on the host stands in for a stratum-1; a client pod fetches
+  everything twice through the Service; the origin sees each object once; the
+  operator's sampler reads the squid's cache manager.
+- glusterfs: glusterd in the rendered StatefulSet (host network), the volume made by
+  the rendered Job through the server's socket, the rendered client DaemonSet's FUSE
+  mount (Bidirectional), and a pod writing and reading through it (HostToContainer),
+  for a distribute and a nufa volume (one at a time: one glusterd per node).
+
+Skipped without the real node or its images (`make images`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import socketserver
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.error import HTTPError
+
+import pytest
+
+from nightshift.api import names
+from nightshift.sharedstorage import gluster, glustervolume, squid
+from nightshift.sharedstorage.objects import Storage, with_images
+from nightshift.sharedstorage.observe import SquidSampler, http_get
+from nightshift.sharedstorage.plan import server_pod
+from nightshift_localcluster.nodeconfig import NODE_NAME
+from tests.clusterutil import Kubectl, wait_for
+from tests.integration.test_real_node import gateway, on_real_node, real_node, wait_job
+
+__all__ = ["gateway", "real_node"]
+
+TAG = "dev"
+RUNNER = "nightshift-runner:dev"
+REPO = "demo.nightshift.io"
+
+
+def need_image(node: dict[str, Any], image: str) -> None:
+    have = {n for img in node["status"].get("images") or [] for n in img.get("names") or []}
+    if f"docker.io/library/{image}" not in have:
+        pytest.skip(f"{image} is not in the real node's containerd: run `make images`")
+
+
+def place(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """On the real node, with the :dev images, and with no owner (no SharedStorage
+    object exists here: the garbage collector would delete them)."""
+    out = []
+    for obj in with_images(copy.deepcopy(objs), "", TAG):
+        obj["metadata"].pop("ownerReferences", None)
+        pod = (obj.get("spec") or {}).get("template", {}).get("spec")
+        if pod is not None:
+            pod.pop("affinity", None)
+            pod.pop("topologySpreadConstraints", None)
+            on_real_node(pod)
+        out.append(obj)
+    return out
+
+
+# -- the origin: a repository-shaped tree over HTTP --------------------------------------
+
+class Origin:
+    """A stratum-1 stand-in on the host: files under /cvmfs/<repo>/, each GET counted."""
+
+    def __init__(self, host: str, root: Path) -> None:
+        self.root = root
+        self.hits: dict[str, int] = {}
+        lock = threading.Lock()
+        origin = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a: Any, **kw: Any) -> None:
+                super().__init__(*a, directory=str(root), **kw)
+
+            def do_GET(self) -> None:
+                with lock:
+                    origin.hits[self.path] = origin.hits.get(self.path, 0) + 1
+                super().do_GET()
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.server = Server((host, 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+
+
+def make_tree(root: Path, small: int, large: int) -> dict[str, str]:
+    """A manifest, `small` 1-4 KB and `large` 10 MB content-addressed objects: the
+    paths (under /cvmfs/REPO) and their sha256."""
+    repo = root / "cvmfs" / REPO
+    (repo / "data").mkdir(parents=True)
+    out = {}
+    (repo / ".cvmfspublished").write_bytes(b"C" + os.urandom(20).hex().encode() + b"\n")
+    out["/.cvmfspublished"] = hashlib.sha256((repo / ".cvmfspublished").read_bytes()).hexdigest()
+    for i in range(small + large):
+        body = os.urandom(10 * 2**20 if i >= small else 1024 + (i * 37) % 3072)
+        # CVMFS names its objects by SHA-1 of their content.
+        digest = hashlib.sha1(body, usedforsecurity=False).hexdigest()
+        path = repo / "data" / digest[:2] / digest[2:]
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(body)
+        out[f"/data/{digest[:2]}/{digest[2:]}"] = hashlib.sha256(body).hexdigest()
+    return out
+
+
+@pytest.fixture
+def origin(gateway: str) -> Iterator[tuple[Origin, dict[str, str]]]:
+    with tempfile.TemporaryDirectory(prefix="nightshift-origin-") as d:
+        tree = make_tree(Path(d), small=300, large=6)
+        o = Origin(gateway, Path(d))
+        try:
+            yield o, tree
+        finally:
+            o.stop()
+
+
+CLIENT = """
+import concurrent.futures as cf, hashlib, json, os, time, urllib.request
+proxy, base = os.environ["PROXY"], os.environ["BASE"]
+tree = json.loads(os.environ["TREE"])
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+def get(path):
+    t = time.monotonic()
+    try:
+        with opener.open(base + path, timeout=60) as r:
+            body = r.read()
+        ok = hashlib.sha256(body).hexdigest() == tree[path]
+        return ok, len(body), time.monotonic() - t
+    except Exception:
+        return False, 0, time.monotonic() - t
+out = []
+for rnd in (1, 2):
+    t = time.monotonic()
+    with cf.ThreadPoolExecutor(16) as ex:
+        res = list(ex.map(get, list(tree)))
+    wall = time.monotonic() - t
+    lat = sorted(r[2] for r in res)
+    out.append({"round": rnd, "requests": len(res), "errors": sum(not r[0] for r in res),
+                "bytes": sum(r[1] for r in res), "seconds": round(wall, 3),
+                "p50_ms": round(lat[len(lat) // 2] * 1000, 1),
+                "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 1)})
+print(json.dumps(out))
+"""
+
+
+def test_real_squid_serves_the_tree_through_its_service(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str, gateway: str,
+        origin: tuple[Origin, dict[str, str]]) -> None:
+    need_image(real_node, f"{squid.IMAGE}:{TAG}")
+    o, tree = origin
+    upstream = f"http://{gateway}:{o.port}/cvmfs/@fqrn@"
+    st = Storage.of({"metadata": {"name": "sw", "namespace": namespace, "uid": "u"},
+                     "spec": {"type": "cvmfs", "cvmfs": {
+                         "repositories": [REPO], "client": {"pools": ["none"]},
+                         "squid": {"upstreams": [upstream], "memoryCache": "256Mi",
+                                   "diskCache": "2Gi", "cpu": "250m"}}}})
+    # The pods' and the host's addresses on the real node's bridge.
+    objs = place(squid.render_squid(st, platform="local", allowed_cidrs=["10.244.0.0/16"]))
+    for obj in objs:
+        kubectl.apply(obj)
+    kubectl("-n", namespace, "rollout", "status", "deployment/sw-squid", "--timeout=180s")
+    base = upstream.replace("@fqrn@", REPO)
+    client = {"apiVersion": "batch/v1", "kind": "Job",
+              "metadata": {"name": "client", "namespace": namespace},
+              "spec": {"backoffLimit": 0, "template": {"spec": on_real_node({
+                  "restartPolicy": "Never", "containers": [{
+                      "name": "main", "image": RUNNER, "command": ["python3", "-c", CLIENT],
+                      "env": [{"name": "PROXY", "value": squid.proxy_url(st)},
+                              {"name": "BASE", "value": base},
+                              {"name": "TREE", "value": json.dumps(tree)}]}]})}}}
+    kubectl.apply(client)
+    wait_job(kubectl, "client", namespace, timeout=300)
+    rounds = json.loads(kubectl("logs", "job/client", "-n", namespace).stdout)
+    print("squid rounds:", json.dumps(rounds))
+    assert [r["errors"] for r in rounds] == [0, 0]
+    assert all(r["requests"] == len(tree) for r in rounds)
+    # Every object came from the origin once: round 2 was served from the cache.
+    fetched = {p.removeprefix(f"/cvmfs/{REPO}"): n for p, n in o.hits.items()}
+    data = {p: n for p, n in fetched.items() if p.startswith("/data/")}
+    assert len(data) == len(tree) - 1 and set(data.values()) == {1}, fetched
+    # The operator's sampler reads the squid's cache manager from the host (the
+    # cluster's ranges); a young squid answers from its 60-minute page.
+    pods = json.loads(kubectl("get", "pods", "-n", namespace, "-l",
+                              f"{names.LABEL_COMPONENT}=squid", "-o", "json").stdout)["items"]
+    samples = SquidSampler().samples(namespace, "sw", pods)
+    print("squid samples:", samples)
+    assert len(samples) == 1 and samples[0].requests_per_second > 0
+    assert 0.3 < samples[0].hits_per_second / samples[0].requests_per_second <= 1.0
+    # Only the figures' pages: the rest of the cache manager is refused from here.
+    ip = pods[0]["status"]["podIP"]
+    with pytest.raises(HTTPError) as refused:
+        http_get(f"http://{ip}:{squid.PORT}/squid-internal-mgr/info", 2.0)
+    assert refused.value.code == 403
+
+
+# -- glusterfs ---------------------------------------------------------------------------
+
+WRITE_READ = """
+set -e
+d=/data/$(hostname)
+mkdir -p $d
+for i in $(seq 1 200); do head -c 4096 /dev/urandom > $d/f$i; done
+sha256sum $d/* > /tmp/sums
+sync
+sha256sum -c /tmp/sums >/dev/null
+echo "files=$(ls $d | wc -l) bytes=$(du -sb $d | cut -f1)"
+"""
+
+
+@pytest.mark.parametrize("layout", ["distribute", "nufa"])
+def test_real_glusterd_volume_fuse_mount_and_pod_io(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str, layout: str) -> None:
+    need_image(real_node, f"{gluster.IMAGE}:{TAG}")
+    name = f"g{layout[:4]}{uuid.uuid4().hex[:4]}"
+    # The real node is this host: a host directory for the bricks, removed after.
+    brick_root = tempfile.mkdtemp(prefix="nightshift-gluster-test-")
+    obj = {"metadata": {"name": name, "namespace": namespace, "uid": "u"},
+           "spec": {"type": "glusterfs", "glusterfs": {
+               "layout": layout, "pool": "real", "servers": 1, "bricksPerNode": 2,
+               "brickPath": brick_root, "clients": {"pools": ["real"]}}}}
+    st = Storage.of(obj)
+    objs = place(gluster.render_gluster(st))
+    for o in objs:
+        kubectl.apply(o)
+    kubectl("-n", namespace, "rollout", "status", f"statefulset/{name}-gluster",
+            "--timeout=180s")
+    pod = json.loads(kubectl("get", "pod", f"{name}-gluster-0", "-n", namespace, "-o",
+                             "json").stdout)
+    job = glustervolume.volume_job(st, [server_pod(pod)])
+    assert job is not None and job["spec"]["template"]["spec"]["nodeName"] == NODE_NAME
+    (job,) = place([job])
+    kubectl.apply(job)
+    wait_job(kubectl, f"{name}-gluster-volume", namespace, timeout=180)
+    info = kubectl("logs", f"job/{name}-gluster-volume", "-n", namespace).stdout
+    print(info)
+    assert "Status: Started" in info and "Number of Bricks: 2" in info
+    if layout == "nufa":
+        assert "cluster.nufa: on" in info
+    kubectl("-n", namespace, "rollout", "status", f"daemonset/{name}-gluster-client",
+            "--timeout=180s")
+    volume, mount = gluster.pod_volume(st, "/data")
+    writer = {"apiVersion": "batch/v1", "kind": "Job",
+              "metadata": {"name": "io", "namespace": namespace},
+              "spec": {"backoffLimit": 0, "template": {"spec": on_real_node({
+                  "restartPolicy": "Never", "volumes": [volume], "containers": [{
+                      "name": "main", "image": RUNNER, "command": ["sh", "-c", WRITE_READ],
+                      "volumeMounts": [mount]}]})}}}
+    kubectl.apply(writer)
+    wait_job(kubectl, "io", namespace, timeout=180)
+    out = kubectl("logs", "job/io", "-n", namespace).stdout
+    print(layout, out)
+    assert "files=200" in out
+    # The files are on the bricks (host directories), spread over both.
+    bricks = [Path(brick_root) / f"{namespace}-{name}" / f"brick{b}" for b in (0, 1)]
+    counts = [sum(1 for p in b.rglob("f*") if p.is_file()) for b in bricks]
+    print(layout, "files per brick", counts)
+    assert sum(counts) == 200
+    if layout == "distribute":
+        assert min(counts) > 0, "distribute hashes files over both bricks"
+    for kind, obj_name in (("job", "io"), ("daemonset", f"{name}-gluster-client"),
+                           ("statefulset", f"{name}-gluster"),
+                           ("job", f"{name}-gluster-volume")):
+        kubectl("-n", namespace, "delete", kind, obj_name, "--wait=true", "--timeout=120s",
+                check=False)
+    wait_for("the server pod gone", lambda: kubectl(
+        "get", "pod", f"{name}-gluster-0", "-n", namespace, check=False).returncode != 0, 120)
+    shutil.rmtree(brick_root, ignore_errors=True)
+
