@@ -272,13 +272,21 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
     out = kubectl("logs", "job/io", "-n", namespace).stdout
     print(layout, out)
     assert "files=200" in out
-    # The files are on the bricks (host directories), spread over both.
+    # The files are on the bricks (host directories): data files, and DHT's zero-size
+    # pointers where a file's hash names another brick than the one holding it.
     bricks = [Path(brick_root) / f"{namespace}-{name}" / f"brick{b}" for b in (0, 1)]
-    counts = [sum(1 for p in b.rglob("f*") if p.is_file()) for b in bricks]
-    print(layout, "files per brick", counts)
-    assert sum(counts) == 200
+    files = [[p for d in b.iterdir() if d.is_dir() and d.name != ".glusterfs"
+              for p in d.glob("f*")] for b in bricks]
+    data = [sum(1 for p in fs if p.stat().st_size > 0) for fs in files]
+    pointers = [sum(1 for p in fs if p.stat().st_size == 0) for fs in files]
+    print(layout, "data files per brick", data, "pointers", pointers)
+    assert sum(data) == 200
     if layout == "distribute":
-        assert min(counts) > 0, "distribute hashes files over both bricks"
+        assert min(data) > 0 and pointers == [0, 0], "hashed over both bricks"
+    else:
+        # NUFA: every new file on the writer's first local brick; on one node with two
+        # bricks that is brick0, with pointers on brick1 for names hashed there.
+        assert data == [200, 0] and pointers[1] > 0
     for kind, obj_name in (("job", "io"), ("daemonset", f"{name}-gluster-client"),
                            ("statefulset", f"{name}-gluster"),
                            ("job", f"{name}-gluster-volume")):
