@@ -74,7 +74,9 @@ NFSV4 {{
     # Workflow files are written once and never locked: skip the 90 s grace period a
     # restarted server would otherwise hold every client in.
     Graceless = true;
-    Minor_Versions = 1, 2;
+    # 4.0 too: user-space clients (libnfs 4.0, nfs-ls/nfs-cp) speak only 4.0; the
+    # kernel clients mount 4.1 (the PersistentVolume's mountOptions).
+    Minor_Versions = 0, 1, 2;
 }}
 EXPORT {{
     Export_Id = 1;
