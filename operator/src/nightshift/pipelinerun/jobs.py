@@ -18,6 +18,9 @@ from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 # Alias of api/names.py for callers that still spell it here (plan.py, tests).
 DISRUPTION_TARGET = "DisruptionTarget"
+# The labels a stage's pods carry: what selects them (virtualcluster.observe lists
+# pending pods by run; people select a run's, stage's or attempt's pods).
+POD_LABELS = (names.LABEL_RUN, names.LABEL_STAGE, names.LABEL_ATTEMPT)
 # Job API limit on completions-with-backoffLimitPerIndex before stricter rules apply.
 HIGH_COMPLETIONS = 100_000
 HIGH_COMPLETIONS_PARALLELISM = 10_000
@@ -62,6 +65,10 @@ def render_job(
     """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes)."""
     name = job_name(run.name, stage.name, attempt)
     labels = {**run.labels(stage.name, "stage"), names.LABEL_ATTEMPT: str(attempt)}
+    # Pods carry only the labels that select them; the app.kubernetes.io/* set stays on
+    # the Job, which each pod names (job-name). A pod's bytes are paid again on each of
+    # its API writes, by the API server and every watcher (docs/performance.md).
+    pod_labels = {k: v for k, v in labels.items() if k in POD_LABELS}
     tolerate = stage.tolerate_failed_items
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
@@ -74,7 +81,7 @@ def render_job(
         "podReplacementPolicy": "Failed",
         "suspend": suspend,
         # No ttlSecondsAfterFinished: the run's status is recomputed from its Jobs.
-        "template": _pod_template(run, spec, stage, attempt, labels,
+        "template": _pod_template(run, spec, stage, attempt, pod_labels,
                                   [*item_configmaps, *indexes_configmaps], runner_image),
     }
     if tolerate is not None:
