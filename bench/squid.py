@@ -140,8 +140,8 @@ def run(kubectl: Kubectl, ns: str, gateway: str, origin: Origin, tree: dict[str,
                                     {"name": "THREADS", "value": str(args.threads)},
                                     {"name": "ROUNDS", "value": str(args.rounds)}]}]})}}}
     def finished() -> bool:
-        st = json.loads(kubectl("-n", ns, "get", "job", "clients", "-o", "json").stdout
-                        ).get("status", {})
+        st: dict[str, Any] = json.loads(kubectl("-n", ns, "get", "job", "clients", "-o",
+                                                "json").stdout).get("status", {})
         return int(st.get("succeeded", 0)) + int(st.get("failed", 0)) >= args.clients
 
     t0 = time.time()
