@@ -139,10 +139,12 @@ def run(kubectl: Kubectl, ns: str, gateway: str, origin: Origin, tree: dict[str,
                                     {"name": "BASE", "value": base},
                                     {"name": "THREADS", "value": str(args.threads)},
                                     {"name": "ROUNDS", "value": str(args.rounds)}]}]})}}}
+
     def finished() -> bool:
-        st: dict[str, Any] = json.loads(kubectl("-n", ns, "get", "job", "clients", "-o",
-                                                "json").stdout).get("status", {})
-        return int(st.get("succeeded", 0)) + int(st.get("failed", 0)) >= args.clients
+        status = json.loads(kubectl("-n", ns, "get", "job", "clients", "-o", "json").stdout
+                            ).get("status", {})
+        done = int(status.get("succeeded", 0)) + int(status.get("failed", 0))
+        return done >= int(args.clients)
 
     t0 = time.time()
     kubectl.apply(job)
