@@ -24,6 +24,7 @@ from nightshift.config import OperatorConfig
 from nightshift.engine.kopfapp import KindWiring, register
 from nightshift.engine.loop import Loops, PassFn
 from nightshift.kube import Kube
+from nightshift.pipelinerun.handlers import LOOPS as RUN_LOOPS
 from nightshift.pipelinerun.spec import TERMINAL_PHASES
 from nightshift.sharedstorage import reconcile
 
@@ -52,6 +53,14 @@ def watch_only_storage_objects(settings: kopf.OperatorSettings, **_: Any) -> Non
 @kopf.on.event(names.GROUP, names.VERSION, names.SHAREDSTORAGES)
 async def sharedstorage_event(type: str | None, body: kopf.Body, **_: Any) -> None:
     LOOPS.on_object_event(type, body)
+    if type == "ADDED":
+        # Runs of the namespace may wait for it (pipelinerun/binding.py): look now rather
+        # than at their next timed pass. Creations are rare; a run that does not name it
+        # re-plans to the same result.
+        namespace = body.get("metadata", {}).get("namespace", "")
+        for _kind, ns, run in RUN_LOOPS.running():
+            if ns == namespace:
+                RUN_LOOPS.wake(ns, run)
 
 
 def _wake_owner(meta: kopf.Meta, namespace: str | None) -> None:
