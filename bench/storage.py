@@ -16,6 +16,7 @@ the runner's own stage-in (parallel GETs, verified) through its node cache
 - Montage-like (many small files): `--tasks` workers each write `--files` files of
   10-100 KB, then each reads the files another task wrote.
 - Broadband-like (reuse): `--inputs` files of 2 MB that every task reads.
+- `--brick-kill`: a brick process killed mid-write, and what the writer sees.
 
 Timings are wall seconds of each phase with `--tasks` workers in parallel; ratios are
 against local disk. Results go to bench/results/storage-<time>.json. Not part of CI;
@@ -33,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -196,17 +198,83 @@ def workloads(target: Target, scratch: Path, args: argparse.Namespace,
     return {k: round(v, 3) for k, v in out.items()}
 
 
+def brick_kill(work: Path) -> dict[str, Any]:
+    """A writer creating 50 KB files on a distribute volume of two bricks; one brick's
+    process killed (SIGKILL) mid-write, then restarted as glusterd does for a started
+    volume (`volume start force`, what a restarted server pod's glusterd does at boot)."""
+    vol = GlusterVolume(work, "distribute")
+    vol.start()
+    d = vol.mnt / "w"
+    d.mkdir()
+    ok, errors = [0], [0]
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                (d / f"f{i}").write_bytes(os.urandom(50_000))
+                ok[0] += 1
+            except OSError:
+                errors[0] += 1
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        time.sleep(3)
+        before = ok[0]
+        pids = subprocess.run(["pgrep", "-f", "--", f"--volfile-id {vol.name}.*bricks-brick1"],
+                              capture_output=True, text=True, check=False).stdout.split()
+        subprocess.run(["kill", "-9", *pids], check=True)
+        ok0 = ok[0]
+        time.sleep(4)
+        during = {"ok": ok[0] - ok0, "failed": errors[0]}
+        subprocess.run(vol._ns(f"gluster --mode=script volume start {vol.name} force"),
+                       check=True, capture_output=True)
+        t0, err0, last = time.monotonic(), errors[0], None
+        seen = errors[0]
+        while time.monotonic() - t0 < 20:
+            if errors[0] != seen:
+                seen, last = errors[0], time.monotonic() - t0
+            time.sleep(0.1)
+        stop.set()
+        t.join()
+        unreadable = 0
+        for p in d.iterdir():
+            try:
+                p.read_bytes()
+            except OSError:
+                unreadable += 1
+        return {"written_before_kill_3s": before, "4s_after_kill": during,
+                "failed_after_restart": errors[0] - err0,
+                "last_failure_s_after_restart": round(last, 2) if last else 0.0,
+                "files": sum(1 for _ in d.iterdir()), "unreadable": unreadable}
+    finally:
+        stop.set()
+        t.join()
+        vol.stop()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--files", type=int, default=300, help="Montage-like files per task")
     ap.add_argument("--inputs", type=int, default=20, help="Broadband-like 2 MB inputs")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--brick-kill", action="store_true",
+                    help="only: kill a brick mid-write and restart it (brick_kill)")
     args = ap.parse_args()
     if os.geteuid() != 0 or not shutil.which("glusterd"):
         print("needs root and glusterd (apt-get install glusterfs-server glusterfs-client)")
         return 2
     work = Path(tempfile.mkdtemp(prefix="nightshift-storage-bench-"))
+    if args.brick_kill:
+        try:
+            print(json.dumps(brick_kill(work / "brick-kill"), indent=1))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     rows: dict[str, dict[str, Any]] = {}
     load = os.getloadavg()[0]
     try:
