@@ -9,7 +9,8 @@ Nightshift pool: its own label and taint) and with the images `make images` load
   operator's sampler reads the squid's cache manager.
 - glusterfs: glusterd in the rendered StatefulSet (host network), the volume made by
   the rendered Job through the server's socket, the rendered client DaemonSet's FUSE
-  mount (Bidirectional), and a pod writing and reading through it (HostToContainer),
+  mount (Bidirectional), and a pod writing and reading through it (the clients' claim,
+  a PersistentVolume of the node's mount, HostToContainer),
   for a distribute and a nufa volume (one at a time: one glusterd per node).
 
 Skipped without the real node or its images (`make images`).
@@ -229,6 +230,10 @@ echo "files=$(ls $d | wc -l) bytes=$(du -sb $d | cut -f1)"
 """
 
 
+def gluster_pv(st: Storage) -> str:
+    return st.cluster_name("gluster")
+
+
 @pytest.mark.parametrize("layout", ["distribute", "nufa"])
 def test_real_glusterd_volume_fuse_mount_and_pod_io(
         real_node: dict[str, Any], kubectl: Kubectl, namespace: str, layout: str) -> None:
@@ -294,5 +299,7 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
                 check=False)
     wait_for("the server pod gone", lambda: kubectl(
         "get", "pod", f"{name}-gluster-0", "-n", namespace, check=False).returncode != 0, 120)
+    # The clients' PersistentVolume is cluster-scoped: not removed with the namespace.
+    kubectl("delete", "pv", gluster_pv(st), "--wait=false", check=False)
     shutil.rmtree(brick_root, ignore_errors=True)
 

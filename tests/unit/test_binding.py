@@ -81,12 +81,16 @@ def test_nfs_is_its_clients_claim() -> None:
         "claimName": "raw-nfs-client"}
 
 
-def test_gluster_is_the_nodes_mount_seen_host_to_container() -> None:
+def test_gluster_is_the_nodes_mount_through_its_claim_host_to_container() -> None:
     job = job_for(run_with([calib(inputs=[{"storage": "scratch", "path": "in/{item}"}],
                                   outputs=[{"storage": "scratch", "path": "out/{item}/"}])]))
     vols = {v["name"]: v for v in pod(job)["volumes"]}
-    assert vols["nightshift-storage-scratch"]["hostPath"] == {
-        "path": "/var/lib/nightshift/gluster/physics/montage", "type": "Directory"}
+    # Its clients' claim (a PV of the node's FUSE mount), never a hostPath: pipeline pods
+    # stay within the restricted Pod Security Standard.
+    assert vols["nightshift-storage-scratch"] == {
+        "name": "nightshift-storage-scratch",
+        "persistentVolumeClaim": {"claimName": "montage-gluster-client"}}
+    assert not [v for v in pod(job)["volumes"] if "hostPath" in v]
     runner_mounts = [m for c in pod(job)["initContainers"] if c["name"].startswith("nightshift-")
                      for m in c["volumeMounts"] if m["name"] == "nightshift-storage-scratch"]
     assert len(runner_mounts) == 2  # stage-in reads, commit writes
@@ -94,14 +98,14 @@ def test_gluster_is_the_nodes_mount_seen_host_to_container() -> None:
     assert runner_config(job)["storages"]["scratch"]["kind"] == "dir"
 
 
-def test_cvmfs_software_mount_at_cvmfs() -> None:
+def test_cvmfs_software_mount_at_cvmfs_through_its_claim() -> None:
     job = job_for(run_with([calib(mounts=[{"storage": "sw"}])]))
     (step,) = pod(job)["containers"]
     (m,) = [m for m in step["volumeMounts"] if m["name"] == "nightshift-mount-sw"]
     assert m == {"name": "nightshift-mount-sw", "mountPath": "/cvmfs", "readOnly": True,
                  "mountPropagation": "HostToContainer"}
     (v,) = [v for v in pod(job)["volumes"] if v["name"] == "nightshift-mount-sw"]
-    assert v["hostPath"]["path"] == "/var/lib/nightshift/cvmfs/physics/software"
+    assert v["persistentVolumeClaim"] == {"claimName": "software-cvmfs-client"}
     # Only the steps see it; the runner's containers do not need it.
     assert not [m for c in pod(job).get("initContainers", []) for m in c["volumeMounts"]
                 if m["name"] == "nightshift-mount-sw"]

@@ -174,6 +174,8 @@ def test_cvmfs_status_figures() -> None:
             o["status"] = {"desiredNumberScheduled": 40, "numberReady": 39}
         if o["kind"] == "Service":
             o["status"] = {"loadBalancer": {"ingress": [{"hostname": "nlb.example"}]}}
+        if o["kind"] == "PersistentVolumeClaim":
+            o["status"] = {"phase": "Bound"}
     p = plan(observed(storage("cvmfs-eks"), held,
                       squid=[SquidSample(1500.0, 1200.0), SquidSample(500.0, 300.0)]))
     status = p.status or {}
@@ -209,6 +211,8 @@ def test_gluster_volume_job_once_every_server_is_ready() -> None:
             o["status"] = {"readyReplicas": 4}
         if o["kind"] == "DaemonSet":
             o["status"] = {"desiredNumberScheduled": 4, "numberReady": 4}
+        if o["kind"] == "PersistentVolumeClaim":
+            o["status"] = {"phase": "Bound"}
     done = plan(observed(obj, [*held, job], server_pods=ready_pods("montage", 4)))
     assert (done.status or {})["phase"] == "Ready" and done.requeue_after is None
 

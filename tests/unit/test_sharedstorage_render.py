@@ -50,10 +50,15 @@ def test_every_object_is_labeled_owned_and_plain(case: str) -> None:
     assert "&id" not in yaml.safe_dump_all(objs)
     for o in objs:
         meta = o["metadata"]
-        assert meta["namespace"] == "physics"
         assert meta["labels"][names.LABEL_STORAGE] == GOOD[case]["metadata"]["name"]
         assert meta["labels"][names.LABEL_MANAGED_BY] == names.MANAGED_BY
-        if o["kind"] == "PersistentVolumeClaim":
+        if o["kind"] == "PersistentVolume":
+            # Cluster-scoped: no namespaced owner; its labels say whose it is.
+            assert "namespace" not in meta and "ownerReferences" not in meta
+            assert meta["labels"][names.LABEL_STORAGE_NAMESPACE] == "physics"
+            continue
+        assert meta["namespace"] == "physics"
+        if o["kind"] == "PersistentVolumeClaim" and meta["name"].endswith("-nfs-data"):
             continue
         (ref,) = meta["ownerReferences"]
         assert ref["kind"] == "SharedStorage" and ref["uid"] == "uid-ss" and ref["controller"]
@@ -203,8 +208,18 @@ def test_cvmfs_pod_volume_shows_repositories_at_cvmfs() -> None:
     volume, mount = cvmfs.pod_volume(Storage.of(GOOD["cvmfs-eks"]))
     assert mount == {"name": volume["name"], "mountPath": "/cvmfs", "readOnly": True,
                      "mountPropagation": "HostToContainer"}
-    assert volume["hostPath"] == {"path": "/var/lib/nightshift/cvmfs/physics/software",
-                                  "type": "Directory"}
+    assert volume["persistentVolumeClaim"] == {"claimName": "software-cvmfs-client",
+                                               "readOnly": True}
+    # The claim is bound to a PV of the node's mount directory (no hostPath in the pod:
+    # the baseline and restricted Pod Security Standards refuse it).
+    objs = render("cvmfs-eks")
+    (pv,) = kind(objs, "PersistentVolume")
+    assert pv["spec"]["hostPath"] == {"path": "/var/lib/nightshift/cvmfs/physics/software",
+                                      "type": "Directory"}
+    assert pv["spec"]["accessModes"] == ["ReadOnlyMany"]
+    assert pv["spec"]["claimRef"] == {"namespace": "physics", "name": "software-cvmfs-client"}
+    (pvc,) = kind(objs, "PersistentVolumeClaim")
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
 
 
 # --- nfs ---------------------------------------------------------------------------
@@ -328,8 +343,11 @@ def test_gluster_waits_for_every_server() -> None:
 
 def test_gluster_pod_volume() -> None:
     volume, mount = gluster.pod_volume(Storage.of(GOOD["gluster-nufa"]), "/nightshift/storage/m")
-    assert volume["hostPath"]["path"] == "/var/lib/nightshift/gluster/physics/montage"
+    assert volume["persistentVolumeClaim"] == {"claimName": "montage-gluster-client"}
     assert mount["mountPropagation"] == "HostToContainer"
+    (pv,) = kind(render("gluster-nufa"), "PersistentVolume")
+    assert pv["spec"]["hostPath"]["path"] == "/var/lib/nightshift/gluster/physics/montage"
+    assert pv["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
 def test_endpoints() -> None:

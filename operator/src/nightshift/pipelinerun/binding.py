@@ -9,8 +9,11 @@ what the Job renderer and the runner already know:
 |---|---|---|
 | s3 | the S3 block (`s3.s3_binding`), the runner config's node cache ceiling | through the runner |
 | nfs | the PVC block of its clients' claim (`nfs.storage_ref`) | the kubelet's NFS mount |
-| glusterfs | a host directory (`gluster.pod_volume`): the node's FUSE mount | HostToContainer |
-| cvmfs | a host directory (`cvmfs.pod_volume`), read-only: /cvmfs/<repo> | HostToContainer |
+| glusterfs | the PVC block of its clients' claim: a PV of the node's FUSE mount | HostToContainer |
+| cvmfs | the same, read-only: /cvmfs/<repo> | HostToContainer |
+
+Claims, not hostPath volumes, even for the node mounts: the baseline and restricted Pod
+Security Standards refuse hostPath in pipeline pods but admit any claim.
 
 Inputs and outputs of every type go through the runner (a mounted storage at
 /nightshift/storage/<name>); `stages[].mounts` shows a storage to the steps
@@ -20,7 +23,6 @@ not a spec error: the stages that need it wait, and the run says so (`missing`).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,9 +42,8 @@ CVMFS_MOUNT = cvmfs.MOUNT_ROOT
 class BoundStorage(StorageRef):
     """A spec.storage entry resolved from its SharedStorage (never in the CRD)."""
 
-    # The pod volume source of a file system the node mounts (Gluster, CVMFS): a
-    # hostPath of the mount's directory.
-    volume: dict[str, Any] | None = None
+    # HostToContainer for a node's FUSE mount (Gluster, CVMFS): a remount by the client
+    # DaemonSet reaches running pods.
     mount_propagation: str | None = None
     # Outputs and archives are refused (CVMFS is published elsewhere).
     read_only: bool = False
@@ -70,8 +71,6 @@ def volume_source(ref: StorageRef) -> dict[str, Any] | None:
     """The pod volume source of a storage mounted into pods, or None (S3)."""
     if ref.pvc is not None:
         return {"persistentVolumeClaim": {"claimName": ref.pvc.claim_name}}
-    if isinstance(ref, BoundStorage) and ref.volume is not None:
-        return copy.deepcopy(ref.volume)
     return None
 
 
@@ -147,7 +146,8 @@ def _bound(ref: StorageRef, st: Storage) -> BoundStorage:
         volume, mount = gluster.pod_volume(st, "/")
     else:
         volume, mount = cvmfs.pod_volume(st)
-    return BoundStorage(**base, volume={k: v for k, v in volume.items() if k != "name"},
+    claim_name = str(volume["persistentVolumeClaim"]["claimName"])
+    return BoundStorage(**base, pvc=PvcStorage(claim_name=claim_name),
                         mount_propagation=mount.get("mountPropagation"),
                         read_only=st.spec.type == "cvmfs")
 

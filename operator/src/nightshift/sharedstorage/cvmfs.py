@@ -18,6 +18,7 @@ from nightshift.sharedstorage.objects import (
     Storage,
     config_hash,
     mebibytes,
+    node_mount_claim,
     pool_affinity,
     pool_tolerations,
 )
@@ -154,18 +155,22 @@ def render_cvmfs_client(st: Storage) -> list[dict[str, Any]]:
             },
         },
     }
-    return [configmap, daemonset]
+    return [configmap, daemonset,
+            *node_mount_claim(st, "cvmfs", COMPONENT_CVMFS_CLIENT, APP, host_dir(st),
+                              read_only=True)]
+
+
+def client_claim_name(st: Storage) -> str:
+    return st.object_name("cvmfs-client")
 
 
 def pod_volume(st: Storage) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(volume, volumeMount) that give a pipeline pod /cvmfs/<repo> for every repository.
-
-    hostPath type Directory: a pod on a node whose mounter never ran fails to start
-    (and is retried) instead of running against an empty /cvmfs.
-    """
+    """(volume, volumeMount) that give a pipeline pod /cvmfs/<repo> for every repository:
+    the clients' claim (objects.node_mount_claim), read-only, HostToContainer."""
     _cvmfs(st)
     vol_name = f"nightshift-cvmfs-{st.name}"[:63].rstrip("-")
-    volume = {"name": vol_name, "hostPath": {"path": host_dir(st), "type": "Directory"}}
+    volume = {"name": vol_name, "persistentVolumeClaim": {
+        "claimName": client_claim_name(st), "readOnly": True}}
     mount = {"name": vol_name, "mountPath": MOUNT_ROOT, "readOnly": True,
              "mountPropagation": "HostToContainer"}
     return volume, mount

@@ -32,6 +32,7 @@ from nightshift.sharedstorage.objects import (
     COMPONENT_GLUSTER_SERVER,
     Storage,
     config_hash,
+    node_mount_claim,
     pool_affinity,
     pool_tolerations,
 )
@@ -130,10 +131,16 @@ def brick_dirs(st: Storage) -> list[str]:
     return [f"{BRICKS_IN_POD}/brick{b}" for b in range(_gluster(st).bricks_per_node)]
 
 
+def client_claim_name(st: Storage) -> str:
+    return st.object_name("gluster-client")
+
+
 def render_gluster(st: Storage) -> list[dict[str, Any]]:
     """Headless Service and StatefulSet of the servers; ConfigMap and DaemonSet of the
-    clients."""
-    return [_service(st), _statefulset(st), *_clients(st)]
+    clients; the PersistentVolume and claim pipeline pods see the mount through."""
+    return [_service(st), _statefulset(st), *_clients(st),
+            *node_mount_claim(st, "gluster", COMPONENT_GLUSTER_CLIENT, APP,
+                              client_host_dir(st), read_only=False)]
 
 
 def _service(st: Storage) -> dict[str, Any]:
@@ -319,10 +326,11 @@ def volume_commands(st: Storage, servers: Sequence[ServerPod]) -> list[Exec]:
 
 
 def pod_volume(st: Storage, mount_path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(volume, volumeMount) that show the mounted volume at `mount_path` in a pod."""
+    """(volume, volumeMount) that show the mounted volume at `mount_path` in a pod:
+    the clients' claim, HostToContainer (a remount by the client reaches the pod)."""
     _gluster(st)
     vol_name = f"nightshift-gluster-{st.name}"[:63].rstrip("-")
-    volume = {"name": vol_name, "hostPath": {"path": client_host_dir(st), "type": "Directory"}}
+    volume = {"name": vol_name, "persistentVolumeClaim": {"claimName": client_claim_name(st)}}
     mount = {"name": vol_name, "mountPath": mount_path, "mountPropagation": "HostToContainer"}
     return volume, mount
 

@@ -151,6 +151,48 @@ def config_hash(*texts: str) -> str:
 
 
 
+# A PersistentVolume's capacity where nothing enforces one (a node's mount, NFS).
+NOMINAL_CAPACITY = "1Gi"
+
+
+def node_mount_claim(st: Storage, role: str, component: str, app: str, host_path: str, *,
+                     read_only: bool) -> list[dict[str, Any]]:
+    """A node-mounted directory (a FUSE mount a client DaemonSet keeps on every client
+    node) as a PersistentVolume and the claim `<name>-<role>-client` bound to it.
+
+    Why not a hostPath volume in the pipeline pods: the baseline and restricted Pod
+    Security Standards refuse hostPath volumes but admit claims, whatever backs them.
+    The PV has no node affinity: the same path on whichever node the pod lands (type
+    Directory: a node whose client never mounted fails the pod's start, and the Job
+    retries it, rather than running on an empty directory). Cluster-scoped, so no
+    owner: the labels say whose it is and the storage's deletion removes it.
+    """
+    pv_name = st.cluster_name(role)
+    claim = st.object_name(f"{role}-client")
+    mode = "ReadOnlyMany" if read_only else "ReadWriteMany"
+    labels = {**st.labels(component, app), names.LABEL_STORAGE_NAMESPACE: st.namespace}
+    pv = {
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": pv_name, "labels": labels},
+        "spec": {
+            "capacity": {"storage": NOMINAL_CAPACITY},
+            "accessModes": [mode],
+            # Deleting the PV never touches the mounted data; it is only a pointer.
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": host_path, "type": "Directory"},
+            "claimRef": {"namespace": st.namespace, "name": claim},
+        },
+    }
+    pvc = {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": st.metadata(f"{role}-client", component, app),
+        "spec": {"accessModes": [mode], "storageClassName": "", "volumeName": pv_name,
+                 "resources": {"requests": {"storage": NOMINAL_CAPACITY}}},
+    }
+    return [pv, pvc]
+
+
 # The renderers name their images bare (images/<name> builds nightshift-<name>).
 IMAGE_PREFIX = "nightshift-"
 

@@ -57,14 +57,19 @@ NAMESPACED_KINDS: Mapping[str, tuple[tuple[str, str], ...]] = {
     "nfs": (("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"),
             ("v1", "PersistentVolumeClaim")),
     "glusterfs": (("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "StatefulSet"),
-                  ("apps/v1", "DaemonSet"), ("batch/v1", "Job")),
+                  ("apps/v1", "DaemonSet"), ("batch/v1", "Job"),
+                  ("v1", "PersistentVolumeClaim")),
     "cvmfs": (("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"),
-              ("apps/v1", "DaemonSet"), ("autoscaling/v2", "HorizontalPodAutoscaler")),
+              ("apps/v1", "DaemonSet"), ("autoscaling/v2", "HorizontalPodAutoscaler"),
+              ("v1", "PersistentVolumeClaim")),
     "s3": (),
 }
+# The clients' PersistentVolume (nfs: the server's export; glusterfs, cvmfs: the node's
+# mount), which pipeline pods reach through the claim `<name>-<role>-client`.
 CLUSTER_KINDS: Mapping[str, tuple[tuple[str, str], ...]] = {
-    "nfs": (("v1", "PersistentVolume"),),
+    t: (("v1", "PersistentVolume"),) for t in ("nfs", "glusterfs", "cvmfs")
 }
+CLIENT_ROLES = {"nfs": "nfs", "glusterfs": "gluster", "cvmfs": "cvmfs"}
 
 
 @dataclass(frozen=True)
@@ -228,13 +233,12 @@ def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
     if spec.type == "nfs" and spec.nfs is not None:
         ip = _cluster_ip(present.get(("Service", st.object_name("nfs"))))
         data = present.get(("PersistentVolumeClaim", nfs.data_claim_name(st)))
-        claim = present.get(("PersistentVolumeClaim", nfs.client_claim_name(st)))
         capacity = (((data or {}).get("status") or {}).get("capacity") or {}).get("storage")
         pvc = spec.nfs.backing.pvc
         if not ip:
             not_ready.append(f"Service {st.object_name('nfs')} has no ClusterIP yet")
-        elif (((claim or {}).get("status") or {}).get("phase")) != "Bound":
-            not_ready.append(f"claim {nfs.client_claim_name(st)} is not bound yet")
+        else:
+            not_ready += _claim_state(st, present, "nfs")
         return ssstatus.Observed(
             servers_wanted=1,
             servers_ready=_ready_replicas(present.get(("Deployment", st.object_name("nfs")))),
@@ -242,6 +246,7 @@ def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
             capacity=capacity or (pvc.size if pvc else None), not_ready=not_ready)
     if spec.type == "glusterfs" and spec.glusterfs is not None:
         not_ready += _volume_job_state(st, present.get(("Job", gluster.volume_job_name(st))))
+        not_ready += _claim_state(st, present, "gluster")
         return ssstatus.Observed(
             servers_wanted=spec.glusterfs.servers,
             servers_ready=_ready_replicas(present.get(("StatefulSet", gluster.server_name(st)))),
@@ -253,6 +258,7 @@ def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
         ingress = (((svc or {}).get("status") or {}).get("loadBalancer") or {}).get(
             "ingress") or []
         lb = (ingress[0].get("hostname") or ingress[0].get("ip")) if ingress else None
+        not_ready += _claim_state(st, present, "cvmfs")
         return ssstatus.Observed(
             servers_wanted=spec.cvmfs.squid.replicas.min,
             servers_ready=_ready_replicas(present.get(("Deployment", st.object_name("squid")))),
@@ -261,6 +267,15 @@ def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
             endpoints=render.endpoints(o.storage, load_balancer=lb),
             squid=list(o.squid), not_ready=not_ready)
     return ssstatus.Observed(endpoints=render.endpoints(o.storage), not_ready=not_ready)
+
+
+def _claim_state(st: Storage, present: Mapping[tuple[str, str], Obj], role: str) -> list[str]:
+    """Why pipeline pods cannot use the clients' claim yet (it binds to its own PV)."""
+    name = st.object_name(f"{role}-client")
+    claim = present.get(("PersistentVolumeClaim", name))
+    if ((claim or {}).get("status") or {}).get("phase") == "Bound":
+        return []
+    return [f"claim {name} is not bound yet"]
 
 
 def _volume_job_state(st: Storage, job: Obj | None) -> list[str]:
@@ -281,11 +296,11 @@ def _finalize(o: Observed) -> Plan:
     """The last deletion step: the cluster-scoped PV and the claim bound to it (a bound
     PV waits for its claim), then the finalizer. Owned objects go with the storage."""
     st_meta = o.storage["metadata"]
-    # nfs.client_claim_name, without a spec that may not parse.
-    claim = f"{st_meta['name']}-nfs-client"
+    # The clients' claims (nfs.client_claim_name...), without a spec that may not parse.
+    claims = {f"{st_meta['name']}-{role}-client" for role in CLIENT_ROLES.values()}
     refs = [_ref(obj) for obj in o.owned
             if (obj["kind"] == "PersistentVolume"
-                or (obj["kind"] == "PersistentVolumeClaim" and obj["metadata"]["name"] == claim))
+                or (obj["kind"] == "PersistentVolumeClaim" and obj["metadata"]["name"] in claims))
             and not obj["metadata"].get("deletionTimestamp")]
     if o.errors:
         status = dict(o.storage.get("status") or {})
