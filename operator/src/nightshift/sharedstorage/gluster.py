@@ -59,6 +59,9 @@ remount() {{
   until mount -t glusterfs -o "$opts" {server}:/{volume} "$dir"; do
     echo "volume {volume} not mountable yet; retrying in 5 s"; sleep 5
   done
+  # Pipeline pods run as non-root users (stages[].runAsUser): the volume's root is
+  # theirs to create directories in, as /tmp is (sticky: not to remove others').
+  chmod 1777 "$dir" || echo "could not chmod $dir"
   echo "mounted {volume} at $dir"
 }}
 trap 'umount -l "$dir"; exit 0' TERM INT

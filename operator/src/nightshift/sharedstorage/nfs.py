@@ -159,8 +159,11 @@ def _deployment(st: Storage, nfs: Nfs, conf: str,
     container = {
         "name": "ganesha",
         "image": IMAGE,
-        # Foreground (-F) as the container's main process, logging to the pod's log.
+        # The export's root writable by every user, sticky as /tmp (pipeline pods run as
+        # non-root users, stages[].runAsUser); ganesha in the foreground (-F) as the
+        # container's main process, logging to the pod's log.
         "command": ["/bin/sh", "-c", "mkdir -p /var/run/ganesha /var/lib/nfs/ganesha && "
+                    f"chmod 1777 {EXPORT_PATH} && "
                     f"exec ganesha.nfsd -F -L /dev/stderr -f {CONF_DIR}/{CONF_KEY} "
                     "-p /var/run/ganesha/ganesha.pid"],
         "ports": [{"name": "nfs", "containerPort": PORT, "protocol": "TCP"}],
