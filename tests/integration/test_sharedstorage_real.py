@@ -36,6 +36,9 @@ from urllib.error import HTTPError
 import pytest
 
 from nightshift.api import names
+from nightshift.pipelinerun import binding, jobs
+from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift.sharedstorage import gluster, glustervolume, squid
 from nightshift.sharedstorage.objects import Storage, with_images
 from nightshift.sharedstorage.observe import SquidSampler, http_get
@@ -277,6 +280,34 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
     out = kubectl("logs", "job/io", "-n", namespace).stdout
     print(layout, out)
     assert "files=200" in out
+    # A PipelineRun's stage Job (rendered as the operator renders it, the storage entry
+    # naming this SharedStorage): its non-root pods commit outputs through the volume.
+    spec = PipelineRunSpec.model_validate({
+        "storage": [{"name": "scratch", "sharedStorage": name}],
+        "stages": [{"name": "write", "image": RUNNER, "forEach": {"items": ["a", "b"]},
+                    "outputs": [{"storage": "scratch", "path": "out/{item}/"}],
+                    "steps": [{"name": "make", "command": [
+                        "sh", "-c", 'echo "$NIGHTSHIFT_ITEM" > "$NIGHTSHIFT_OUTPUTS/item.txt"'
+                    ]}]}]})
+    spec = binding.bind(spec, {name: obj}, namespace).spec
+    run = it.RunRef(name="rg", namespace=namespace, uid=str(uuid.uuid4()))
+    stage = spec.stages[0]
+    for cm in it.items_configmaps(run, stage.name, ["a", "b"]):
+        cm["metadata"].pop("ownerReferences", None)
+        kubectl.apply(cm)
+    manifest = jobs.render_job(
+        run=run, spec=spec, stage=stage, attempt=0, completions=2,
+        item_configmaps=[it.items_configmap_name(run.name, stage.name, 0)],
+        parallelism=2, suspend=False, runner_image=RUNNER)
+    manifest["metadata"].pop("ownerReferences")
+    on_real_node(manifest["spec"]["template"]["spec"])
+    kubectl.apply(manifest)
+    wait_job(kubectl, manifest["metadata"]["name"], namespace, timeout=240)
+    for item in ("a", "b"):
+        committed = [p for b in ("brick0", "brick1")
+                     for p in (Path(brick_root) / f"{namespace}-{name}" / b / "out" /
+                               item).glob("item.txt") if p.stat().st_size > 0]
+        assert [p.read_text() for p in committed] == [f"{item}\n"], (item, committed)
     # The files are on the bricks (host directories): data files, and DHT's zero-size
     # pointers where a file's hash names another brick than the one holding it.
     bricks = [Path(brick_root) / f"{namespace}-{name}" / f"brick{b}" for b in (0, 1)]
