@@ -301,3 +301,17 @@ def test_images_come_from_the_operators_registry_and_tag() -> None:
     assert {c["image"] for m in local.apply
             for c in m.get("spec", {}).get("template", {}).get("spec", {}).get(
                 "containers", [])} == {"nightshift-squid:dev", "nightshift-cvmfs-client:dev"}
+
+
+def test_nfs_service_readdressed_replaces_the_pv() -> None:
+    held, _ = converge(storage("nfs-dedicated"))
+    svc = next(o for o in held if o["kind"] == "Service")
+    svc["spec"]["clusterIP"] = "10.96.0.99"
+    p = plan(observed(storage("nfs-dedicated"), held))
+    assert sorted(refs(p.prune)) == ["PersistentVolume/physics-raw-nfs-9e1764",
+                                     "PersistentVolumeClaim/raw-nfs-client"]
+    gone = [o for o in held if o["kind"] not in ("PersistentVolume",)
+            and o["metadata"]["name"] != "raw-nfs-client"]
+    (pv,) = [m for m in plan(observed(storage("nfs-dedicated"), gone)).apply
+             if m["kind"] == "PersistentVolume"]
+    assert pv["spec"]["nfs"]["server"] == "10.96.0.99"

@@ -198,7 +198,15 @@ def _observed_dependents(st: Storage, present: Mapping[tuple[str, str], Obj],
     """The objects that need something observed first."""
     if st.spec.type == "nfs":
         ip = _cluster_ip(present.get(("Service", st.object_name("nfs"))))
-        return nfs.render_nfs_client(st, ip) if ip else []
+        if not ip:
+            return []
+        client = nfs.render_nfs_client(st, ip)
+        held = present.get(("PersistentVolume", client[0]["metadata"]["name"]))
+        if held is not None and ((held.get("spec") or {}).get("nfs") or {}).get("server") != ip:
+            # The Service was re-created with another address, and a PV's source is
+            # immutable: this pass prunes the PV and its claim, the next makes them anew.
+            return []
+        return client
     if st.spec.type == "glusterfs" and ("Job", gluster.volume_job_name(st)) not in present:
         job = glustervolume.volume_job(st, servers)
         return [job] if job else []
