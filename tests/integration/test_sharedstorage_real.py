@@ -7,6 +7,8 @@ Nightshift pool: its own label and taint) and with the images `make images` load
   served by an HTTP origin on the host stands in for a stratum-1; a client pod fetches
   everything twice through the Service; the origin sees each object once; the
   operator's sampler reads the squid's cache manager.
+- nfs: the rendered nfs-ganesha Deployment and Service, a user-space client in a pod
+  (this kernel has no NFS client for the kubelet to mount with).
 - glusterfs: glusterd in the rendered StatefulSet (host network), the volume made by
   the rendered Job through the server's socket, the rendered client DaemonSet's FUSE
   mount (Bidirectional), and a pod writing and reading through it (the clients' claim,
@@ -39,7 +41,7 @@ from nightshift.api import names
 from nightshift.pipelinerun import binding, jobs
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun.spec import PipelineRunSpec
-from nightshift.sharedstorage import gluster, glustervolume, squid
+from nightshift.sharedstorage import gluster, glustervolume, nfs, squid
 from nightshift.sharedstorage.objects import Storage, with_images
 from nightshift.sharedstorage.observe import SquidSampler, http_get
 from nightshift.sharedstorage.plan import server_pod
@@ -334,3 +336,67 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
     kubectl("delete", "pv", gluster_pv(st), "--wait=false", check=False)
     shutil.rmtree(brick_root, ignore_errors=True)
 
+
+
+# -- nfs ---------------------------------------------------------------------------------
+
+NFS_CLIENT = """
+command -v nfs-ls >/dev/null || exit 42
+set -e
+u="nfs://$SERVER/data"
+nfs-ls "$u?version=4"
+echo "hello from $(hostname)" > /tmp/h
+nfs-cp /tmp/h "$u/hello.txt?version=4"
+nfs-cat "$u/hello.txt?version=4"
+nfs-cp "$u/large.bin?version=4" /tmp/large.bin
+sha256sum /tmp/large.bin
+"""
+
+
+def test_real_ganesha_serves_a_user_space_client_in_a_pod(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str) -> None:
+    """The kernel here has no NFS client, so the kubelet cannot mount the export; a pod
+    with Debian's libnfs (NFSv4.0, in the same image) proves the server through its
+    Service instead."""
+    need_image(real_node, f"{nfs.IMAGE}:{TAG}")
+    name = f"n{uuid.uuid4().hex[:6]}"
+    st = Storage.of({"metadata": {"name": name, "namespace": namespace, "uid": "u"},
+                     "spec": {"type": "nfs", "nfs": {
+                         "server": "colocated", "pool": "real",
+                         "backing": {"localDisk": True}, "clients": {"pools": ["real"]}}}})
+    export = Path(nfs.LOCAL_DISK_DIR) / f"{namespace}-{name}"
+    try:
+        for obj in place(nfs.render_nfs_server(st)):
+            kubectl.apply(obj)
+        kubectl("-n", namespace, "rollout", "status", f"deployment/{name}-nfs",
+                "--timeout=180s")
+        # A file put straight into the export directory (the real node is this host).
+        large = os.urandom(20 * 2**20)
+        (export / "large.bin").write_bytes(large)
+        ip = json.loads(kubectl("-n", namespace, "get", "service", f"{name}-nfs", "-o",
+                                "json").stdout)["spec"]["clusterIP"]
+        client = {"apiVersion": "batch/v1", "kind": "Job",
+                  "metadata": {"name": "nfs-client", "namespace": namespace},
+                  "spec": {"backoffLimit": 0, "template": {"spec": on_real_node({
+                      "restartPolicy": "Never", "containers": [{
+                          "name": "main", "image": f"{nfs.IMAGE}:{TAG}",
+                          "command": ["/bin/sh", "-c", NFS_CLIENT],
+                          "env": [{"name": "SERVER", "value": ip}]}]})}}}
+        kubectl.apply(client)
+        try:
+            wait_job(kubectl, "nfs-client", namespace, timeout=180)
+        except AssertionError as e:
+            if "exit code 42" in str(e) or "42" in kubectl(
+                    "get", "pods", "-n", namespace, "-l", "job-name=nfs-client", "-o",
+                    "jsonpath={..exitCode}", check=False).stdout.split():
+                pytest.skip(f"{nfs.IMAGE}:{TAG} has no nfs-ls: rebuild it (make images)")
+            raise
+        out = kubectl("logs", "job/nfs-client", "-n", namespace).stdout
+        print(out)
+        assert "large.bin" in out and "hello from" in out
+        assert hashlib.sha256(large).hexdigest() in out
+        assert (export / "hello.txt").read_text().startswith("hello from")
+    finally:
+        kubectl("-n", namespace, "delete", "deployment", f"{name}-nfs", "--wait=true",
+                "--timeout=60s", check=False)
+        shutil.rmtree(export, ignore_errors=True)
