@@ -47,6 +47,10 @@ def open_stores(cfg: RunnerConfig, env: dict[str, str]) -> dict[str, S3Store | D
 def _dirs(paths: Paths) -> None:
     for d in (paths.work, paths.inputs, paths.outputs, paths.tmp, paths.state):
         d.mkdir(parents=True, exist_ok=True)
+        if d.stat().st_uid != os.getuid():
+            # The volume's own root (an emptyDir, world-writable already): only its
+            # owner may chmod it, and a non-root runner is not that owner.
+            continue
         # The runner may run as root and the steps as any uid: let them write.
         os.chmod(d, 0o777)  # noqa: S103  (the pod's own work dirs; steps run as any uid)
 
