@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from nightshift.api import names
-from nightshift.kube import Kube
+from nightshift.kube import Kube, KubeError
 
 # Wide enough for a result line per run when the output goes to a file or a pipe.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -135,6 +135,16 @@ def ts(entry: dict[str, Any]) -> float:
         entry["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
 
 
+def foreign_writes(entries: list[dict[str, Any]], namespaces: tuple[str, ...]) -> int:
+    """API writes during a run by anyone, in any namespace but the bench's own: others'
+    tests on the same cluster cost its parts CPU that looks like the bench's."""
+    return sum(1 for e in entries
+               if e.get("verb") in ("create", "update", "patch", "delete", "deletecollection")
+               and e.get("stage") == "ResponseComplete"
+               and (e.get("objectRef") or {}).get("namespace") not in namespaces
+               and (e.get("objectRef") or {}).get("resource") not in ("leases", "nodes"))
+
+
 def pod_writes(entries: list[dict[str, Any]], namespace: str, subresource: str | None,
                verb: str = "create") -> list[float]:
     """Times of successful pod writes (subresource None: the pod itself) in namespace."""
@@ -157,6 +167,19 @@ class Bench:
         self.kube = Kube.from_env(str(self.layout.kubeconfig))
         self.audit = Audit(self.layout.logs / "audit.log")
         self.pids = part_pids(self.layout)
+
+    def renice(self, nice: int, pids: list[int] | None = None) -> None:
+        """Every thread of the cluster's parts (or of `pids`) to this nice value.
+
+        On a machine shared with other work, a negative value keeps others' builds and
+        tests from showing up as the cluster's time; 0 puts things back.
+        """
+        for pid in pids if pids is not None else list(self.pids.values()):
+            for task in Path(f"/proc/{pid}/task").glob("*"):
+                try:
+                    os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+                except OSError:
+                    continue  # a thread that just ended
 
     def log(self, namespace: str, pod: str) -> str:
         r = subprocess.run([str(self.layout.kubectl), f"--kubeconfig={self.layout.kubeconfig}",
@@ -204,9 +227,15 @@ class Bench:
 
     def delete_all(self, api_version: str, kind: str, namespace: str,
                    propagation: str = "Background") -> None:
-        self.kube._call("DELETE", self.kube.path(api_version, kind, namespace),
-                        {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-                         "propagationPolicy": propagation})
+        try:
+            self.kube._call("DELETE", self.kube.path(api_version, kind, namespace),
+                            {"apiVersion": "v1", "kind": "DeleteOptions",
+                             "gracePeriodSeconds": 0, "propagationPolicy": propagation})
+        except KubeError as e:
+            # A loaded API server answers a big deletecollection with 504 while it goes
+            # on deleting; drain() polls and deletes again until nothing is left.
+            if e.status not in (500, 504):
+                raise
 
     def count(self, api_version: str, kind: str, namespace: str) -> int:
         out = self.kube._call("GET", self.kube.path(api_version, kind, namespace),
@@ -266,6 +295,7 @@ class Timed:
     pod_bytes: int
     # CPU seconds each local-cluster part used during the run: where the time went.
     cpu: dict[str, float] = field(default_factory=dict)
+    foreign_writes: int = 0
 
 
 @contextmanager
@@ -332,6 +362,7 @@ def run_job(bench: Bench, job: dict[str, Any], cms: list[dict[str, Any]], label:
     creates = pod_writes(entries, ns, None)
     binds = pod_writes(entries, ns, "binding")
     return Timed(done_s=round(t_done - t0, 2), cpu=cpu,
+                 foreign_writes=foreign_writes(entries, (ns,)),
                  completion_s=completion,
                  last_create_s=round(creates[-1] - t0, 2) if creates else None,
                  last_bind_s=round(binds[-1] - t0, 2) if binds else None,

@@ -138,6 +138,12 @@ def _drop_env(job: dict[str, Any]) -> None:
         c.pop("env", None)
 
 
+def _drop_security(job: dict[str, Any]) -> None:
+    _pod(job).pop("securityContext", None)
+    for c in _containers(job):
+        c.pop("securityContext", None)
+
+
 def _drop_service_links(job: dict[str, Any]) -> None:
     _pod(job).pop("enableServiceLinks", None)
 
@@ -173,6 +179,8 @@ FEATURES = [
     Feature("wrapper", "run.sh wrapper command", _drop_wrapper),
     Feature("env", "NIGHTSHIFT_* env vars", _drop_env),
     Feature("serviceLinks", "enableServiceLinks: false", _drop_service_links),
+    Feature("security", "pod and container securityContext (restricted profile)",
+            _drop_security),
     Feature("resources", "container resources (stage.resources)", _drop_resources),
     Feature("affinity", "virtual-cluster node affinity", _drop_affinity),
 ]
