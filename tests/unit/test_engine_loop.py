@@ -328,3 +328,37 @@ def test_status_writes_keep_the_engines_condition() -> None:
     assert writer.write(kube, obj, {"phase": "Succeeded", "conditions": []})  # type: ignore[arg-type]
     assert kube.patched[-1]["conditions"] == [failing]
     assert not writer.write(kube, obj, {"phase": "Running", "conditions": []})  # type: ignore[arg-type]
+
+
+def test_pipelinerun_progress_is_throttled_including_succeeded_ranges() -> None:
+    from nightshift.pipelinerun.reconcile import LoopState
+
+    class Recording:
+        def __init__(self) -> None:
+            self.patched = 0
+
+        def patch_status(self, *_a: Any, **_k: Any) -> None:
+            self.patched += 1
+
+    now = [100.0]
+    state = LoopState()
+    state.writer.progress_interval = 10.0
+    state.writer.clock = lambda: now[0]
+    kube = Recording()
+
+    def obj(done: int) -> dict[str, Any]:
+        return {"metadata": {"name": "r", "namespace": "ns"}, "status": {
+            "phase": "Running", "succeeded": done, "progress": f"{done}/100",
+            "stages": [{"name": "a", "succeeded": done, "running": 10,
+                        "succeededItems": f"0-{done - 1}"}]}}
+
+    assert state.writer.write(kube, obj(1), obj(5)["status"])  # type: ignore[arg-type]
+    now[0] += 1
+    # Only counters and the succeeded ranges moved, one second later: not written.
+    assert not state.writer.write(kube, obj(5), obj(9)["status"])  # type: ignore[arg-type]
+    now[0] += 10
+    assert state.writer.write(kube, obj(5), obj(20)["status"])  # type: ignore[arg-type]
+    failed = obj(20)["status"] | {"phase": "Failed"}
+    now[0] += 1
+    assert state.writer.write(kube, obj(20), failed)  # type: ignore[arg-type]
+    assert kube.patched == 3

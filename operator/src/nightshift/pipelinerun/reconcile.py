@@ -26,7 +26,11 @@ from nightshift.pipelinerun.plan import Observed, Plan, lost_jobs, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 
 # Status fields that move with every pod: written at most every progress_interval.
-PROGRESS_KEYS = frozenset(("succeeded", "failed", "running", "ready", "progress"))
+# succeededItems (the ranges a lost Job's replacement skips) moves with every pod too:
+# throttled with the counters, so a replacement may rerun what finished in the last
+# interval (docs/pipelinerun.md), never skip what did not.
+PROGRESS_KEYS = frozenset(("succeeded", "failed", "running", "ready", "progress",
+                           "succeededItems", "succeededItemsTruncated"))
 
 
 @dataclass
