@@ -49,6 +49,13 @@ from nightshift_localcluster.nodeconfig import NODE_NAME
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.test_real_node import gateway, on_real_node, real_node, wait_job
 
+# Written while the real node was busy and not yet seen to pass there: `make test` runs
+# them once they have (docs/sharedstorage.md); until then NIGHTSHIFT_RUN_UNVERIFIED=1.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("NIGHTSHIFT_RUN_UNVERIFIED") != "1",
+    reason="real-node SharedStorage proofs not yet seen to pass on the real node; "
+           "run with NIGHTSHIFT_RUN_UNVERIFIED=1")
+
 __all__ = ["gateway", "real_node"]
 
 TAG = "dev"
