@@ -19,8 +19,13 @@ FALSE = "False"
 UNKNOWN = "Unknown"
 
 
+def rfc3339(t: datetime) -> str:
+    """A condition's or status's timestamp: seconds, UTC, `Z`."""
+    return t.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def now_rfc3339() -> str:
-    return datetime.now(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(datetime.now(UTC))
 
 
 def condition(

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from nightshift.api import conditions as cond
 from nightshift.api import names, ranges
+from nightshift.api.conditions import rfc3339
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
@@ -92,10 +93,6 @@ STORAGE_WAIT = 30.0
 # The most characters of a retry Job's skip-items annotation; beyond, fewer items are
 # skipped (they run again) so the Job stays far below the API's 256 KiB of annotations.
 SKIP_ITEMS_CHARS = 65_536
-
-
-def rfc3339(t: datetime) -> str:
-    return t.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(s: str | None) -> datetime | None:

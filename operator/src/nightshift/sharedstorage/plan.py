@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import conditions, names
+from nightshift.api.conditions import rfc3339
 from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
 from nightshift.api.fieldpath import field_path
@@ -107,10 +108,6 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     gone: bool = False
-
-
-def rfc3339(t: datetime) -> str:
-    return t.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def server_pod(pod: Obj) -> gluster.ServerPod:

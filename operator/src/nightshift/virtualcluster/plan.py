@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import conditions, names
+from nightshift.api.conditions import rfc3339
 from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
 from nightshift.api.fieldpath import field_path
@@ -82,10 +83,6 @@ class Plan:
     requeue_after: float | None = None
     # Nothing left to do for this object: its loop ends.
     gone: bool = False
-
-
-def rfc3339(t: datetime) -> str:
-    return t.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def plan(o: Observed) -> Plan:
