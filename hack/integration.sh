@@ -5,14 +5,20 @@
 #   3. run pytest tests/integration (with $KUBECONFIG set, steps 1-2 are skipped and the
 #      suite runs against that cluster instead).
 # pytest's exit code is the script's: 5 (no tests collected) fails make and CI.
+# NIGHTSHIFT_TEST_WORKERS (default 2) pytest-xdist workers share the cluster: each has
+# its own operator watching only its own namespaces (conftest.py); a file's tests stay on
+# one worker (--dist loadfile), so a file's order and module fixtures hold.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 venv=${VENV:-.venv}
 lc="$venv/bin/nightshift-localcluster"
 
+workers=${NIGHTSHIFT_TEST_WORKERS:-2}
+args=(tests/integration --durations=15)
+[ "$workers" -gt 1 ] && args+=(-n "$workers" --dist loadfile)
 if [ -n "${KUBECONFIG:-}" ]; then
-  exec "$venv/bin/pytest" tests/integration "$@"
+  exec "$venv/bin/pytest" "${args[@]}" "$@"
 fi
 was_up=0
 "$lc" status >/dev/null 2>&1 && was_up=1
@@ -25,4 +31,4 @@ if [ -S "$state/realnode/containerd/containerd.sock" ]; then
 else
   echo "integration: no real node in this cluster; its tests will be skipped"
 fi
-"$venv/bin/pytest" tests/integration "$@"
+"$venv/bin/pytest" "${args[@]}" "$@"

@@ -77,6 +77,11 @@ def cluster() -> Iterator[Cluster]:
     layout = Layout.discover()
     state, alive, dead = lc.running(layout)
     was_up = state is not None and bool(alive) and not dead
+    if os.environ.get("PYTEST_XDIST_WORKER") and not was_up:
+        # Workers would race to start it, and the first to finish would stop it under
+        # the others.
+        pytest.exit("with pytest -n, start the local cluster first: `make cluster-up` "
+                    "(hack/integration.sh does)", returncode=2)
     lc.up(layout, Qps(), lambda m: print(f"localcluster: {m}", file=sys.stderr))
     try:
         yield Cluster(str(layout.kubeconfig), str(layout.operator_kubeconfig), local=True,

@@ -44,6 +44,7 @@ from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift.sharedstorage import gluster, glustervolume, nfs, squid
 from nightshift.sharedstorage.objects import Storage, with_images
 from nightshift.sharedstorage.observe import SquidSampler, http_get
+from nightshift.sharedstorage.status import SquidSample
 from nightshift.sharedstorage.plan import server_pod
 from nightshift_localcluster.nodeconfig import NODE_NAME
 from tests.clusterutil import Kubectl, wait_for
@@ -212,14 +213,26 @@ def test_real_squid_serves_the_tree_through_its_service(
     # Every object came from the origin once: round 2 was served from the cache.
     fetched = {p.removeprefix(f"/cvmfs/{REPO}"): n for p, n in o.hits.items()}
     data = {p: n for p, n in fetched.items() if p.startswith("/data/")}
-    assert len(data) == len(tree) - 1 and set(data.values()) == {1}, fetched
+    if not (len(data) == len(tree) - 1 and set(data.values()) == {1}):
+        state = kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False).stdout
+        log = kubectl("-n", namespace, "logs", "deployment/sw-squid", "--tail=30",
+                      check=False).stdout
+        raise AssertionError(f"origin fetches per object {sorted(set(data.values()))} "
+                             f"(want each once):\n{state}\n{log}")
     # The operator's sampler reads the squid's cache manager from the host (the
-    # cluster's ranges); a young squid answers from its 60-minute page.
+    # cluster's ranges). Squid averages between its once-a-minute snapshots of its
+    # counters, so the client's requests show from the first snapshot after them on.
     pods = json.loads(kubectl("get", "pods", "-n", namespace, "-l",
                               f"{names.LABEL_COMPONENT}=squid", "-o", "json").stdout)["items"]
-    samples = SquidSampler().samples(namespace, "sw", pods)
+
+    def sampled() -> list[SquidSample]:
+        got = SquidSampler().samples(namespace, "sw", pods)
+        return got if got and got[0].requests_per_second > 0 else []
+
+    samples = wait_for("the squid's counters to show the client's requests", sampled, 150,
+                       interval=5)
     print("squid samples:", samples)
-    assert len(samples) == 1 and samples[0].requests_per_second > 0
+    assert len(samples) == 1
     assert 0.3 < samples[0].hits_per_second / samples[0].requests_per_second <= 1.0
     # Only the figures' pages: the rest of the cache manager is refused from here.
     ip = pods[0]["status"]["podIP"]
@@ -275,8 +288,11 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
     assert "Status: Started" in info and "Number of Bricks: 2" in info
     if layout == "nufa":
         assert "cluster.nufa: on" in info
-    kubectl("-n", namespace, "rollout", "status", f"daemonset/{name}-gluster-client",
-            "--timeout=180s")
+    # OnDelete (a client restart would take the mount from under running pods), so no
+    # `rollout status`: wait for its pod on the real node to be Ready.
+    wait_for("the gluster client Ready", lambda: kubectl(
+        "-n", namespace, "get", "daemonset", f"{name}-gluster-client", "-o",
+        "jsonpath={.status.numberReady}", check=False).stdout.strip() == "1", 180)
     volume, mount = gluster.pod_volume(st, "/data")
     writer = {"apiVersion": "batch/v1", "kind": "Job",
               "metadata": {"name": "io", "namespace": namespace},
@@ -397,7 +413,9 @@ def test_real_ganesha_serves_a_user_space_client_in_a_pod(
                     "get", "pods", "-n", namespace, "-l", "job-name=nfs-client", "-o",
                     "jsonpath={..exitCode}", check=False).stdout.split():
                 pytest.skip(f"{nfs.IMAGE}:{TAG} has no nfs-ls: rebuild it (make images)")
-            raise
+            server = kubectl("logs", f"deployment/{name}-nfs", "-n", namespace, "--tail=60",
+                             check=False)
+            raise AssertionError(f"{e}\nserver log:\n{server.stdout}{server.stderr}") from e
         out = kubectl("logs", "job/nfs-client", "-n", namespace).stdout
         print(out)
         assert "large.bin" in out and "hello from" in out

@@ -3,7 +3,8 @@
 The journal (a JSON file) is written before each change, so a killed `up` still leaves
 enough to revert: the bridge we created, sysctls as they were, iptables and ip6tables
 as they were (rules and chains added since are removed; nothing that was there before is
-touched), network namespaces and cgroups that appeared, and mounts under our directory.
+touched), network namespaces and cgroups that appeared, mounts under our directory, and
+the shared bind mount made for node-level file systems (and whatever was mounted in it).
 """
 
 from __future__ import annotations
@@ -86,6 +87,26 @@ class Journal:
             if r.returncode != 0:
                 raise OSError(f"{' '.join(argv)}: {r.stderr.strip()}")
 
+    def shared_mount(self, path: Path) -> None:
+        """Make `path` a shared mount (a bind mount of itself, rshared), unless it is one.
+
+        Pods whose volumes use Bidirectional propagation (our Gluster and CVMFS client
+        DaemonSets mount FUSE file systems under it for the other pods) need their host
+        path on a shared mount; EKS nodes (systemd) mount / shared, this host may not.
+        """
+        if mount_propagation(path) == "shared":
+            return
+        created = not path.exists()
+        path.mkdir(parents=True, exist_ok=True)
+        self.data.setdefault("shared_mounts", []).append(
+            {"path": str(path), "created": created})
+        self.save()
+        for argv in (("mount", "--bind", str(path), str(path)),
+                     ("mount", "--make-rshared", str(path))):
+            r = run(*argv)
+            if r.returncode != 0:
+                raise OSError(f"{' '.join(argv)}: {r.stderr.strip()}")
+
     # -- revert ---------------------------------------------------------------------
     def revert(self, our_dir: Path, say: Say) -> list[str]:
         """Undo everything journaled; returns what could not be undone."""
@@ -93,6 +114,16 @@ class Journal:
             return []
         left: list[str] = []
         left += _unmount_under(our_dir)
+        for entry in reversed(self.data.get("shared_mounts") or []):
+            shared = Path(entry["path"])
+            left += _unmount_under(shared)
+            # Our bind mount is the top one: one umount, never a mount that was there.
+            r = run("umount", "-l", str(shared))
+            if r.returncode != 0 and mount_propagation(shared) is not None:
+                left.append(f"mount {shared}: {r.stderr.strip()}")
+            if entry.get("created"):
+                with contextlib.suppress(OSError):
+                    shared.rmdir()  # only if empty: never delete data left in it
         left += self._remove_netns()
         left += self._remove_cgroups()
         if self.data.get("bridge"):
@@ -164,6 +195,23 @@ def _our_cgroups() -> list[Path]:
         found += [c for c in cands if c.is_dir()]
     if not found:  # cgroup v2: the hierarchy is the root itself
         found = [CGROUP_ROOT / n for n in CGROUP_NAMES if (CGROUP_ROOT / n).is_dir()]
+    return found
+
+
+def mount_propagation(path: Path, mountinfo: str | None = None) -> str | None:
+    """'shared', 'slave' or 'private' for a mount point (the last mount on it wins, as
+    in the kernel), None when `path` is not a mount point."""
+    text = mountinfo if mountinfo is not None else \
+        Path("/proc/self/mountinfo").read_text()
+    found = None
+    for line in text.splitlines():
+        fields = line.split()
+        # id parent major:minor root mount-point options [optional fields...] - fstype ...
+        if len(fields) < 7 or fields[4] != str(path):
+            continue
+        optional = fields[6:fields.index("-")] if "-" in fields else []
+        found = ("shared" if any(f.startswith("shared:") for f in optional) else
+                 "slave" if any(f.startswith("master:") for f in optional) else "private")
     return found
 
 

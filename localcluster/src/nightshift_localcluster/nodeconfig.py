@@ -17,6 +17,9 @@ NODE_NAME = "nightshift-real"
 NODE_LABEL = ("nightshift.io/real-node", "true")
 NODE_TAINT = {"key": "nightshift.io/real-node", "value": "true", "effect": "NoSchedule"}
 BRIDGE = "nightshift0"
+# The operator's node directory (nightshift.sharedstorage.objects.HOST_ROOT): made a
+# shared mount so FUSE clients' Bidirectional mounts reach the other pods.
+NODE_HOST_ROOT = "/var/lib/nightshift"
 POD_SUBNETS = ["10.244.0.0/24", "10.245.0.0/24", "172.30.244.0/24"]
 CLUSTER_DOMAIN = "cluster.local"
 PAUSE_IMAGE = "localhost/nightshift-pause:1"

@@ -230,6 +230,8 @@ def _start(layout: Layout, pki: Pki, server: str, node: NodePlan,
     say(f"real node: bridge {nodeconfig.BRIDGE} ({node.gateway}/24), forwarding on")
     journal.add_bridge(nodeconfig.BRIDGE, f"{node.gateway}/24")
     journal.set_sysctl("net/ipv4/ip_forward", "1")
+    say(f"real node: {nodeconfig.NODE_HOST_ROOT} as a shared mount (mount propagation)")
+    journal.shared_mount(Path(nodeconfig.NODE_HOST_ROOT))
     # Service traffic between two pods on the bridge must pass through iptables.
     for key in ("net/bridge/bridge-nf-call-iptables", "net/bridge/bridge-nf-call-ip6tables"):
         if Path("/proc/sys", key).exists():

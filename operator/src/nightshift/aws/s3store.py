@@ -184,9 +184,15 @@ class S3Store:
         return self._multipart(local, key, size, meta)
 
     def _multipart(self, local: Path, key: str, size: int, meta: dict[str, str]) -> ObjectInfo:
-        up = retrying(lambda: self.s3.create_multipart_upload(
-            Bucket=self.bucket, Key=key, Metadata=meta, ChecksumAlgorithm="SHA256"),
-            f"create multipart s3://{self.bucket}/{key}")
+        creates = 0
+
+        def create() -> Any:
+            nonlocal creates
+            creates += 1
+            return self.s3.create_multipart_upload(
+                Bucket=self.bucket, Key=key, Metadata=meta, ChecksumAlgorithm="SHA256")
+
+        up = retrying(create, f"create multipart s3://{self.bucket}/{key}")
         upload_id = up["UploadId"]
 
         part_size = max(PART_SIZE, -(-size // MAX_PARTS))
@@ -215,7 +221,23 @@ class S3Store:
             except Exception as e:  # the next attempt's abort_uploads sweeps it
                 log.warning("abort multipart %s: %s", key, e)
             raise
+        if creates > 1:
+            # A create whose answer was lost (the server died after making it) left an
+            # upload nobody will complete; parts of it would be billed until swept.
+            self._abort_others(key, upload_id)
         return ObjectInfo(key, size, r.get("ETag", "").strip('"'), meta[META_SHA256])
+
+    def _abort_others(self, key: str, keep: str) -> None:
+        try:
+            pages = self.s3.get_paginator("list_multipart_uploads").paginate(
+                Bucket=self.bucket, Prefix=key)
+            for page in pages:
+                for u in page.get("Uploads", []):
+                    if u["Key"] == key and u["UploadId"] != keep:
+                        self.s3.abort_multipart_upload(
+                            Bucket=self.bucket, Key=key, UploadId=u["UploadId"])
+        except Exception as e:  # the item's next attempt sweeps its prefix
+            log.warning("abort lost multipart uploads of %s: %s", key, e)
 
     def put_bytes(self, key: str, data: bytes, content_type: str = "application/json") -> None:
         self._check(key)

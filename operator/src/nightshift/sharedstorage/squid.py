@@ -117,6 +117,8 @@ def squid_conf(st: Storage, allowed_cidrs: Sequence[str]) -> str:
         f"pid_filename {CACHE_DIR}/squid.pid",
         f"coredump_dir {CACHE_DIR}",
         "max_filedescriptors 65536",
+        "# No ICMP pinger: pods may not open raw sockets (and need no RTT-based peers).",
+        "pinger_enable off",
         "shutdown_lifetime 10 seconds",
         "",
         "# Who may use it: the cluster's pod and node ranges (spec.cvmfs.squid.allowedCIDRs).",
