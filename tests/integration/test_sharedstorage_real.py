@@ -29,6 +29,7 @@ import shutil
 import socketserver
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,18 +45,11 @@ from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift.sharedstorage import gluster, glustervolume, nfs, squid
 from nightshift.sharedstorage.objects import Storage, with_images
 from nightshift.sharedstorage.observe import SquidSampler, http_get
-from nightshift.sharedstorage.status import SquidSample
 from nightshift.sharedstorage.plan import server_pod
+from nightshift.sharedstorage.status import SquidSample
 from nightshift_localcluster.nodeconfig import NODE_NAME
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.test_real_node import gateway, on_real_node, real_node, wait_job
-
-# Written while the real node was busy and not yet seen to pass there: `make test` runs
-# them once they have (docs/sharedstorage.md); until then NIGHTSHIFT_RUN_UNVERIFIED=1.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("NIGHTSHIFT_RUN_UNVERIFIED") != "1",
-    reason="real-node SharedStorage proofs not yet seen to pass on the real node; "
-           "run with NIGHTSHIFT_RUN_UNVERIFIED=1")
 
 __all__ = ["gateway", "real_node"]
 
@@ -110,6 +104,7 @@ class Origin:
 
         class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             daemon_threads = True
+            request_queue_size = 128  # a burst of squid's connections, not 5
 
         self.server = Server((host, 0), Handler)
         self.port = self.server.server_address[1]
@@ -160,22 +155,22 @@ def get(path):
     try:
         with opener.open(base + path, timeout=60) as r:
             body = r.read()
+            cache = (r.headers.get("X-Cache") or "none").split(" ")[0]
         ok = hashlib.sha256(body).hexdigest() == tree[path]
-        return ok, len(body), time.monotonic() - t
-    except Exception:
-        return False, 0, time.monotonic() - t
-out = []
-for rnd in (1, 2):
-    t = time.monotonic()
-    with cf.ThreadPoolExecutor(16) as ex:
-        res = list(ex.map(get, list(tree)))
-    wall = time.monotonic() - t
-    lat = sorted(r[2] for r in res)
-    out.append({"round": rnd, "requests": len(res), "errors": sum(not r[0] for r in res),
-                "bytes": sum(r[1] for r in res), "seconds": round(wall, 3),
-                "p50_ms": round(lat[len(lat) // 2] * 1000, 1),
-                "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 1)})
-print(json.dumps(out))
+        return ok, len(body), time.monotonic() - t, cache if ok else "corrupt " + path
+    except Exception as e:
+        return False, 0, time.monotonic() - t, f"{path}: {e}"
+t = time.monotonic()
+with cf.ThreadPoolExecutor(16) as ex:
+    res = list(ex.map(get, list(tree)))
+wall = time.monotonic() - t
+lat = sorted(r[2] for r in res)
+print(json.dumps({"requests": len(res), "errors": sum(not r[0] for r in res),
+                  "bytes": sum(r[1] for r in res), "seconds": round(wall, 3),
+                  "x_cache": {c: sum(r[3] == c for r in res) for c in {"HIT", "MISS"}},
+                  "failures": [r[3] for r in res if not r[0]][:4],
+                  "p50_ms": round(lat[len(lat) // 2] * 1000, 1),
+                  "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 1)}))
 """
 
 
@@ -196,29 +191,30 @@ def test_real_squid_serves_the_tree_through_its_service(
         kubectl.apply(obj)
     kubectl("-n", namespace, "rollout", "status", "deployment/sw-squid", "--timeout=180s")
     base = upstream.replace("@fqrn@", REPO)
-    client = {"apiVersion": "batch/v1", "kind": "Job",
-              "metadata": {"name": "client", "namespace": namespace},
-              "spec": {"backoffLimit": 0, "template": {"spec": on_real_node({
-                  "restartPolicy": "Never", "containers": [{
-                      "name": "main", "image": RUNNER, "command": ["python3", "-c", CLIENT],
-                      "env": [{"name": "PROXY", "value": squid.proxy_url(st)},
-                              {"name": "BASE", "value": base},
-                              {"name": "TREE", "value": json.dumps(tree)}]}]})}}}
-    kubectl.apply(client)
-    wait_job(kubectl, "client", namespace, timeout=300)
-    rounds = json.loads(kubectl("logs", "job/client", "-n", namespace).stdout)
+    rounds, origin_after = [], []
+    for rnd in (1, 2):
+        job = f"client{rnd}"
+        kubectl.apply({"apiVersion": "batch/v1", "kind": "Job",
+                       "metadata": {"name": job, "namespace": namespace},
+                       "spec": {"backoffLimit": 0, "template": {"spec": on_real_node({
+                           "restartPolicy": "Never", "containers": [{
+                               "name": "main", "image": RUNNER,
+                               "command": ["python3", "-c", CLIENT],
+                               "env": [{"name": "PROXY", "value": squid.proxy_url(st)},
+                                       {"name": "BASE", "value": base},
+                                       {"name": "TREE", "value": json.dumps(tree)}]}]})}}})
+        wait_job(kubectl, job, namespace, timeout=300)
+        rounds.append({"round": rnd,
+                       **json.loads(kubectl("logs", f"job/{job}", "-n", namespace).stdout)})
+        origin_after.append(sum(n for p, n in o.hits.items() if "/data/" in p))
     print("squid rounds:", json.dumps(rounds))
     assert [r["errors"] for r in rounds] == [0, 0]
     assert all(r["requests"] == len(tree) for r in rounds)
-    # Every object came from the origin once: round 2 was served from the cache.
-    fetched = {p.removeprefix(f"/cvmfs/{REPO}"): n for p, n in o.hits.items()}
-    data = {p: n for p, n in fetched.items() if p.startswith("/data/")}
-    if not (len(data) == len(tree) - 1 and set(data.values()) == {1}):
-        state = kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False).stdout
-        log = kubectl("-n", namespace, "logs", "deployment/sw-squid", "--tail=30",
-                      check=False).stdout
-        raise AssertionError(f"origin fetches per object {sorted(set(data.values()))} "
-                             f"(want each once):\n{state}\n{log}")
+    # Round 1 reached the origin for every object (squid may retry an upstream
+    # connection, so at least once); round 2 not at all: all from the cache.
+    data = {p for p in o.hits if "/data/" in p}
+    assert len(data) == len(tree) - 1, sorted(data)[:5]
+    assert origin_after[1] == origin_after[0], f"round 2 reached the origin: {origin_after}"
     # The operator's sampler reads the squid's cache manager from the host (the
     # cluster's ranges). Squid averages between its once-a-minute snapshots of its
     # counters, so the client's requests show from the first snapshot after them on.
@@ -348,7 +344,10 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
         # NUFA: every new file on the writer's first local brick; on one node with two
         # bricks that is brick0, with pointers on brick1 for names hashed there.
         assert data == [200, 0] and pointers[1] > 0
-    for kind, obj_name in (("job", "io"), ("daemonset", f"{name}-gluster-client"),
+    if layout == "distribute":
+        server_killed_mid_write(kubectl, namespace, name, volume, mount)
+    for kind, obj_name in (("job", "io"), ("job", "writer"),
+                           ("daemonset", f"{name}-gluster-client"),
                            ("statefulset", f"{name}-gluster"),
                            ("job", f"{name}-gluster-volume")):
         kubectl("-n", namespace, "delete", kind, obj_name, "--wait=true", "--timeout=120s",
@@ -359,6 +358,63 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
     kubectl("delete", "pv", gluster_pv(st), "--wait=false", check=False)
     shutil.rmtree(brick_root, ignore_errors=True)
 
+
+
+# A writer that keeps going through an outage: each file written, read back and
+# compared; a failed one is reported (never silently dropped), then every file reported
+# good is checked again at the end, after the server came back.
+WRITER = """
+set -u
+mkdir -p /data/w
+: > /tmp/good
+i=0; good=0; bad=0; end=$(( $(date +%s) + 50 ))
+while [ "$(date +%s)" -lt "$end" ]; do
+  i=$((i + 1))
+  head -c 65536 /dev/urandom > /tmp/b
+  if timeout 60 cp /tmp/b /data/w/f$i 2>/tmp/err && timeout 60 cmp -s /tmp/b /data/w/f$i
+  then
+    echo "$(sha256sum < /tmp/b | cut -c1-64)  /data/w/f$i" >> /tmp/good; good=$((good + 1))
+  else
+    bad=$((bad + 1)); echo "f$i failed at $(date +%s): $(head -c 200 /tmp/err)"
+  fi
+  sleep 0.1
+done
+if sha256sum -c --quiet /tmp/good; then verify=ok; else verify=FAILED; fi
+echo "good=$good bad=$bad verify=$verify last_ok=$(tail -n 1 /tmp/good | cut -d/ -f4)"
+"""
+
+
+def server_killed_mid_write(kubectl: Kubectl, namespace: str, name: str,
+                            volume: dict[str, Any], mount: dict[str, Any]) -> None:
+    """The server pod (glusterd and both bricks) killed while a pod writes: writes in the
+    outage fail with an error the writer sees, the StatefulSet brings the pod back with
+    the volume (its state is on the node), the client reconnects, and every write that
+    had succeeded is intact. Without a replica there is no availability in the outage."""
+    writer = {"apiVersion": "batch/v1", "kind": "Job",
+              "metadata": {"name": "writer", "namespace": namespace},
+              "spec": {"backoffLimit": 0, "template": {"spec": on_real_node({
+                  "restartPolicy": "Never", "volumes": [volume], "containers": [{
+                      "name": "main", "image": RUNNER, "command": ["sh", "-c", WRITER],
+                      "volumeMounts": [mount]}]})}}}
+    kubectl.apply(writer)
+    wait_for("the writer running", lambda: kubectl(
+        "-n", namespace, "get", "pods", "-l", "job-name=writer", "-o",
+        "jsonpath={.items[0].status.phase}", check=False).stdout == "Running", 60)
+    time.sleep(8)
+    kubectl("-n", namespace, "delete", "pod", f"{name}-gluster-0", "--grace-period=0",
+            "--force")
+    kubectl("-n", namespace, "rollout", "status", f"statefulset/{name}-gluster",
+            "--timeout=120s")
+    wait_job(kubectl, "writer", namespace, timeout=150)
+    out = kubectl("logs", "job/writer", "-n", namespace).stdout
+    print("brick pod killed mid-write:", out[-1500:])
+    summary = out.strip().splitlines()[-1]
+    fields = dict(f.split("=", 1) for f in summary.split())
+    assert fields["verify"] == "ok", out
+    # Written before the kill, failed (visibly) while the bricks were gone, written
+    # again once the client reconnected: the last file of the run is a good one.
+    assert int(fields["good"]) > 0 and int(fields["bad"]) > 0, out
+    assert fields["last_ok"] == f"f{int(fields['good']) + int(fields['bad'])}", out
 
 
 # -- nfs ---------------------------------------------------------------------------------

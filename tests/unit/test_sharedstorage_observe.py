@@ -1,5 +1,5 @@
-"""The squids' figures: read from each ready squid's cache manager (the page squid 5.7
-prints), the 60-minute page while the 5-minute window is still empty, within one 2 s
+"""The squids' figures: each ready squid's cache manager counters (the page squid 5.7
+prints), rates between two readings (the first from the squid's start), within one 2 s
 budget for all squids, remembered for a while, and left out when a squid fails."""
 
 from __future__ import annotations
@@ -7,26 +7,32 @@ from __future__ import annotations
 from typing import Any
 
 from nightshift.sharedstorage.observe import SquidSampler, refers_to
-from nightshift.sharedstorage.status import SquidSample, parse_squid_5min, sample_seconds
+from nightshift.sharedstorage.status import (
+    SquidCounters,
+    SquidSample,
+    parse_squid_counters,
+    squid_rates,
+)
 
-# As squid 5.7 prints them (first lines), a squid younger than 5 minutes and its 60min.
-YOUNG_5MIN = """sample_start_time = 1795452727.133117 (Mon, 23 Nov 2026 16:52:07 GMT)
-sample_end_time = 1795452727.133117 (Mon, 23 Nov 2026 16:52:07 GMT)
-client_http.requests = 0.000000/sec
-client_http.hits = 0.000000/sec
-client_http.errors = 0.000000/sec
-"""
-YOUNG_60MIN = """sample_start_time = 1795452727.133117 (Mon, 23 Nov 2026 16:52:07 GMT)
-sample_end_time = 1795452847.136604 (Mon, 23 Nov 2026 16:54:07 GMT)
-client_http.requests = 0.283325/sec
-client_http.hits = 0.208327/sec
-client_http.errors = 0.000000/sec
-"""
+STARTED = "2026-11-23T16:52:07Z"
+T0 = 1795452727.0  # STARTED as epoch seconds
 
 
-def pod(ip: str, ready: bool = True) -> dict[str, Any]:
-    return {"status": {"podIP": ip, "conditions": [
-        {"type": "Ready", "status": "True" if ready else "False"}]}}
+def counters(at: float, requests: int, hits: int) -> str:
+    """The first lines of squid 5.7's mgr:counters page."""
+    return (f"sample_time = {at:.6f} (Mon, 23 Nov 2026 16:54:07 GMT)\n"
+            f"client_http.requests = {requests}\nclient_http.hits = {hits}\n"
+            "client_http.errors = 0\nclient_http.kbytes_in = 128\n")
+
+
+PAGE = counters(T0 + 120, 615, 307)
+
+
+def pod(ip: str, ready: bool = True, uid: str = "") -> dict[str, Any]:
+    return {"metadata": {"uid": uid or f"uid-{ip}"},
+            "status": {"podIP": ip, "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False"}],
+                "containerStatuses": [{"state": {"running": {"startedAt": STARTED}}}]}}
 
 
 class Fake:
@@ -39,6 +45,9 @@ class Fake:
     def clock(self) -> float:
         return self.now
 
+    def wall(self) -> float:
+        return T0 + 120 + self.now
+
     def fetch(self, url: str, timeout: float) -> str:
         self.calls.append((url, timeout))
         self.now += self.cost
@@ -47,25 +56,38 @@ class Fake:
         return self.pages[url]
 
 
-def test_the_window_and_rates_of_real_pages() -> None:
-    assert sample_seconds(YOUNG_5MIN) == 0.0
-    assert round(sample_seconds(YOUNG_60MIN)) == 120
-    assert parse_squid_5min(YOUNG_60MIN) == SquidSample(0.283325, 0.208327)
+URL = "http://10.0.0.1:3128/squid-internal-mgr/counters"
 
 
-def test_young_squid_read_from_its_60_minute_page() -> None:
-    f = Fake({"http://10.0.0.1:3128/squid-internal-mgr/5min": YOUNG_5MIN,
-              "http://10.0.0.1:3128/squid-internal-mgr/60min": YOUNG_60MIN})
-    s = SquidSampler(fetch=f.fetch, clock=f.clock)
-    assert s.samples("ns", "sw", [pod("10.0.0.1")]) == [SquidSample(0.283325, 0.208327)]
-    assert [u.rsplit("/", 1)[1] for u, _ in f.calls] == ["5min", "60min"]
+def test_the_counters_of_a_real_page() -> None:
+    assert parse_squid_counters(PAGE, T0 + 120) == SquidCounters(T0 + 120, 615, 307)
+
+
+def test_rates_between_readings_and_from_the_start() -> None:
+    first = SquidCounters(T0 + 100, 500, 200)
+    then = SquidCounters(T0 + 150, 1500, 1100)
+    assert squid_rates(None, first, T0) == SquidSample(5.0, 2.0)
+    assert squid_rates(first, then, T0) == SquidSample(20.0, 18.0)
+    # Restarted (the totals went back): from the new start.
+    assert squid_rates(then, SquidCounters(T0 + 160, 40, 10), T0 + 150) == \
+        SquidSample(4.0, 1.0)
+    assert squid_rates(None, first, None) is None
+
+
+def test_a_squid_read_twice_gives_the_rate_since_the_last_reading() -> None:
+    f = Fake({URL: PAGE})
+    s = SquidSampler(fetch=f.fetch, clock=f.clock, wall=f.wall, ttl=30)
+    assert s.samples("ns", "sw", [pod("10.0.0.1")]) == [SquidSample(615 / 120, 307 / 120)]
+    f.pages[URL] = counters(T0 + 180, 1215, 907)
+    f.now += 60
+    assert s.samples("ns", "sw", [pod("10.0.0.1")]) == [SquidSample(10.0, 10.0)]
+    assert [u.rsplit("/", 1)[1] for u, _ in f.calls] == ["counters", "counters"]
 
 
 def test_unready_failing_and_late_squids_are_left_out() -> None:
-    page = YOUNG_60MIN.replace("16:52:07", "16:49:07").replace("1795452727", "1795452547")
-    f = Fake({f"http://10.0.0.{i}:3128/squid-internal-mgr/5min": page for i in range(1, 5)},
+    f = Fake({f"http://10.0.0.{i}:3128/squid-internal-mgr/counters": PAGE for i in range(1, 5)},
              cost=0.8)
-    s = SquidSampler(fetch=f.fetch, clock=f.clock)
+    s = SquidSampler(fetch=f.fetch, clock=f.clock, wall=f.wall)
     pods = [pod("10.0.0.9"), pod("10.0.0.1", ready=False), pod("10.0.0.2"), pod("10.0.0.3"),
             pod("10.0.0.4")]
     out = s.samples("ns", "sw", pods)
@@ -78,8 +100,8 @@ def test_unready_failing_and_late_squids_are_left_out() -> None:
 
 
 def test_samples_are_remembered_for_the_ttl() -> None:
-    f = Fake({"http://10.0.0.1:3128/squid-internal-mgr/5min": YOUNG_60MIN})
-    s = SquidSampler(fetch=f.fetch, clock=f.clock, ttl=30)
+    f = Fake({URL: PAGE})
+    s = SquidSampler(fetch=f.fetch, clock=f.clock, wall=f.wall, ttl=30)
     first = s.samples("ns", "sw", [pod("10.0.0.1")])
     f.now += 10
     assert s.samples("ns", "sw", [pod("10.0.0.1")]) == first and len(f.calls) == 1

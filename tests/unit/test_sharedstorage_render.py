@@ -130,7 +130,7 @@ def test_squid_caches_large_objects_and_collapses_misses() -> None:
     assert directive(conf, "collapsed_forwarding") == ["on"]
     patterns = directive(conf, "refresh_pattern")
     assert patterns[0] == r"-i /\.cvmfspublished$ 0 0% 0"
-    assert "-i /data/[0-9a-f][0-9a-f]/ 525600 100% 525600" in patterns
+    assert "-i /data/[0-9a-f][0-9a-f]/ 525600 100% 525600 override-lastmod" in patterns
 
 
 def test_squid_deployment_and_hpa() -> None:

@@ -14,31 +14,31 @@ from nightshift.sharedstorage.objects import Storage
 from nightshift.sharedstorage.render import endpoints
 from nightshift.sharedstorage.status import (
     Observed,
+    SquidCounters,
     SquidSample,
     daemonset_counts,
-    parse_squid_5min,
+    parse_squid_counters,
     storage_status,
 )
 from nightshift.sharedstorage.validate import effective_squid_cidrs
 from tests.bad_sharedstorages import FACTS, GOOD
 from tests.crdutil import openapi_schema
 
-# The shape of squid's cache manager page mgr:5min (stat.cc, statAvgDump).
-FIVE_MIN = """\
-sample_start_time = 1763900000.000000 (Sun, 23 Nov 2025 12:13:20 GMT)
-sample_end_time = 1763900300.000000 (Sun, 23 Nov 2025 12:18:20 GMT)
-client_http.requests = 1500.000000/sec
-client_http.hits = 1200.000000/sec
-client_http.errors = 0.000000/sec
-client_http.kbytes_in = 12.500000/sec
+# The shape of squid's cache manager page mgr:counters (stat.cc, statCountersDump).
+COUNTERS = """\
+sample_time = 1763900300.000000 (Sun, 23 Nov 2025 12:18:20 GMT)
+client_http.requests = 1500
+client_http.hits = 1200
+client_http.errors = 0
+client_http.kbytes_in = 12
 """
 NOW = "2026-01-01T00:00:00Z"
 
 
-def test_parse_squid_5min() -> None:
-    assert parse_squid_5min(FIVE_MIN) == SquidSample(1500.0, 1200.0)
-    with pytest.raises(ValueError, match="mgr:5min"):
-        parse_squid_5min("<html>Access Denied</html>")
+def test_parse_squid_counters() -> None:
+    assert parse_squid_counters(COUNTERS, 5.0) == SquidCounters(5.0, 1500, 1200)
+    with pytest.raises(ValueError, match="mgr:counters"):
+        parse_squid_counters("<html>Access Denied</html>", 5.0)
 
 
 def test_daemonset_counts() -> None:

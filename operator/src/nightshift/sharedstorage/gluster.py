@@ -53,9 +53,13 @@ CLIENT_SH = """\
 set -u
 dir={mount}
 opts="backup-volfile-servers={backups}"
+# $dir is the node's directory (a Bidirectional hostPath mount): unmount only the
+# glusterfs on top of it, never the bind itself, or the next mount stays in this pod.
+unmount() {{
+  if grep -q " $dir fuse.glusterfs " /proc/mounts; then umount -l "$dir"; fi
+}}
 remount() {{
-  umount -l "$dir" 2>/dev/null || true
-  mkdir -p "$dir"
+  unmount
   until mount -t glusterfs -o "$opts" {server}:/{volume} "$dir"; do
     echo "volume {volume} not mountable yet; retrying in 5 s"; sleep 5
   done
@@ -64,7 +68,7 @@ remount() {{
   chmod 1777 "$dir" || echo "could not chmod $dir"
   echo "mounted {volume} at $dir"
 }}
-trap 'umount -l "$dir"; exit 0' TERM INT
+trap 'unmount; exit 0' TERM INT
 remount
 # A dead FUSE process leaves a mount point answering ENOTCONN: mount again.
 while :; do

@@ -4,9 +4,9 @@ server pods, the squids' cache managers, and the runs that use it (when deleting
 
 Every read is a GET or a labeled LIST, and only the kinds the storage's type makes.
 The squids' figures are the one read that is not the API server's: an HTTP GET of
-each ready squid's `mgr:5min` page, optional (a squid that does not answer leaves the
-figures out, never fails the pass), bounded by SQUID_BUDGET_S in all, and at most
-every SQUID_TTL_S per storage.
+each ready squid's `mgr:counters` page (rates since the previous reading), optional
+(a squid that does not answer leaves the figures out, never fails the pass), bounded
+by SQUID_BUDGET_S in all, and at most every SQUID_TTL_S per storage.
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ from nightshift.sharedstorage import squid
 from nightshift.sharedstorage.objects import COMPONENT_GLUSTER_SERVER, COMPONENT_SQUID, Platform
 from nightshift.sharedstorage.plan import CLUSTER_KINDS, NAMESPACED_KINDS, Observed, server_pod
 from nightshift.sharedstorage.spec import SharedStorageSpec
-from nightshift.sharedstorage.status import SquidSample, parse_squid_5min, sample_seconds
+from nightshift.sharedstorage.status import (
+    SquidCounters,
+    SquidSample,
+    parse_squid_counters,
+    squid_rates,
+)
 from nightshift.sharedstorage.validate import ClusterFacts
 from nightshift.virtualcluster.observe import CrdCache
 from nightshift.virtualcluster.provider import CRD_EC2NODECLASS
@@ -60,7 +65,12 @@ class SquidSampler:
     budget: float = SQUID_BUDGET_S
     ttl: float = SQUID_TTL_S
     clock: Callable[[], float] = time.monotonic
+    # Readings are dated by the wall clock: the first one's rate runs from the
+    # container's start, which the kubelet gives as a date.
+    wall: Callable[[], float] = time.time
     _seen: dict[tuple[str, str], tuple[float, list[SquidSample]]] = field(default_factory=dict)
+    # The last reading of each squid pod (by uid), per storage: the next one's baseline.
+    _last: dict[tuple[str, str], dict[str, SquidCounters]] = field(default_factory=dict)
 
     def samples(self, namespace: str, name: str, pods: Sequence[Mapping[str, Any]]
                 ) -> list[SquidSample]:
@@ -70,27 +80,31 @@ class SquidSampler:
         if cached is not None and cached[0] > now:
             return cached[1]
         out: list[SquidSample] = []
+        last = self._last.get(key, {})
+        readings: dict[str, SquidCounters] = {}
         deadline = now + self.budget
         for pod in pods:
             ip = (pod.get("status") or {}).get("podIP")
+            uid = str(pod.get("metadata", {}).get("uid") or ip)
             left = deadline - self.clock()
             if not ip or not _ready(pod) or left <= 0:
                 continue
-            base = f"http://{ip}:{squid.PORT}"
             try:
-                text = self.fetch(base + squid.STATS_PATH, min(left, 2.0))
-                if not sample_seconds(text) and deadline - self.clock() > 0:
-                    # Younger than 5 minutes: the 60-minute page spans what there is.
-                    text = self.fetch(base + squid.STATS_PATH_YOUNG,
-                                      min(deadline - self.clock(), 2.0))
-                out.append(parse_squid_5min(text))
+                text = self.fetch(f"http://{ip}:{squid.PORT}{squid.STATS_PATH}", min(left, 2.0))
+                reading = parse_squid_counters(text, self.wall())
             except (OSError, ValueError):
                 continue  # optional figures: a squid starting or refusing is left out
+            readings[uid] = reading
+            rates = squid_rates(last.get(uid), reading, _started(pod))
+            if rates is not None:
+                out.append(rates)
         self._seen[key] = (now + self.ttl, out)
+        self._last[key] = readings  # pods gone since are dropped with their readings
         return out
 
     def forget(self, namespace: str, name: str) -> None:
         self._seen.pop((namespace, name), None)
+        self._last.pop((namespace, name), None)
 
 
 @dataclass(frozen=True)
@@ -175,6 +189,19 @@ def owned(kube: Kube, namespace: str, name: str, type_: str) -> list[Obj]:
 def _pods(kube: Kube, namespace: str, name: str, component: str) -> list[Obj]:
     return kube.list("v1", "Pod", namespace, label_selector=(
         f"{names.LABEL_STORAGE}={name},{names.LABEL_COMPONENT}={component}"))
+
+
+def _started(pod: Mapping[str, Any]) -> float | None:
+    """When the squid container (last) started, as epoch seconds: the kubelet's clock,
+    the same node's as the squid's own sample_time."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        at = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
+        if at:
+            try:
+                return datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return None
+    return None
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:

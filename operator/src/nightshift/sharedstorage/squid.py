@@ -43,11 +43,9 @@ BASE_MIB = 128
 DISK_SHARE = 0.9
 MAX_OBJECT = "1 GB"
 STATS_ACL = "nightshift_stats"
-# The cache manager pages the status reads (status.parse_squid_5min): the 5-minute
-# averages, and the 60-minute ones while a squid is younger than its first 5 minutes
-# (its 5-minute window is empty until then; the 60-minute one spans what there is).
-STATS_PATH = "/squid-internal-mgr/5min"
-STATS_PATH_YOUNG = "/squid-internal-mgr/60min"
+# The cache manager page the status reads (status.parse_squid_counters): cumulative
+# totals, turned into rates between two readings.
+STATS_PATH = "/squid-internal-mgr/counters"
 # A removed squid takes its cache with it: scale down one pod at a time, slowly.
 SCALE_DOWN_WINDOW_S = 600
 
@@ -136,8 +134,8 @@ def squid_conf(st: Storage, allowed_cidrs: Sequence[str]) -> str:
         f"acl stratum1_ports port {' '.join(str(p) for p in ports)}",
         "acl cvmfs_methods method GET HEAD",
         "# The cache manager: everything from the pod itself; from the cluster's ranges",
-        "# only the averages the operator reads for the status (hit ratio, request rate).",
-        f"acl {STATS_ACL} urlpath_regex ^/squid-internal-mgr/(5min|60min)$",
+        "# only the counters the operator reads for the status (hit ratio, request rate).",
+        f"acl {STATS_ACL} urlpath_regex ^/squid-internal-mgr/counters$",
         "http_access allow localhost manager",
         f"http_access allow manager {STATS_ACL} nightshift_clients",
         "http_access deny manager",
@@ -164,10 +162,12 @@ def squid_conf(st: Storage, allowed_cidrs: Sequence[str]) -> str:
         "",
         "# CVMFS freshness (used when the stratum-1 sends no Cache-Control of its own):",
         "# the manifest and whitelist change on every publish and must be revalidated;",
-        "# data objects are content-addressed, so a cached one is never stale.",
+        "# data objects are content-addressed, so a cached one is never stale: without",
+        "# override-lastmod squid would trust a recent Last-Modified (lifetime = its age)",
+        "# over the minimum, and revalidate a just-published object seconds later.",
         r"refresh_pattern -i /\.cvmfspublished$ 0 0% 0",
         r"refresh_pattern -i /\.cvmfswhitelist$ 0 0% 1",
-        "refresh_pattern -i /data/[0-9a-f][0-9a-f]/ 525600 100% 525600",
+        "refresh_pattern -i /data/[0-9a-f][0-9a-f]/ 525600 100% 525600 override-lastmod",
         "refresh_pattern . 0 20% 4320",
         "",
         "# At 10^5 requests a minute an access log costs more than the serving; the",

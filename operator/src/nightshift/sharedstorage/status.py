@@ -2,7 +2,8 @@
 
 Client mounts are counts (nodes that should mount, nodes whose mounter is ready), never
 node lists: a storage mounted on a thousand nodes keeps a status of a few hundred bytes.
-Squid figures come from each squid's cache manager (`mgr:5min`), summed.
+Squid figures come from each squid's cache manager (`mgr:counters`, cumulative totals):
+rates between two readings, summed over the squids.
 """
 
 from __future__ import annotations
@@ -15,32 +16,52 @@ from typing import Any
 from nightshift.api import conditions
 from nightshift.api.problems import Problem, summarize
 
-_RATE = re.compile(r"^\s*(client_http\.(?:requests|hits))\s*=\s*([0-9.eE+-]+)/sec", re.M)
+_COUNTER = re.compile(r"^\s*(client_http\.requests|client_http\.hits)\s*=\s*([0-9]+)", re.M)
 
 
 @dataclass(frozen=True)
 class SquidSample:
-    """One squid's 5-minute averages."""
+    """One squid's client request and hit rates over the interval the sampler saw."""
 
     requests_per_second: float
     hits_per_second: float
 
 
-def parse_squid_5min(text: str) -> SquidSample:
-    """The client request and hit rates from squid's `mgr:5min` page."""
-    found = {m.group(1): float(m.group(2)) for m in _RATE.finditer(text)}
+@dataclass(frozen=True)
+class SquidCounters:
+    """One reading of a squid's cumulative counters, taken at `at` (epoch seconds).
+
+    `at` is the reader's clock: squid's own sample_time on this page is when its
+    counters last moved, not when they were read."""
+
+    at: float
+    requests: int
+    hits: int
+
+
+def parse_squid_counters(text: str, at: float) -> SquidCounters:
+    """The client request and hit totals from squid's `mgr:counters`, read at `at`."""
+    found = {m.group(1): int(m.group(2)) for m in _COUNTER.finditer(text)}
     if "client_http.requests" not in found:
-        raise ValueError("no client_http.requests line: not a squid mgr:5min page")
-    return SquidSample(found["client_http.requests"], found.get("client_http.hits", 0.0))
+        raise ValueError("no client_http.requests line: not a squid mgr:counters page")
+    return SquidCounters(at, found["client_http.requests"], found.get("client_http.hits", 0))
 
 
-_SAMPLE = re.compile(r"^\s*sample_(start|end)_time\s*=\s*([0-9.]+)", re.M)
+def squid_rates(prev: SquidCounters | None, now: SquidCounters,
+                started: float | None) -> SquidSample | None:
+    """Rates between two readings of one squid. The first reading, or one after a restart
+    (the totals went back), counts from the squid's start; None when neither is known.
 
-
-def sample_seconds(text: str) -> float:
-    """How many seconds a squid averages page spans (0 before its first samples)."""
-    found = {m.group(1): float(m.group(2)) for m in _SAMPLE.finditer(text)}
-    return max(0.0, found.get("end", 0.0) - found.get("start", 0.0))
+    Squid's own 5- and 60-minute averages were not used: they move only with its
+    once-a-minute snapshots, which a squid on the real node was seen not to take for
+    minutes, leaving a busy squid at 0 requests per second."""
+    if prev is not None and now.at > prev.at and now.requests >= prev.requests:
+        dt = now.at - prev.at
+        return SquidSample((now.requests - prev.requests) / dt, (now.hits - prev.hits) / dt)
+    if started is not None and now.at > started:
+        dt = now.at - started
+        return SquidSample(now.requests / dt, now.hits / dt)
+    return None
 
 
 def daemonset_counts(ds: Mapping[str, Any] | None) -> tuple[int, int]:
