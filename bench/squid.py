@@ -12,8 +12,10 @@ Not part of CI. Needs the real node and `make images`:
 
 Reports requests per minute, bytes per second, errors, latency percentiles per round
 (client side), the origin's fetches (each object once: collapsed forwarding and the
-cache), and squid's own hit ratio and request rate from its cache manager. Results go
-to bench/results/squid-<time>.json.
+cache), and squid's own hit ratio and request rate from its cache manager. The baseline,
+measured in the same run just before: the same clients fetching the tree straight from
+the origin (one round, no squid); warm rounds are reported as ratios against it.
+Results go to bench/results/squid-<time>.json.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ import concurrent.futures as cf, hashlib, json, os, random, time, urllib.request
 proxy, base = os.environ["PROXY"], os.environ["BASE"]
 tree = json.loads(open("/tree/tree.json").read())
 threads, rounds = int(os.environ["THREADS"]), int(os.environ["ROUNDS"])
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+# PROXY "" fetches straight from the origin: the baseline the squid rounds are put against.
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy} if proxy else {}))
 def get(path):
     t = time.monotonic()
     try:
@@ -76,6 +79,18 @@ print(json.dumps(out))
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(len(s) * p))] if s else 0.0
+
+
+def summarize(rnd: int, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One round over every client pod: client-side rates and latency percentiles."""
+    lat = [x for p in parts for x in p["latencies"]]
+    secs = max(p["end"] for p in parts) - min(p["start"] for p in parts)
+    nbytes = sum(p["bytes"] for p in parts)
+    return {"round": rnd, "requests": len(lat), "errors": sum(p["errors"] for p in parts),
+            "seconds": round(secs, 2), "requests_per_minute": round(len(lat) / secs * 60),
+            "MB_per_second": round(nbytes / secs / 2**20, 1),
+            "p50_ms": round(pct(lat, 0.5) * 1000, 1), "p95_ms": round(pct(lat, 0.95) * 1000, 1),
+            "p99_ms": round(pct(lat, 0.99) * 1000, 1)}
 
 
 def main() -> int:
@@ -123,7 +138,9 @@ def run(kubectl: Kubectl, ns: str, gateway: str, origin: Origin, tree: dict[str,
         kubectl.apply(obj)
     kubectl("-n", ns, "rollout", "status", "deployment/sw-squid", "--timeout=180s")
     # The tree's checksums in a ConfigMap (too large for an env var at thousands).
-    kubectl("-n", ns, "create", "configmap", "tree", f"--from-literal=tree.json={json.dumps(tree)}")
+    kubectl("create", "-f", "-", input_=json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tree", "namespace": ns},
+        "data": {"tree.json": json.dumps(tree)}}))
     base = upstream.replace("@fqrn@", REPO)
     job = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"name": "clients", "namespace": ns},
@@ -140,32 +157,33 @@ def run(kubectl: Kubectl, ns: str, gateway: str, origin: Origin, tree: dict[str,
                                     {"name": "THREADS", "value": str(args.threads)},
                                     {"name": "ROUNDS", "value": str(args.rounds)}]}]})}}}
 
-    def finished() -> bool:
-        status = json.loads(kubectl("-n", ns, "get", "job", "clients", "-o", "json").stdout
-                            ).get("status", {})
-        done = int(status.get("succeeded", 0)) + int(status.get("failed", 0))
-        return done >= int(args.clients)
+    def clients(name: str, proxy: str, rounds: int) -> list[dict[str, Any]]:
+        spec = json.loads(json.dumps(job))
+        spec["metadata"]["name"] = name
+        env = spec["spec"]["template"]["spec"]["containers"][0]["env"]
+        env[0]["value"], env[3]["value"] = proxy, str(rounds)
 
+        def finished() -> bool:
+            status = json.loads(kubectl("-n", ns, "get", "job", name, "-o", "json").stdout
+                                ).get("status", {})
+            done = int(status.get("succeeded", 0)) + int(status.get("failed", 0))
+            return done >= int(args.clients)
+
+        kubectl.apply(spec)
+        wait_for(f"the {name} clients to finish", finished, 1800, interval=2)
+        pods = json.loads(kubectl("-n", ns, "get", "pods", "-l", f"job-name={name}", "-o",
+                                  "json").stdout)["items"]
+        per_pod = [json.loads(kubectl("-n", ns, "logs", p["metadata"]["name"]).stdout)
+                   for p in pods]
+        return [summarize(r + 1, [pp[r] for pp in per_pod]) for r in range(rounds)]
+
+    (direct,) = clients("direct", "", 1)
+    origin.hits.clear()
     t0 = time.time()
-    kubectl.apply(job)
-    wait_for("the clients to finish", finished, 1800, interval=2)
+    rounds = clients("clients", squid.proxy_url(st), args.rounds)
     wall = time.time() - t0
-    pods = json.loads(kubectl("-n", ns, "get", "pods", "-l", "job-name=clients", "-o",
-                              "json").stdout)["items"]
-    per_pod = [json.loads(kubectl("-n", ns, "logs", p["metadata"]["name"]).stdout)
-               for p in pods]
-    rounds = []
-    for r in range(args.rounds):
-        parts = [pp[r] for pp in per_pod]
-        lat = [x for p in parts for x in p["latencies"]]
-        secs = max(p["end"] for p in parts) - min(p["start"] for p in parts)
-        nbytes = sum(p["bytes"] for p in parts)
-        rounds.append({
-            "round": r + 1, "requests": len(lat), "errors": sum(p["errors"] for p in parts),
-            "seconds": round(secs, 2), "requests_per_minute": round(len(lat) / secs * 60),
-            "MB_per_second": round(nbytes / secs / 2**20, 1),
-            "p50_ms": round(pct(lat, 0.5) * 1000, 1), "p95_ms": round(pct(lat, 0.95) * 1000, 1),
-            "p99_ms": round(pct(lat, 0.99) * 1000, 1)})
+    warm = rounds[1:] or rounds
+    best = max(warm, key=lambda r: r["requests_per_minute"])
     squids = json.loads(kubectl("-n", ns, "get", "pods", "-l",
                                 f"{names.LABEL_COMPONENT}=squid", "-o", "json").stdout)["items"]
     samples = SquidSampler().samples(ns, "sw", squids)
@@ -177,7 +195,13 @@ def run(kubectl: Kubectl, ns: str, gateway: str, origin: Origin, tree: dict[str,
                    "threads": args.threads, "rounds": args.rounds,
                    "squid": {"memoryCache": "512Mi", "diskCache": "4Gi", "cpu": "500m"}},
         "objects": len(tree),
+        "baseline_direct_to_origin": direct,
         "rounds": rounds, "wall_seconds": round(wall, 1),
+        "warm_vs_direct": {
+            "requests_per_minute": round(best["requests_per_minute"] /
+                                         direct["requests_per_minute"], 2),
+            "p50_latency": round(best["p50_ms"] / direct["p50_ms"], 2) if direct["p50_ms"]
+            else None},
         "origin_fetches": {"objects": len(data), "max_per_object": max(data.values(), default=0),
                            "total": sum(data.values())},
         "squid_cache_manager": {"requests_per_minute": round(req * 60, 1),
