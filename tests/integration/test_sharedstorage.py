@@ -265,6 +265,27 @@ def test_nfs_client_volume_then_deletion(kube: Kube, kubectl: Kubectl,
         "v1", "PersistentVolume", label_selector=sel), 60)
 
 
+def test_reclaim_delete_removes_the_data_on_its_node_then_goes(
+        kube: Kube, kubectl: Kubectl, storage_operator: OperatorProcess, ns: str,
+        kwok_pool: str) -> None:
+    """reclaimPolicy Delete with the export on the node's disk: the server stops, a Job
+    on the node that held the data removes it (KWOK completes it here; the directories
+    themselves: tests/unit/test_sharedstorage_reclaim.py), then the storage goes."""
+    kubectl.apply(storage(ns, "tmp", {
+        "type": "nfs", "reclaimPolicy": "Delete",
+        "nfs": {"server": "colocated", "pool": kwok_pool, "backing": {"localDisk": True},
+                "clients": {"pools": [kwok_pool]}}}))
+    obj = wait_ready(kube, storage_operator, ns, "tmp")
+    (node,) = obj["status"]["dataNodes"]
+    assert node.startswith("kwok-")
+    kubectl("-n", ns, "delete", "sharedstorage", "tmp", "--wait=false")
+    job = wait_for("the reclaim Job", lambda: kube.get("batch/v1", "Job", "tmp-reclaim-0", ns),
+                   60)
+    assert job["spec"]["template"]["spec"]["nodeName"] == node
+    assert kube.get("apps/v1", "Deployment", "tmp-nfs", ns) is None
+    wait_for("the storage deleted", lambda: gone(kube, ns, "tmp"), 90)
+
+
 def _secret(ns: str, gw: VersityGW) -> dict[str, Any]:
     def b64(s: str) -> str:
         return base64.b64encode(s.encode()).decode()

@@ -42,7 +42,7 @@ from nightshift.api import names
 from nightshift.pipelinerun import binding, jobs
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun.spec import PipelineRunSpec
-from nightshift.sharedstorage import gluster, glustervolume, nfs, squid
+from nightshift.sharedstorage import gluster, glustervolume, nfs, reclaim, squid
 from nightshift.sharedstorage.objects import Storage, with_images
 from nightshift.sharedstorage.observe import SquidSampler, http_get
 from nightshift.sharedstorage.plan import server_pod
@@ -477,6 +477,17 @@ def test_real_ganesha_serves_a_user_space_client_in_a_pod(
         assert "large.bin" in out and "hello from" in out
         assert hashlib.sha256(large).hexdigest() in out
         assert (export / "hello.txt").read_text().startswith("hello from")
+        # reclaimPolicy Delete's last step on the node: the server gone, the rendered
+        # reclaim Job removes the export directory (root-owned files in it included).
+        kubectl("-n", namespace, "delete", "deployment", f"{name}-nfs", "--wait=true",
+                "--timeout=60s")
+        wait_for("the server pod gone", lambda: not json.loads(kubectl(
+            "-n", namespace, "get", "pods", "-l", f"{names.LABEL_STORAGE}={name}", "-o",
+            "json").stdout)["items"], 60)
+        (job,) = place([reclaim.reclaim_job(st, st.spec, NODE_NAME, 0, nfs.IMAGE)])
+        kubectl.apply(job)
+        wait_job(kubectl, job["metadata"]["name"], namespace, timeout=120)
+        assert not export.exists() and export.parent.is_dir()
     finally:
         kubectl("-n", namespace, "delete", "deployment", f"{name}-nfs", "--wait=true",
                 "--timeout=60s", check=False)

@@ -46,7 +46,7 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setattr(s3store, "PART_SIZE", 5 * 2**20)  # S3's smallest part
     monkeypatch.setattr(s3store, "MULTIPART_THRESHOLD", 5 * 2**20)
-    monkeypatch.setattr(s3store.time, "sleep", lambda s: None)
+    monkeypatch.setattr("nightshift.aws.s3store.time.sleep", lambda s: None)
     with mock_aws():
         real = boto3.client("s3", region_name="us-east-1")
         real.create_bucket(Bucket="bkt")

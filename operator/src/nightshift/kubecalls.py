@@ -144,6 +144,9 @@ CALLS: tuple[Call, ...] = tuple([
            "installed; sharedstorage/observe: EC2NodeClass's says EKS (NLB annotations)"),
     *_rows(CORE, "nodes", "list", CLUSTER, _KF,
            "virtualcluster/observe: a VirtualCluster's nodes; kopf's watch of pool nodes"),
+    *_rows(CORE, "nodes", "get", CLUSTER, _K,
+           "sharedstorage/observe: whether each node holding a storage's data still "
+           "exists (reclaimPolicy Delete: deleting)"),
     *_rows(CORE, "nodes", "watch", CLUSTER, _F,
            "kopf's watch of pool nodes: their events wake the VirtualCluster's loop"),
     *_rows(KARPENTER, "nodepools", "list", CLUSTER, _KF,

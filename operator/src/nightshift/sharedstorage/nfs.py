@@ -49,6 +49,11 @@ def _nfs(st: Storage) -> Nfs:
     return st.spec.nfs
 
 
+def local_disk_dir(st: Storage) -> str:
+    """The export's node directory under `backing.localDisk`."""
+    return f"{LOCAL_DISK_DIR}/{st.namespace}-{st.name}"
+
+
 def data_claim_name(st: Storage) -> str:
     return st.object_name("nfs-data")
 
@@ -125,7 +130,7 @@ def render_nfs_server(st: Storage) -> list[dict[str, Any]]:
             "claimName": data_claim_name(st)}}
     else:
         data_volume = {"name": "export", "hostPath": {
-            "path": f"{LOCAL_DISK_DIR}/{st.namespace}-{st.name}", "type": "DirectoryOrCreate"}}
+            "path": local_disk_dir(st), "type": "DirectoryOrCreate"}}
     objs.append(_deployment(st, nfs, conf, data_volume))
     objs.append({
         "apiVersion": "v1", "kind": "Service",

@@ -24,7 +24,12 @@ from nightshift.api import names
 from nightshift.kube import Kube
 from nightshift.pipelinerun.spec import TERMINAL_PHASES
 from nightshift.sharedstorage import squid
-from nightshift.sharedstorage.objects import COMPONENT_GLUSTER_SERVER, COMPONENT_SQUID, Platform
+from nightshift.sharedstorage.objects import (
+    COMPONENT_GLUSTER_SERVER,
+    COMPONENT_NFS_SERVER,
+    COMPONENT_SQUID,
+    Platform,
+)
 from nightshift.sharedstorage.plan import CLUSTER_KINDS, NAMESPACED_KINDS, Observed, server_pod
 from nightshift.sharedstorage.spec import SharedStorageSpec
 from nightshift.sharedstorage.status import (
@@ -140,15 +145,25 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
                         now=now)
     servers = []
     samples: list[SquidSample] = []
-    if spec.type == "glusterfs" and not deleting:
-        servers = [server_pod(p) for p in _pods(kube, namespace, name, COMPONENT_GLUSTER_SERVER)]
+    server_pods: list[Obj] = []
+    if spec.type == "glusterfs":
+        server_pods = _pods(kube, namespace, name, COMPONENT_GLUSTER_SERVER)
+        servers = [server_pod(p) for p in server_pods] if not deleting else []
+    elif spec.type == "nfs" and spec.nfs is not None and spec.nfs.backing.local_disk:
+        server_pods = _pods(kube, namespace, name, COMPONENT_NFS_SERVER)
+    server_nodes = [str((p.get("spec") or {}).get("nodeName") or "") for p in server_pods]
+    existing: frozenset[str] = frozenset()
+    if deleting:
+        wanted = {*((obj.get("status") or {}).get("dataNodes") or []), *server_nodes} - {""}
+        existing = frozenset(n for n in wanted if kube.get("v1", "Node", n) is not None)
     if spec.type == "cvmfs" and not deleting:
         samples = sources.sampler.samples(namespace, name,
                                           _pods(kube, namespace, name, COMPONENT_SQUID))
     return Observed(
         storage=obj, facts=facts(kube, namespace, spec, sources.cluster_cidrs),
         platform=platform, owned=owned(kube, namespace, name, spec.type),
-        server_pods=servers, squid=samples,
+        server_pods=servers, squid=samples, server_nodes=server_nodes,
+        server_pods_left=len(server_pods), existing_nodes=existing,
         running_runs=running_runs(kube, namespace, name) if deleting else (), now=now,
         image_registry=sources.image_registry, image_tag=sources.image_tag)
 

@@ -27,7 +27,7 @@ Delete` (the NFS data claim is then owned and goes too).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -38,7 +38,7 @@ from nightshift.api.conditions import rfc3339
 from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
 from nightshift.api.fieldpath import field_path
-from nightshift.sharedstorage import gluster, glustervolume, nfs, render
+from nightshift.sharedstorage import gluster, glustervolume, nfs, reclaim, render
 from nightshift.sharedstorage import status as ssstatus
 from nightshift.sharedstorage.objects import Platform, Storage, with_images
 from nightshift.sharedstorage.spec import SharedStorageSpec
@@ -56,7 +56,7 @@ Obj = Mapping[str, Any]
 # and what may be pruned. The NFS clients' PersistentVolume is cluster-scoped.
 NAMESPACED_KINDS: Mapping[str, tuple[tuple[str, str], ...]] = {
     "nfs": (("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"),
-            ("v1", "PersistentVolumeClaim")),
+            ("v1", "PersistentVolumeClaim"), ("batch/v1", "Job")),
     "glusterfs": (("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "StatefulSet"),
                   ("apps/v1", "DaemonSet"), ("batch/v1", "Job"),
                   ("v1", "PersistentVolumeClaim")),
@@ -85,8 +85,13 @@ class Observed:
     now: datetime
     # glusterfs: the server pods.
     server_pods: Sequence[gluster.ServerPod] = ()
-    # cvmfs: each ready squid's 5-minute sample ([] when none answered).
+    # cvmfs: each ready squid's rates since the last reading ([] when none answered).
     squid: Sequence[ssstatus.SquidSample] = ()
+    # glusterfs, nfs on localDisk: the nodes of the server pods that exist now (data
+    # nodes), and which of status.dataNodes still exist (read when deleting).
+    server_nodes: Sequence[str] = ()
+    server_pods_left: int = 0
+    existing_nodes: frozenset[str] = frozenset()
     # PipelineRuns naming this storage that have not ended (read when deleting).
     running_runs: Sequence[str] = ()
     # What applying this plan's writes met, each a sentence naming the object: the
@@ -133,8 +138,13 @@ def plan(o: Observed) -> Plan:
     except ValidationError as e:
         spec, spec_error = None, e
     if deleting:
-        forced = (meta.get("annotations") or {}).get(names.ANNOTATION_FORCE_DELETE) == "true"
+        annotations = meta.get("annotations") or {}
+        forced = annotations.get(names.ANNOTATION_FORCE_DELETE) == "true"
         if not o.running_runs or forced:
+            if spec is not None and reclaim.wanted(Storage.of(o.storage), spec, annotations):
+                p = _reclaim(o, spec)
+                if p is not None:
+                    return p
             return _finalize(o)
     add = not mine and not deleting
     if spec is None:
@@ -172,6 +182,9 @@ def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
     figures = _figures(o, st, spec, present) if not problems else ssstatus.Observed()
     status = ssstatus.storage_status(o.storage, observed=figures, problems=problems,
                                      deleting=deleting, now=rfc3339(o.now))
+    if reclaim.data_dirs(st, spec):
+        status["dataNodes"] = reclaim.data_nodes(
+            (o.storage.get("status") or {}).get("dataNodes") or [], o.server_nodes)
     if deleting:
         status["conditions"] = _with_deleting(o, status["conditions"], blocked(st, o.running_runs))
     ready = status["phase"] == "Ready"
@@ -313,6 +326,30 @@ def _finalize(o: Observed) -> Plan:
             "CleanupFailed", "; ".join(o.errors)))
         return _status_plan(o, status, ERROR_REQUEUE)
     return Plan(prune=refs, remove_finalizer=True, gone=True)
+
+
+def _reclaim(o: Observed, spec: SharedStorageSpec) -> Plan | None:
+    """The reclaimPolicy Delete steps (reclaim.py); None once the data is gone."""
+    st = Storage.of(o.storage)
+    status = dict(o.storage.get("status") or {})
+    nodes = reclaim.data_nodes(status.get("dataNodes") or [], o.server_nodes)
+    image = gluster.IMAGE if spec.type == "glusterfs" else nfs.IMAGE
+    apply, delete, why = reclaim.step(st, spec, owned=o.owned, nodes=nodes,
+                                      existing_nodes=o.existing_nodes,
+                                      server_pods_left=o.server_pods_left, image=image)
+    if why is None:
+        return None
+    status["phase"] = "Deleting"
+    status["dataNodes"] = nodes
+    status["conditions"] = _with_deleting(o, list(status.get("conditions") or []), why)
+    if o.errors:
+        status["conditions"] = _with_deleting(o, status["conditions"], (
+            "ReclaimFailed", "; ".join(o.errors)))
+        return _status_plan(o, status, ERROR_REQUEUE)
+    return replace(_status_plan(o, status, BUSY_REQUEUE if why[0] == "Reclaiming" else
+                                ERROR_REQUEUE),
+                   apply=with_images(apply, o.image_registry, o.image_tag),
+                   prune=[_ref(d) for d in delete])
 
 
 def blocked(st: Storage, runs: Sequence[str]) -> tuple[str, str]:

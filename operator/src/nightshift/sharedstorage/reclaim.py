@@ -1,0 +1,143 @@
+"""`reclaimPolicy: Delete` for data on nodes' disks. Pure.
+
+Gluster bricks (and glusterd's state) and an NFS export on `backing.localDisk` are host
+directories: the garbage collector cannot remove them. Before the finalizer goes, a
+deleted storage under Delete steps through:
+
+1. its servers (and Gluster's clients, whose FUSE mounts hold the bricks open) deleted;
+2. once no server pod is left, one Job per node that held data (`status.dataNodes`,
+   recorded while the storage ran), pinned to the node, removing the storage's
+   directories there; a node that no longer exists took its disk with it;
+3. every such Job complete: the usual last step (plan._finalize).
+
+A Job that fails stops the deletion with a Deleting condition naming the node and how to
+look; annotating the storage nightshift.io/skip-reclaim: "true" lets it go and leaves
+the directories.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nightshift.api import names
+from nightshift.sharedstorage import gluster, nfs
+from nightshift.sharedstorage.objects import Storage
+from nightshift.sharedstorage.spec import SharedStorageSpec
+
+Obj = Mapping[str, Any]
+
+ANNOTATION_SKIP_RECLAIM = f"{names.GROUP}/skip-reclaim"
+COMPONENT_RECLAIM = "reclaim"
+# The workloads that must be gone before their directories are removed.
+SERVER_KINDS = {"glusterfs": ("StatefulSet", "DaemonSet"), "nfs": ("Deployment",)}
+
+
+def data_dirs(st: Storage, spec: SharedStorageSpec) -> list[str]:
+    """The host directories holding this storage's data on the nodes that ran servers;
+    [] when nothing of it lives on a node's disk."""
+    if spec.type == "glusterfs":
+        return [gluster.brick_host_dir(st), st.host_dir("glusterd"), gluster.run_host_dir(st)]
+    if spec.type == "nfs" and spec.nfs is not None and spec.nfs.backing.local_disk:
+        return [nfs.local_disk_dir(st)]
+    return []
+
+
+def wanted(st: Storage, spec: SharedStorageSpec, annotations: Mapping[str, str]) -> bool:
+    return (spec.reclaim_policy == "Delete" and bool(data_dirs(st, spec))
+            and annotations.get(ANNOTATION_SKIP_RECLAIM) != "true")
+
+
+def data_nodes(previous: Sequence[str], server_nodes: Sequence[str]) -> list[str]:
+    """Every node that ever ran a server: a pod that moved leaves its data behind."""
+    return sorted({*previous, *(n for n in server_nodes if n)})
+
+
+def job_name(st: Storage, index: int) -> str:
+    return st.object_name(f"reclaim-{index}")
+
+
+def reclaim_job(st: Storage, spec: SharedStorageSpec, node: str, index: int,
+                image: str) -> dict[str, Any]:
+    """A Job on `node` that removes the storage's directories there."""
+    dirs = data_dirs(st, spec)
+    volumes, mounts, targets = [], [], []
+    for i, d in enumerate(dirs):
+        parent, base = posixpath.split(d.rstrip("/"))
+        volumes.append({"name": f"d{i}", "hostPath": {"path": parent, "type": "Directory"}})
+        mounts.append({"name": f"d{i}", "mountPath": f"/reclaim/d{i}"})
+        targets.append(f"/reclaim/d{i}/{base}")
+    labels = st.labels(COMPONENT_RECLAIM, "nightshift-reclaim")
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job_name(st, index), "namespace": st.namespace,
+                     "labels": labels,
+                     "ownerReferences": [st.owner_reference()]},
+        "spec": {
+            "backoffLimit": 2,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    # Straight to the node: it may be cordoned or tainted, being drained.
+                    "nodeName": node,
+                    "tolerations": [{"operator": "Exists"}],
+                    "volumes": volumes,
+                    "containers": [{
+                        "name": "reclaim", "image": image,
+                        "command": ["/bin/sh", "-c", 'set -eu; for d in "$@"; do '
+                                    'rm -rf -- "$d"; echo "removed $d"; done', "reclaim",
+                                    *targets],
+                        "volumeMounts": mounts,
+                        # The servers wrote as root (bricks keep trusted.* xattrs).
+                        "securityContext": {"runAsUser": 0, "privileged": True},
+                    }],
+                },
+            },
+        },
+    }
+
+
+def step(st: Storage, spec: SharedStorageSpec, *, owned: Sequence[Obj], nodes: Sequence[str],
+         existing_nodes: frozenset[str], server_pods_left: int, image: str,
+         ) -> tuple[list[dict[str, Any]], list[Obj], tuple[str, str] | None]:
+    """(to apply, to delete, the Deleting condition's (reason, message)); the condition
+    is None when every directory is gone and the deletion may finish."""
+    servers = [o for o in owned if o["kind"] in SERVER_KINDS.get(spec.type, ())
+               and not o["metadata"].get("deletionTimestamp")]
+    if servers or server_pods_left:
+        return [], servers, ("Reclaiming", f"stopping the servers ({server_pods_left} pods "
+                             "left) before removing their data on the nodes (reclaimPolicy "
+                             "Delete)")
+    jobs = {str(o["metadata"]["name"]): o for o in owned if o["kind"] == "Job"}
+    apply: list[dict[str, Any]] = []
+    running: list[str] = []
+    for i, node in enumerate(nodes):
+        if node not in existing_nodes:
+            continue  # the node and its disk are gone
+        job = jobs.get(job_name(st, i))
+        if job is None:
+            apply.append(reclaim_job(st, spec, node, i, image))
+            running.append(node)
+            continue
+        state = _finished(job)
+        if state == "Failed":
+            return [], [], ("ReclaimFailed", (
+                f"removing the data on node {node} failed: kubectl logs -n {st.namespace} "
+                f"job/{job_name(st, i)}. Fix the node and delete that Job to try again, or "
+                f"keep the directories: kubectl annotate sharedstorage -n {st.namespace} "
+                f"{st.name} {ANNOTATION_SKIP_RECLAIM}=true"))
+        if state != "Complete":
+            running.append(node)
+    if running:
+        return apply, [], ("Reclaiming", "removing the data directories on node(s) "
+                           f"{', '.join(running)} (reclaimPolicy Delete)")
+    return [], [], None
+
+
+def _finished(job: Obj) -> str | None:
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            return str(c["type"])
+    return None

@@ -1,0 +1,104 @@
+"""reclaimPolicy Delete for data on nodes' disks: servers stopped, one Job per data node
+removing the storage's directories, then the usual last step; a failure stops it with
+a condition saying how to look and how to give up on the directories."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from nightshift.api import names
+from nightshift.sharedstorage import reclaim
+from nightshift.sharedstorage.objects import Storage
+from nightshift.sharedstorage.plan import DELETING, plan
+from nightshift.sharedstorage.spec import SharedStorageSpec
+from tests.unit.test_sharedstorage_plan import cond, converge, keys, observed, refs, storage
+
+Obj = dict[str, Any]
+GONE_AT = "2026-11-23T11:59:00Z"
+
+
+def deleting(case: str, data_nodes: list[str], **annotations: str) -> Obj:
+    obj = storage(case, deletionTimestamp=GONE_AT)
+    obj["spec"]["reclaimPolicy"] = "Delete"
+    obj["status"] = {"dataNodes": data_nodes}
+    if annotations:
+        obj["metadata"]["annotations"] = annotations
+    return obj
+
+
+def finished(job: Obj, how: str) -> Obj:
+    job = copy.deepcopy(job)
+    job["status"] = {"conditions": [{"type": how, "status": "True"}]}
+    return job
+
+
+def test_the_data_nodes_are_recorded_while_it_runs() -> None:
+    obj = storage("nfs-colocated-localdisk")
+    obj["status"] = {"dataNodes": ["node-a"]}
+    p = plan(observed(obj, server_nodes=["node-b"]))
+    assert (p.status or {})["dataNodes"] == ["node-a", "node-b"]
+    # Nothing of an NFS export on a claim lives on a node's disk.
+    assert "dataNodes" not in (plan(observed(storage("nfs-dedicated"))).status or {})
+
+
+def test_gluster_under_delete_stops_servers_then_cleans_each_node_then_finishes() -> None:
+    held, _ = converge(storage("gluster-nufa"))
+    obj = deleting("gluster-nufa", ["n1", "n2"])
+    # 1: the servers and clients go first.
+    p = plan(observed(obj, held, server_pods_left=2, existing_nodes=frozenset({"n1", "n2"})))
+    assert sorted(refs(p.prune)) == ["DaemonSet/montage-gluster-client",
+                                     "StatefulSet/montage-gluster"]
+    assert not p.remove_finalizer and cond(p.status or {}, DELETING)["reason"] == "Reclaiming"
+    # 2: server pods still terminating: wait.
+    rest = [o for o in held if o["kind"] not in ("StatefulSet", "DaemonSet")]
+    p = plan(observed(obj, rest, server_pods_left=1, existing_nodes=frozenset({"n1", "n2"})))
+    assert p.apply == [] and p.prune == [] and p.requeue_after
+    # 3: one Job per node that still exists (n2 was removed with its disk).
+    p = plan(observed(obj, rest, existing_nodes=frozenset({"n1"})))
+    assert keys(p.apply) == ["Job/montage-reclaim-0"]
+    job = p.apply[0]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "n1"
+    assert [v["hostPath"]["path"] for v in pod["volumes"]] == [
+        "/mnt/k8s-disks/0/nightshift/gluster", "/var/lib/nightshift/glusterd/physics",
+        "/var/lib/nightshift/glusterd-run/physics"]
+    assert pod["containers"][0]["command"][-3:] == [
+        "/reclaim/d0/physics-montage", "/reclaim/d1/montage", "/reclaim/d2/montage"]
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "SharedStorage"
+    assert "n1" in cond(p.status or {}, DELETING)["message"]
+    # 4: running, then complete: the last step.
+    p = plan(observed(obj, [*rest, job], existing_nodes=frozenset({"n1"})))
+    assert p.apply == [] and not p.remove_finalizer
+    p = plan(observed(obj, [*rest, finished(job, "Complete")],
+                      existing_nodes=frozenset({"n1"})))
+    assert p.remove_finalizer and p.gone
+
+
+def test_a_failed_cleanup_stops_the_deletion_and_says_how_to_go_on() -> None:
+    obj = deleting("nfs-colocated-localdisk", ["n1"])
+    job = reclaim.reclaim_job(Storage.of(obj), SharedStorageSpec.model_validate(obj["spec"]),
+                              "n1", 0, "img")
+    p = plan(observed(obj, [finished(job, "Failed")], existing_nodes=frozenset({"n1"})))
+    c = cond(p.status or {}, DELETING)
+    assert not p.remove_finalizer and c["reason"] == "ReclaimFailed"
+    assert "job/scratch-reclaim-0" in c["message"]
+    assert "nightshift.io/skip-reclaim=true" in c["message"]
+    skipped = deleting("nfs-colocated-localdisk", ["n1"],
+                       **{reclaim.ANNOTATION_SKIP_RECLAIM: "true"})
+    assert plan(observed(skipped, [finished(job, "Failed")])).remove_finalizer
+
+
+def test_retain_and_claims_keep_the_old_last_step() -> None:
+    obj = deleting("gluster-nufa", ["n1"])
+    obj["spec"]["reclaimPolicy"] = "Retain"
+    assert plan(observed(obj, existing_nodes=frozenset({"n1"}))).remove_finalizer
+    obj = deleting("nfs-dedicated", ["n1"])
+    assert plan(observed(obj, existing_nodes=frozenset({"n1"}))).remove_finalizer
+
+
+def test_runs_still_using_it_come_first() -> None:
+    obj = deleting("gluster-nufa", ["n1"])
+    p = plan(observed(obj, running_runs=["nightly"], existing_nodes=frozenset({"n1"})))
+    assert cond(p.status or {}, DELETING)["reason"] == "InUse" and p.apply == []
+    assert names.ANNOTATION_FORCE_DELETE in cond(p.status or {}, DELETING)["message"]
