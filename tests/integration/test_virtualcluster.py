@@ -418,3 +418,35 @@ def test_an_unexpected_error_in_a_pass_is_retried_and_shown_as_a_condition(
         get_vc(kube, ns, "faulty"), "ReconcileError").get("status") == "False", 60)
     ready(kube, ns, "faulty")
     assert "Traceback" in op.tail(400), "an unexpected error is logged with its traceback"
+
+
+def test_a_run_waits_for_its_virtual_cluster_and_pool_naming_them(
+        kube: Kube, kubectl: Kubectl, namespace: str, cleanup: list[str],
+        static_node: tuple[str, str]) -> None:
+    """Never a silent Pending (issue 12): the run made before its VirtualCluster, then
+    with a VirtualCluster that lacks its pool, says which field and what to do, and
+    starts nothing; given the pool, it runs."""
+    _, pool = static_node
+    vc = f"later-{suffix()}"
+    kubectl.apply(run_manifest("early", vc, [stage("s", pool, 3, "1")]), namespace)
+
+    def waiting(text: str) -> dict[str, Any] | None:
+        run = kube.get(names.API_VERSION, names.PIPELINERUN, "early", namespace) or {}
+        c = condition(run, "Progressing")
+        return c if c.get("reason") == "WaitingForVirtualCluster" and text in c.get(
+            "message", "") else None
+
+    c = wait_for("WaitingForVirtualCluster naming spec.virtualCluster",
+                 lambda: waiting("spec.virtualCluster: no VirtualCluster"), 30)
+    assert vc in c["message"]
+    other = f"other-{suffix()}"
+    create_vc(kubectl, cleanup, namespace, vc_manifest(
+        vc, [{"name": other, "class": "compute"}], provider="static"))
+    c = wait_for("WaitingForVirtualCluster naming the stage's pool",
+                 lambda: waiting("spec.stages[0].pool"), 60)
+    assert f"has no pool '{pool}'" in c["message"] and other in c["message"]
+    assert not kube.list("batch/v1", "Job", namespace)
+    kubectl.apply(vc_manifest(vc, [{"name": pool, "class": "compute"}], provider="static"),
+                  namespace)
+    wait_for("run early to finish", lambda: phase(kube, namespace, "early") in TERMINAL, 120)
+    assert phase(kube, namespace, "early") == "Succeeded"

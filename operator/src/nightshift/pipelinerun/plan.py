@@ -26,7 +26,7 @@ from nightshift.api.conditions import rfc3339
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
-from nightshift.pipelinerun import binding, validate
+from nightshift.pipelinerun import binding, references, validate
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
@@ -62,6 +62,8 @@ class Observed:
     refused: Sequence[tuple[str, str]] = ()
     # The SharedStorages spec.storage names (binding.referenced), by name; None: absent.
     shared_storages: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
+    # The VirtualCluster spec.virtualCluster names, by name; None: absent (references.py).
+    virtual_clusters: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
     # Stages whose items could not be resolved this pass: stage -> (why, invalid).
     # Invalid items fail the run; a source that may still appear (a ConfigMap not yet
     # created) keeps the stage waiting with Progressing=False saying why.
@@ -137,6 +139,7 @@ class _Planner:
         self.resolve: list[str] = []
         # The run's SharedStorages resolved (binding.py); a stage needing a missing one waits.
         self.binding = binding.Binding(PipelineRunSpec(stages=[]))
+        self.refs = references.References(PipelineRunSpec(stages=[]))
         self.requeue: float | None = None
         self.problems: list[Problem] = []
         self.records: dict[str, StageRecord] = {}
@@ -155,6 +158,8 @@ class _Planner:
             return self._finish(None, {}, rerun_handled=int(self.old.get("rerunFailed") or 0))
         bound = binding.bind(spec, self.obs.shared_storages, self.ref.namespace)
         spec, self.binding = bound.spec, bound
+        self.refs = references.check(spec, self.ref.namespace, self.obs.virtual_clusters)
+        spec = self.refs.spec
         self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
         self.problems += [Problem(where, f"refused by the API server: {why}")
                           for where, why in self.obs.refused]
@@ -235,7 +240,8 @@ class _Planner:
                 continue
             if not all(states.get(d) == pg.SUCCEEDED for d in st.depends_on):
                 continue
-            if binding.waits(st, spec, self.binding.missing_entries):
+            if (binding.waits(st, spec, self.binding.missing_entries)
+                    or st.name in self.refs.waiting_stages):
                 self.requeue = min(self.requeue or STORAGE_WAIT, STORAGE_WAIT)
                 continue
             if st.name not in self.obs.items:
@@ -407,7 +413,8 @@ class _Planner:
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
             resolving=bool(self.resolve), final=self.final,
-            waiting="; ".join(self.binding.missing))
+            waiting="; ".join([*self.refs.waiting, *self.binding.missing]),
+            waiting_reason=references.REASON if self.refs.waiting else "WaitingForStorage")
         if self.obs.unresolved:
             return self._unresolved(status)
         return Plan(

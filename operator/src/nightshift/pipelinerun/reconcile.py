@@ -68,11 +68,16 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
     shared = {n: kube.get(names.API_VERSION, names.SHAREDSTORAGE, n, namespace)
               for n in (binding.referenced(spec) if spec else [])}
 
+    # The VirtualCluster it names: one GET (references.py: a missing one or pool waits).
+    vcs = ({spec.virtual_cluster: kube.get(names.API_VERSION, names.VIRTUALCLUSTER,
+                                           spec.virtual_cluster, namespace)}
+           if spec and spec.virtual_cluster else {})
+
     def observe() -> Observed:
         return Observed(run=run, jobs=jobs, items=items, failure_samples=samples,
                         now=datetime.now(UTC), runner_image=config.runner_image,
                         runner_images=config.runner_images,
-                        live_pods=live, shared_storages=shared)
+                        live_pods=live, shared_storages=shared, virtual_clusters=vcs)
 
     p = plan(observe())
     refused: list[tuple[str, str]] = []

@@ -175,12 +175,14 @@ def build_status(
     resolving: bool,
     final: bool = False,
     waiting: str = "",
+    waiting_reason: str = "WaitingForStorage",
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """The run's status and the events of its transitions.
 
     `final`: the run had finished (Succeeded, Failed, Cancelled) and nothing runs again;
     its phase, times and conditions stay as they were, whatever happened to its Jobs.
-    `waiting`: why stages cannot start yet (SharedStorages that do not exist), or "".
+    `waiting`: why stages cannot start yet (SharedStorages, a VirtualCluster or its
+    pools that do not exist), or ""; `waiting_reason` the Progressing reason it gives.
     """
     old_phase = old.get("phase")
     phase = (str(old_phase) if final
@@ -211,12 +213,14 @@ def build_status(
     else:
         status["conditions"] = cond.merge(
             old.get("conditions"),
-            _conditions(phase, records, problems, generation, resolving, waiting), now)
+            _conditions(phase, records, problems, generation, resolving, waiting,
+                        waiting_reason), now)
     return status, _events(old, records, phase, problems)
 
 
 def _conditions(phase: str, records: list[StageRecord], problems: list[str],
-                generation: int, resolving: bool, waiting: str = "") -> list[dict[str, Any]]:
+                generation: int, resolving: bool, waiting: str = "",
+                waiting_reason: str = "WaitingForStorage") -> list[dict[str, Any]]:
     g = generation
     failed_stages = [r for r in records if r["phase"] == pg.FAILED]
     if problems:
@@ -243,7 +247,7 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
     if waiting and moving:
         progressing = cond.condition(
             cond.PROGRESSING, cond.FALSE if phase == "Pending" else cond.TRUE,
-            "WaitingForStorage", waiting[:CONDITION_MESSAGE_CHARS], g)
+            waiting_reason, waiting[:CONDITION_MESSAGE_CHARS], g)
     return [ready, progressing, failed, invalid]
 
 
