@@ -79,3 +79,26 @@ def test_items_from_an_s3_listing(kube: Kube, kubectl: Kubectl, operator: Operat
     # Frozen at start: objects written later do not change the run's items.
     s3.put_object(Bucket="raw", Key="nights/0004.fits", Body=b"x")
     assert _frozen(kube, namespace, "s3") == ["0001.fits", "0002.fits", "0003.fits"]
+
+
+def test_missing_service_account_holds_the_stage_naming_it(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str) -> None:
+    """Without this check the Job makes no pod at all and only its events say why."""
+    kubectl.apply(pipelinerun("nosa", namespace, [
+        stage("calib", pool, serviceAccountName="pipeline")]))
+
+    def waiting() -> dict[str, Any] | None:
+        run = kube.get(names.API_VERSION, names.PIPELINERUN, "nosa", namespace) or {}
+        for c in (run.get("status") or {}).get("conditions") or []:
+            if c["type"] == "Progressing" and c.get("reason") == "WaitingForServiceAccount":
+                return dict(c)
+        return None
+
+    cond = wait_for("a WaitingForServiceAccount condition", waiting, 60)
+    assert cond["message"].startswith(
+        "spec.stages[0].serviceAccountName: no ServiceAccount 'pipeline'"), cond
+    assert not kube.list("batch/v1", "Job", namespace)
+    kubectl("create", "serviceaccount", "pipeline", "-n", namespace)
+    run = wait_phase(kube, namespace, "nosa", {"Succeeded"}, 90)
+    assert stage_status(run, "calib")["total"] == 4

@@ -201,6 +201,13 @@ def pipelinerun_calls() -> set[Key]:
         "stages": _run()["spec"]["stages"],
         "storage": [{"name": "raw", "s3": {"bucket": "raw", "credentialsSecret": "s3"}}]})
     itemsource.s3_target(kube, NS, spec.storage[0], "spec.storage[0]")
+    # A run naming a VirtualCluster and a stage's ServiceAccount: both read.
+    refs = _run()
+    refs["metadata"]["name"] = "refs"
+    refs["spec"]["virtualCluster"] = "chiles"
+    refs["spec"]["stages"][0]["serviceAccountName"] = "pipeline"
+    kube.put(refs)
+    pipelinerun.reconcile(kube, config, NS, "refs", pipelinerun.LoopState())
     return kube.calls
 
 

@@ -48,3 +48,21 @@ def test_nothing_checked_without_a_virtual_cluster_or_unread() -> None:
     plain = PipelineRunSpec.model_validate({"stages": spec().model_dump(by_alias=True)["stages"]})
     assert references.check(plain, "radio", {}).waiting == []
     assert references.check(spec(), "radio", {}).waiting == []
+
+
+def test_a_missing_service_account_holds_its_stage() -> None:
+    s = spec()
+    stages = [st.model_copy(update={"service_account_name": "pipeline"}) if st.name == "invert"
+              else st for st in s.stages]
+    s = s.model_copy(update={"stages": stages})
+    assert references.service_accounts(s) == ["pipeline"]
+    r = references.check(s, "radio", {"chiles": VC}, {"pipeline": False})
+    assert r.waiting_stages == {"invert", "concat"}
+    assert r.reason == references.REASON  # the pool first: it is listed first
+    assert any(m.startswith("spec.stages[1].serviceAccountName: no ServiceAccount 'pipeline'")
+               and "kubectl create serviceaccount pipeline -n radio" in m for m in r.waiting)
+    only = references.check(s.model_copy(update={"virtual_cluster": None}), "radio", {},
+                            {"pipeline": False})
+    assert only.waiting_stages == {"invert"} and only.reason == references.REASON_ACCOUNT
+    assert references.check(s, "radio", {"chiles": VC}, {"pipeline": True}).waiting_stages \
+        == {"concat"}

@@ -111,6 +111,11 @@ namespaces, else by a Role in each watched namespace.
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch]
+# Read-only: the ServiceAccount a stage names must exist, or its Job would make no pod
+# and the run would not say why (the stage waits, naming it).
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get]
 # A SharedStorage's workloads (server-side apply, pruned when no longer rendered):
 # squid and nfs-ganesha Deployments, Gluster server StatefulSets, CVMFS and Gluster
 # client DaemonSets, the squids' autoscaler, its Services and claims. The watches carry

@@ -112,6 +112,9 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(CORE, "configmaps", "list", NAMESPACE, _K,
            "pipelinerun/itemsource.frozen_items: metadata of a run's item ConfigMaps; "
            "sharedstorage/observe: a storage's own, by label"),
+    *_rows(CORE, "serviceaccounts", "get", NAMESPACE, _K,
+           "pipelinerun/reconcile: the ServiceAccounts the stages name exist "
+           "(pipelinerun/references.py)"),
     *_rows(CORE, "configmaps", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.resolve: forEach.fromConfigMap"),
     *_rows(CORE, "configmaps", "create patch", NAMESPACE, _K,

@@ -64,6 +64,8 @@ class Observed:
     shared_storages: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
     # The VirtualCluster spec.virtualCluster names, by name; None: absent (references.py).
     virtual_clusters: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
+    # Whether each ServiceAccount the stages name exists (references.service_accounts).
+    service_accounts: Mapping[str, bool] = field(default_factory=dict)
     # Stages whose items could not be resolved this pass: stage -> (why, invalid).
     # Invalid items fail the run; a source that may still appear (a ConfigMap not yet
     # created) keeps the stage waiting with Progressing=False saying why.
@@ -158,7 +160,8 @@ class _Planner:
             return self._finish(None, {}, rerun_handled=int(self.old.get("rerunFailed") or 0))
         bound = binding.bind(spec, self.obs.shared_storages, self.ref.namespace)
         spec, self.binding = bound.spec, bound
-        self.refs = references.check(spec, self.ref.namespace, self.obs.virtual_clusters)
+        self.refs = references.check(spec, self.ref.namespace, self.obs.virtual_clusters,
+                                     self.obs.service_accounts)
         spec = self.refs.spec
         self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
         self.problems += [Problem(where, f"refused by the API server: {why}")
@@ -414,7 +417,7 @@ class _Planner:
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
             resolving=bool(self.resolve), final=self.final,
             waiting="; ".join([*self.refs.waiting, *self.binding.missing]),
-            waiting_reason=references.REASON if self.refs.waiting else "WaitingForStorage")
+            waiting_reason=self.refs.reason or "WaitingForStorage")
         if self.obs.unresolved:
             return self._unresolved(status)
         return Plan(

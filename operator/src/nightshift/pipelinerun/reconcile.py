@@ -20,7 +20,7 @@ from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
-from nightshift.pipelinerun import binding
+from nightshift.pipelinerun import binding, references
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.plan import Observed, Plan, lost_jobs, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
@@ -73,11 +73,16 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                                            spec.virtual_cluster, namespace)}
            if spec and spec.virtual_cluster else {})
 
+    # The ServiceAccounts the stages name: one GET each (references.py).
+    accounts = {sa: kube.get("v1", "ServiceAccount", sa, namespace) is not None
+                for sa in (references.service_accounts(spec) if spec else [])}
+
     def observe() -> Observed:
         return Observed(run=run, jobs=jobs, items=items, failure_samples=samples,
                         now=datetime.now(UTC), runner_image=config.runner_image,
                         runner_images=config.runner_images,
-                        live_pods=live, shared_storages=shared, virtual_clusters=vcs)
+                        live_pods=live, shared_storages=shared, virtual_clusters=vcs,
+                        service_accounts=accounts)
 
     p = plan(observe())
     refused: list[tuple[str, str]] = []
