@@ -33,18 +33,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import conditions, names
+from nightshift.api import deletion, names
 from nightshift.api.conditions import rfc3339
 from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
-from nightshift.api.fieldpath import field_path
 from nightshift.sharedstorage import gluster, glustervolume, nfs, reclaim, render
 from nightshift.sharedstorage import status as ssstatus
 from nightshift.sharedstorage.objects import Platform, Storage, with_images
 from nightshift.sharedstorage.spec import SharedStorageSpec
 from nightshift.sharedstorage.validate import ClusterFacts, effective_squid_cidrs, validate
 
-DELETING = "Deleting"
+DELETING = deletion.DELETING
 # Look again soon while something is on its way (pods starting, a claim binding, the
 # volume Job running), later after an error; when all is Ready the resync applies.
 BUSY_REQUEUE = 10.0
@@ -353,20 +352,13 @@ def _reclaim(o: Observed, spec: SharedStorageSpec) -> Plan | None:
 
 
 def blocked(st: Storage, runs: Sequence[str]) -> tuple[str, str]:
-    shown = ", ".join(runs[:10]) + (f" and {len(runs) - 10} more" if len(runs) > 10 else "")
-    return ("InUse", f"kept while PipelineRun(s) {shown} use this SharedStorage; it is "
-            "deleted when they end. To delete it now (their running tasks then lose it): "
-            f"kubectl annotate sharedstorage -n {st.namespace} {st.name} "
-            f"{names.ANNOTATION_FORCE_DELETE}=true")
+    return deletion.blocked("sharedstorage", st.namespace, st.name, runs,
+                            "their running tasks then lose it")
 
 
 def _with_deleting(o: Observed, conds: list[dict[str, Any]],
                    why: tuple[str, str]) -> list[dict[str, Any]]:
-    gen = int(o.storage["metadata"].get("generation", 0))
-    old = (o.storage.get("status") or {}).get("conditions")
-    mine = conditions.merge(old, [conditions.condition(DELETING, conditions.TRUE, why[0],
-                                                       why[1], gen)], now=rfc3339(o.now))
-    return [*[c for c in conds if c["type"] != DELETING], *mine]
+    return deletion.with_deleting(o.storage, conds, why, rfc3339(o.now))
 
 
 def _status_plan(o: Observed, status: dict[str, Any], requeue: float | None,
@@ -376,16 +368,7 @@ def _status_plan(o: Observed, status: dict[str, Any], requeue: float | None,
 
 
 def _unreadable_status(o: Observed, e: ValidationError) -> dict[str, Any]:
-    """Only when the CRD in the cluster is older or newer than this operator."""
-    gen = int(o.storage["metadata"].get("generation", 0))
-    first = e.errors()[0]
-    msg = (f"{field_path('spec', *first.get('loc', ()))}: {first.get('msg')}: the CRD and "
-           "the operator disagree; upgrade both")
-    new = [conditions.condition(conditions.READY, conditions.FALSE, "Invalid", msg, gen),
-           conditions.condition(conditions.INVALID, conditions.TRUE, "InvalidSpec", msg, gen)]
-    old = (o.storage.get("status") or {}).get("conditions")
-    return {**(o.storage.get("status") or {}), "observedGeneration": gen, "phase": "Failed",
-            "conditions": conditions.merge(old, new, now=rfc3339(o.now))}
+    return deletion.unreadable_status(o.storage, e, rfc3339(o.now), phase="Failed")
 
 
 def _ref(obj: Obj) -> dict[str, str]:

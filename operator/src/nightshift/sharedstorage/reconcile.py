@@ -11,6 +11,7 @@ from typing import Any
 
 from nightshift.api import names
 from nightshift.config import OperatorConfig
+from nightshift.engine.finalizers import set_finalizer
 from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError
@@ -94,11 +95,5 @@ def _apply(kube: Kube, p: Plan) -> list[str]:
 
 
 def _set_finalizer(kube: Kube, obj: dict[str, Any], *, add: bool) -> dict[str, Any]:
-    meta = obj["metadata"]
-    current = [f for f in meta.get("finalizers") or []
-               if f != names.FINALIZER_SHARED_STORAGE]
-    wanted = [*current, names.FINALIZER_SHARED_STORAGE] if add else current
-    return kube.merge_patch(names.API_VERSION, names.SHAREDSTORAGE, meta["name"],
-                            meta["namespace"], {"metadata": {
-                                "finalizers": wanted,
-                                "resourceVersion": meta.get("resourceVersion")}})
+    return set_finalizer(kube, names.API_VERSION, names.SHAREDSTORAGE, obj,
+                         names.FINALIZER_SHARED_STORAGE, add=add)

@@ -22,11 +22,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import conditions, names
+from nightshift.api import deletion, names
 from nightshift.api.conditions import rfc3339
 from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
-from nightshift.api.fieldpath import field_path
 from nightshift.virtualcluster import objectnames
 from nightshift.virtualcluster.catalog import InstanceCatalog
 from nightshift.virtualcluster.nodepools import render_virtualcluster
@@ -36,7 +35,7 @@ from nightshift.virtualcluster.status import usage_by_nodepool, virtualcluster_s
 from nightshift.virtualcluster.validate import validate
 
 # The condition a VirtualCluster being deleted carries: what it still waits for.
-DELETING = "Deleting"
+DELETING = deletion.DELETING
 
 # How soon to look again when something is moving (nodes launching, pods pending, a
 # deletion step under way), or after an error to retry; otherwise the resync applies.
@@ -199,34 +198,17 @@ def not_ready_messages(objs: Sequence[Obj]) -> list[str]:
 
 
 def blocked(namespace: str, name: str, blockers: Sequence[str]) -> tuple[str, str]:
-    shown = ", ".join(blockers[:10]) + (f" and {len(blockers) - 10} more"
-                                        if len(blockers) > 10 else "")
-    return ("InUse", f"kept while PipelineRun(s) {shown} use this VirtualCluster; it is "
-            f"deleted when they end. To delete it now (their pending tasks then find no "
-            f"nodes): kubectl annotate virtualcluster -n {namespace} {name} "
-            f"{names.ANNOTATION_FORCE_DELETE}=true")
+    return deletion.blocked("virtualcluster", namespace, name, blockers,
+                            "their pending tasks then find no nodes")
 
 
 def _with_deleting(o: Observed, conds: list[dict[str, Any]],
                    why: tuple[str, str]) -> list[dict[str, Any]]:
-    gen = int(o.vc["metadata"].get("generation", 0))
-    old = (o.vc.get("status") or {}).get("conditions")
-    mine = conditions.merge(old, [conditions.condition(DELETING, conditions.TRUE, why[0],
-                                                       why[1], gen)], now=rfc3339(o.now))
-    return [*[c for c in conds if c["type"] != DELETING], *mine]
+    return deletion.with_deleting(o.vc, conds, why, rfc3339(o.now))
 
 
 def _unreadable_status(o: Observed, e: ValidationError) -> dict[str, Any]:
-    """Only when the CRD in the cluster is older or newer than this operator."""
-    gen = int(o.vc["metadata"].get("generation", 0))
-    first = e.errors()[0]
-    msg = (f"{field_path('spec', *first.get('loc', ()))}: {first.get('msg')}: the CRD and "
-           "the operator disagree; upgrade both")
-    new = [conditions.condition(conditions.INVALID, conditions.TRUE, "InvalidSpec", msg, gen),
-           conditions.condition(conditions.READY, conditions.FALSE, "Invalid", msg, gen)]
-    old = (o.vc.get("status") or {}).get("conditions")
-    return {**(o.vc.get("status") or {}), "observedGeneration": gen,
-            "conditions": conditions.merge(old, new, now=rfc3339(o.now))}
+    return deletion.unreadable_status(o.vc, e, rfc3339(o.now))
 
 
 def _owned_node(node: Obj, namespace: str, name: str) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 from nightshift.api import names
 from nightshift.config import OperatorConfig
+from nightshift.engine.finalizers import set_finalizer
 from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError
@@ -97,14 +98,8 @@ def _apply(ctx: Context, vc: dict[str, Any], p: Plan) -> list[str]:
 
 
 def _set_finalizer(kube: Kube, vc: dict[str, Any], *, add: bool) -> dict[str, Any]:
-    meta = vc["metadata"]
-    current = [f for f in meta.get("finalizers") or []
-               if f != names.FINALIZER_VIRTUAL_CLUSTER]
-    wanted = [*current, names.FINALIZER_VIRTUAL_CLUSTER] if add else current
-    return kube.merge_patch(names.API_VERSION, names.VIRTUALCLUSTER, meta["name"],
-                            meta["namespace"], {"metadata": {
-                                "finalizers": wanted,
-                                "resourceVersion": meta.get("resourceVersion")}})
+    return set_finalizer(kube, names.API_VERSION, names.VIRTUALCLUSTER, vc,
+                         names.FINALIZER_VIRTUAL_CLUSTER, add=add)
 
 
 def _static(vc: Mapping[str, Any], crds: frozenset[str]) -> tuple[str, ...]:
