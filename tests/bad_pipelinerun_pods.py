@@ -42,6 +42,8 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     # --- refused at admission ----------------------------------------------------------
     ("image-not-pullable", run(stage(image="BusyBox:1.36")), "cel",
      "spec.stages[0].image in body should match"),
+    ("step-image-not-pullable", run(stage(steps=[step(image="Casa:6.6")])), "cel",
+     "spec.stages[0].steps[0].image in body should match"),
     ("runner-image-not-pullable", run(runnerImage="runner image"), "cel",
      "spec.runnerImage in body should match"),
     ("env-name-with-equals", run(stage(env=[{"name": "A=B", "value": "x"}])), "cel",
@@ -213,3 +215,9 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
         "9]([-a-z0-9]*[a-z0-9])?)*$'",
     ],
 }
+
+# The same pattern as the stage's image, at the step's path.
+API_SERVER_MESSAGES["step-image-not-pullable"] = [
+    API_SERVER_MESSAGES["image-not-pullable"][0]
+    .replace("spec.stages[0].image", "spec.stages[0].steps[0].image")
+    .replace('"BusyBox:1.36"', '"Casa:6.6"')]

@@ -125,3 +125,14 @@ def test_merge_env_later_wins_in_first_seen_order() -> None:
     got = jobs.merge_env([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
                          [{"name": "A", "value": "3"}])
     assert got == [{"name": "A", "value": "3"}, {"name": "B", "value": "2"}]
+
+
+def test_a_step_may_have_its_own_image() -> None:
+    sp = spec(image="casa/casa:6.6", steps=[
+        {"name": "split", "command": ["mstransform"]},
+        {"name": "image", "command": ["wsclean"], "image": "wsclean/wsclean:3.4"}])
+    pod = render(sp)["spec"]["template"]["spec"]
+    # Steps before the last run as init containers, in order.
+    images = {c["name"]: c["image"] for c in [*pod.get("initContainers", []),
+                                              *pod["containers"]]}
+    assert images["split"] == "casa/casa:6.6" and images["image"] == "wsclean/wsclean:3.4"

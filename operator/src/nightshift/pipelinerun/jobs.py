@@ -146,7 +146,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
     for step in stage.steps:
         c: dict[str, Any] = {
             "name": step.name,
-            "image": stage.image,
+            "image": step.image or stage.image,
             # The wrapper finds the item; the step's own argv is passed through as-is.
             "command": ["/bin/sh", f"{names.MOUNT_ITEMS}/{names.RUN_SH_KEY}", step.name, "--",
                         *step.command, *step.args],

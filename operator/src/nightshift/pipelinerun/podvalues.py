@@ -202,6 +202,8 @@ def stage_problems(path: str, st: Stage) -> list[Problem]:
     p += env_problems(f"{path}.env", st.env)
     for j, step in enumerate(st.steps):
         p += env_problems(f"{path}.steps[{j}].env", step.env)
+        if step.image is not None:
+            p += image_problem(f"{path}.steps[{j}].image", step.image)
     p += resources_problems(f"{path}.resources", st.resources)
     p += labels_problems(f"{path}.podLabels", st.pod_labels)
     p += annotations_problems(f"{path}.podAnnotations", st.pod_annotations)

@@ -56,6 +56,8 @@ class Step(Spec):
     command: list[str]
     args: list[str] = []
     env: list[dict[str, Any]] = []
+    # The stage's image when None.
+    image: str | None = None
 
 
 class DataRef(Spec):
