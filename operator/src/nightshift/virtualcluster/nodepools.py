@@ -26,6 +26,7 @@ from nightshift.virtualcluster.catalog import (
     kwok_family,
     parse_quantity,
 )
+from nightshift.virtualcluster.legacy import LEGACY
 from nightshift.virtualcluster.nodeclasses import ec2_nodeclass, kwok_nodeclass, metadata
 from nightshift.virtualcluster.spec import Pool, VirtualClusterSpec
 
@@ -42,6 +43,9 @@ AWS_FAMILY = "karpenter.k8s.aws/instance-family"
 AWS_GENERATION = "karpenter.k8s.aws/instance-generation"
 AWS_LOCAL_NVME = "karpenter.k8s.aws/instance-local-nvme"
 KWOK_FAMILY = "karpenter.kwok.sh/instance-family"
+KWOK_CPU = "karpenter.kwok.sh/instance-cpu"
+AWS_CPU = "karpenter.k8s.aws/instance-cpu"
+AWS_MEMORY = "karpenter.k8s.aws/instance-memory"
 
 # Karpenter tries NodePools by descending weight and moves to a lighter one only when
 # the heavier cannot launch (limit reached, or no offering: spot capacity errors mark
@@ -210,6 +214,19 @@ def _requirements(
     elif not pool.instance_types:
         fams = kwok_families_for(pool.class_, catalog, local_nvme=raid0)
         reqs.append(_req(KWOK_FAMILY, "In", fams))
+    old = LEGACY.get(pool.like or "")
+    if old is not None:
+        # At least the seed type's vCPUs and memory (Karpenter's Gt is strict).
+        if provider == "aws":
+            reqs.append(_req(AWS_CPU, "Gt", [str(old.vcpu - 1)]))
+            reqs.append(_req(AWS_MEMORY, "Gt", [str(old.memory_mib - 1)]))
+        else:
+            # KWOK labels memory as a quantity ("64Gi"), which Gt cannot compare.
+            reqs.append(_req(KWOK_CPU, "Gt", [str(old.vcpu - 1)]))
+            if catalog is not None:
+                reqs.append(_req(LABEL_INSTANCE_TYPE, "In", sorted(
+                    t.name for t in catalog.types.values()
+                    if t.cpu >= old.vcpu and t.memory_bytes >= old.memory_mib * 2**20)))
     return reqs
 
 

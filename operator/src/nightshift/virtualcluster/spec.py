@@ -35,6 +35,8 @@ class Pool(Spec):
     class_: PoolClass = Field(alias="class")
     families: list[str] = []
     instance_types: list[str] = []
+    # A seed's instance type (legacy.LEGACY): this class's current types at least as large.
+    like: str | None = None
     # A list so that one pool can take Graviton and x86 instances alike; the images
     # must then be multi-arch.
     arch: list[Arch] = ["amd64"]

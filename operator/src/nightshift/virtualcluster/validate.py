@@ -19,6 +19,7 @@ from nightshift.virtualcluster.catalog import (
     is_graviton,
     parse_quantity,
 )
+from nightshift.virtualcluster.legacy import LEGACY
 from nightshift.virtualcluster.spec import NodeClass, Pool, VirtualClusterSpec
 
 
@@ -42,8 +43,23 @@ def validate(
     return problems
 
 
+def _like(path: str, pool: Pool) -> list[Problem]:
+    if pool.like is None:
+        return []
+    old = LEGACY.get(pool.like)
+    if old is None:
+        return [Problem(f"{path}.like", f"{pool.like!r} is not an instance type nightshift "
+                        f"knows from the seeds ({', '.join(sorted(LEGACY))}): name one of "
+                        "them, or give instanceTypes or families instead")]
+    if old.class_ != pool.class_:
+        return [Problem(f"{path}.like", f"{pool.like} is a {old.class_} type but the pool's "
+                        f"class is {pool.class_}: set class: {old.class_}, or like a "
+                        f"{pool.class_} type")]
+    return []
+
+
 def _pool(path: str, pool: Pool, catalog: InstanceCatalog | None) -> list[Problem]:
-    out: list[Problem] = []
+    out: list[Problem] = _like(path, pool)
     cats = CLASS_CATEGORIES[pool.class_]
     want = ", ".join(f"{c}*" for c in cats)
     for j, fam in enumerate(pool.families):
