@@ -16,8 +16,8 @@ POOL = {"name": "npb", "class": "cluster-compute", "like": "cc2.8xlarge",
         "capacity": "on-demand"}
 
 
-def requirements(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    (np,) = [o for o in obj if o["kind"] == "NodePool"]
+def requirements(objs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    (np,) = [o for o in objs if o["kind"] == "NodePool"]
     return {r["key"]: r for r in np["spec"]["template"]["spec"]["requirements"]}
 
 
