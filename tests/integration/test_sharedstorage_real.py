@@ -423,7 +423,12 @@ NFS_CLIENT = """
 command -v nfs-ls >/dev/null || exit 42
 set -e
 u="nfs://$SERVER/data"
-nfs-ls "$u?version=4"
+# The Service's rules may reach kube-proxy a moment after the server is Ready: retry
+# the first contact for up to 30 s, as a kernel mount would.
+i=0
+until nfs-ls "$u?version=4"; do
+  i=$((i + 1)); [ "$i" -lt 15 ] || exit 1; sleep 2
+done
 echo "hello from $(hostname)" > /tmp/h
 nfs-cp /tmp/h "$u/hello.txt?version=4"
 nfs-cat "$u/hello.txt?version=4"
