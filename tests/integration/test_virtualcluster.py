@@ -450,3 +450,28 @@ def test_a_run_waits_for_its_virtual_cluster_and_pool_naming_them(
                   namespace)
     wait_for("run early to finish", lambda: phase(kube, namespace, "early") in TERMINAL, 120)
     assert phase(kube, namespace, "early") == "Succeeded"
+
+
+def test_a_pool_like_a_seed_type_launches_nodes_at_least_that_large(
+        kube: Kube, kubectl: Kubectl, namespace: str, cleanup: list[str]) -> None:
+    """`like: c1.xlarge` (8 vCPU, 7 GiB, the supernova factory's type): a tiny stage
+    still gets a current compute node of at least 8 CPUs, by Karpenter's own choice."""
+    pool = f"seed-{suffix()}"
+    create_vc(kubectl, cleanup, namespace, vc_manifest("seeds", [
+        {"name": pool, "class": "compute", "like": "c1.xlarge", "capacity": "on-demand",
+         "maxCPU": 64, "consolidateAfter": "5s"}]))
+    ready(kube, namespace, "seeds")
+    kubectl.apply(run_manifest("tiny", "seeds", [stage("s", pool, 2, "100m")]), namespace)
+    nodes: dict[str, dict[str, str]] = {}
+
+    def finished() -> bool:
+        for n in pool_objects(kube, "Node", namespace, "seeds", pool):
+            nodes[n["metadata"]["name"]] = n["metadata"]["labels"]
+        return phase(kube, namespace, "tiny") in TERMINAL
+
+    wait_for("run tiny to finish", finished, 180, interval=0.5)
+    assert phase(kube, namespace, "tiny") == "Succeeded"
+    assert nodes
+    for labels in nodes.values():
+        assert int(labels["karpenter.kwok.sh/instance-cpu"]) >= 8, labels
+        assert category_of(labels[KWOK_FAMILY]) in CLASS_CATEGORIES["compute"], labels
