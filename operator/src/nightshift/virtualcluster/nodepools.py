@@ -224,10 +224,10 @@ def _requirements(
             # KWOK labels memory as a quantity ("64Gi"), which Gt cannot compare.
             reqs.append(_req(KWOK_CPU, "Gt", [str(old.vcpu - 1)]))
             if catalog is not None:
-                fams = set(pool.families or catalog.families_for_class(
+                allowed = set(pool.families or catalog.families_for_class(
                     pool.class_, local_nvme=raid0))
                 reqs.append(_req(LABEL_INSTANCE_TYPE, "In", sorted(
-                    t.name for t in catalog.types.values() if t.family in fams
+                    t.name for t in catalog.types.values() if t.family in allowed
                     and t.cpu >= old.vcpu and t.memory_bytes >= old.memory_mib * 2**20)))
     return reqs
 
