@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import time
 from typing import Any
 
 from nightshift.api import names
@@ -159,3 +161,47 @@ def test_operator_killed_mid_run_finishes_without_duplicates(
         assert j["status"]["succeeded"] == n
         assert j["status"]["completedIndexes"] == f"0-{n - 1}"
     assert run["status"]["succeeded"] == 40
+
+
+def test_operator_killed_again_and_again_loses_and_duplicates_nothing(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str) -> None:
+    """SIGKILL every few seconds through a three-stage run (issue 14's fault suite):
+    kills land while Jobs are created, while items freeze and at the barriers. The
+    run must end Succeeded with exactly one Job per stage, every index done once, and
+    the status's counts exactly the items'."""
+    slowish = {"pod-complete.stage.kwok.x-k8s.io/delay": "1s",
+               "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3s"}
+    sizes = {"split": 24, "invert": 40, "concat": 6}
+    kubectl.apply(pipelinerun("killed", namespace, [
+        stage("split", pool, sizes["split"], podAnnotations=slowish),
+        stage("invert", pool, sizes["invert"], dependsOn=["split"], podAnnotations=slowish),
+        stage("concat", pool, sizes["concat"], dependsOn=["invert"], podAnnotations=slowish),
+    ], parallelism={"split": 8, "invert": 10, "concat": 6}))
+    rng = random.Random(14)  # noqa: S311  (kill timing, not a secret)
+    kills = 0
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        phase = (get_run(kube, namespace, "killed").get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            break
+        time.sleep(rng.uniform(1.0, 4.0))
+        operator.kill()
+        kills += 1
+        time.sleep(rng.uniform(0.2, 2.0))
+        operator.start()
+    run = wait_phase(kube, namespace, "killed", {"Succeeded", "Failed"}, 150)
+    assert kills >= 4, f"the run ended after {kills} kills: make it longer"
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    all_jobs = jobs(kube, namespace, "killed")
+    by_stage = {j["metadata"]["labels"][names.LABEL_STAGE]: j for j in all_jobs}
+    assert len(all_jobs) == 3 and set(by_stage) == set(sizes), \
+        [j["metadata"]["name"] for j in all_jobs]
+    for name, j in by_stage.items():
+        n = sizes[name]
+        assert j["spec"]["completions"] == n
+        assert j["status"]["succeeded"] == n and j["status"].get("failed", 0) == 0
+        assert j["status"]["completedIndexes"] == f"0-{n - 1}"
+        assert stage_status(run, name)["succeeded"] == n
+    assert run["status"]["succeeded"] == sum(sizes.values())
+    print(f"operator SIGKILLed {kills} times; 3 Jobs, {sum(sizes.values())} items, each once")
