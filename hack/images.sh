@@ -132,8 +132,17 @@ DOCKERFILE
 ctr_import() {
   [ -S "$CTR_SOCK" ] || die "the local cluster's real node is not running (no $CTR_SOCK):
 start it with \`make cluster-up\` (real node on), then re-run \`make images\`"
-  "$DOCKER" save "$1" | ctr --address "$CTR_SOCK" -n k8s.io images import - >/dev/null \
-    || die "ctr import of $1 failed"
+  # containerd's garbage collector can drop a parent snapshot an import is about to use
+  # (the tags just re-imported freed the old layers): "parent snapshot ... does not
+  # exist". Seen once; a second import succeeds, so try up to three times.
+  local try
+  for try in 1 2 3; do
+    if "$DOCKER" save "$1" | ctr --address "$CTR_SOCK" -n k8s.io images import - >/dev/null
+    then return 0; fi
+    echo "images: ctr import of $1 failed (try $try of 3)" >&2
+    sleep 2
+  done
+  die "ctr import of $1 failed"
 }
 
 # image_name <dir>: the tag for the Dockerfile in <dir>.
