@@ -75,6 +75,23 @@ def wait_phase(kube: Kube, namespace: str, name: str, phases: set[str],
     return result
 
 
+def wait_progressing(kube: Kube, namespace: str, name: str, reason: str,
+                     containing: str = "", timeout: float = 60) -> dict[str, Any]:
+    """The run's Progressing condition once it has `reason` (and `containing` in its
+    message): what a run waiting on something says."""
+    def check() -> dict[str, Any] | None:
+        run = kube.get(names.API_VERSION, names.PIPELINERUN, name, namespace) or {}
+        for c in (run.get("status") or {}).get("conditions") or []:
+            if (c["type"] == "Progressing" and c.get("reason") == reason
+                    and containing in c.get("message", "")):
+                return dict(c)
+        return None
+
+    what = f"run {name}: Progressing {reason}" + (f" with {containing!r}" if containing else "")
+    result: dict[str, Any] = wait_for(what, check, timeout)
+    return result
+
+
 def stage_status(run: dict[str, Any], stage_name: str) -> dict[str, Any]:
     for st in run["status"]["stages"]:
         if st["name"] == stage_name:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
 
 from nightshift.api import names
 from nightshift.kube import Kube
-from tests.clusterutil import Kubectl, wait_for
+from tests.clusterutil import Kubectl
 from tests.integration.conftest import OperatorProcess
-from tests.integration.prutil import pipelinerun, stage, stage_status, wait_phase
+from tests.integration.prutil import (
+    pipelinerun,
+    stage,
+    stage_status,
+    wait_phase,
+    wait_progressing,
+)
 from tests.s3server import VersityGW, s3server
 
 __all__ = ["s3server"]  # the fixture, used by name below
@@ -38,15 +43,7 @@ def test_missing_configmap_says_what_to_create(kube: Kube, kubectl: Kubectl,
                                                pool: str) -> None:
     kubectl.apply(pipelinerun("nocm", namespace, [
         stage("invert", pool, forEach={"fromConfigMap": {"name": "later"}})]))
-
-    def unresolved() -> dict[str, Any] | None:
-        run = kube.get(names.API_VERSION, names.PIPELINERUN, "nocm", namespace) or {}
-        for c in (run.get("status") or {}).get("conditions") or []:
-            if c["type"] == "Progressing" and c.get("reason") == "ItemsUnresolved":
-                return dict(c)
-        return None
-
-    cond = wait_for("an ItemsUnresolved condition", unresolved, 60)
+    cond = wait_progressing(kube, namespace, "nocm", "ItemsUnresolved")
     assert "fromConfigMap" in cond["message"] and "later" in cond["message"], cond
     # Creating the ConfigMap is enough: a later pass picks it up.
     kubectl.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "later"},
@@ -87,15 +84,7 @@ def test_missing_service_account_holds_the_stage_naming_it(
     """Without this check the Job makes no pod at all and only its events say why."""
     kubectl.apply(pipelinerun("nosa", namespace, [
         stage("calib", pool, serviceAccountName="pipeline")]))
-
-    def waiting() -> dict[str, Any] | None:
-        run = kube.get(names.API_VERSION, names.PIPELINERUN, "nosa", namespace) or {}
-        for c in (run.get("status") or {}).get("conditions") or []:
-            if c["type"] == "Progressing" and c.get("reason") == "WaitingForServiceAccount":
-                return dict(c)
-        return None
-
-    cond = wait_for("a WaitingForServiceAccount condition", waiting, 60)
+    cond = wait_progressing(kube, namespace, "nosa", "WaitingForServiceAccount")
     assert cond["message"].startswith(
         "spec.stages[0].serviceAccountName: no ServiceAccount 'pipeline'"), cond
     assert not kube.list("batch/v1", "Job", namespace)

@@ -12,11 +12,8 @@ its images, as tests/integration/test_real_node.py; the admission check needs ne
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
-from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun import jobs
 from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.clusterutil import Kubectl
@@ -24,10 +21,10 @@ from tests.integration.test_real_node import (  # noqa: F401  (fixtures)
     BUCKET,
     RUNNER_IMAGE,
     gateway,
-    on_real_node,
     real_node,
+    run_stage,
     s3_on_gateway,
-    wait_job,
+    stage_job,
 )
 from tests.s3server import VersityGW
 
@@ -57,15 +54,7 @@ def _spec(endpoint: str, **extra: Any) -> PipelineRunSpec:
 
 
 def _job(spec: PipelineRunSpec, namespace: str) -> dict[str, Any]:
-    stage = spec.stages[0]
-    run = it.RunRef(name="sec", namespace=namespace, uid=str(uuid.uuid4()))
-    manifest = jobs.render_job(
-        run=run, spec=spec, stage=stage, attempt=0, completions=2,
-        item_configmaps=[it.items_configmap_name(run.name, stage.name, 0)],
-        parallelism=2, suspend=False, runner_image=RUNNER_IMAGE)
-    manifest["metadata"].pop("ownerReferences")  # no PipelineRun here to own it
-    on_real_node(manifest["spec"]["template"]["spec"])
-    return manifest
+    return stage_job(spec, namespace, "sec")[1]
 
 
 def _probe_pod(spec: PipelineRunSpec, namespace: str) -> dict[str, Any]:
@@ -106,13 +95,7 @@ def test_a_stage_runs_in_a_restricted_namespace(
             f"--from-literal={SECRET_ACCESS_KEY_ID}={gw.access_key}",
             f"--from-literal={SECRET_SECRET_ACCESS_KEY}={gw.secret_key}")
     spec = _spec(gw.endpoint)
-    run = it.RunRef(name="sec", namespace=namespace, uid="x")
-    for cm in it.items_configmaps(run, "whoami", ["a", "b"]):
-        cm["metadata"].pop("ownerReferences", None)
-        kubectl.apply(cm)
-    manifest = _job(spec, namespace)
-    kubectl.apply(manifest)
-    wait_job(kubectl, manifest["metadata"]["name"], namespace, timeout=240)
+    run_stage(kubectl, spec, namespace, "sec", ["a", "b"])
     for index, item in enumerate(("a", "b")):
         got = {k: s3.get_object(Bucket=BUCKET, Key=f"sec/out/{item}/{k}")["Body"].read()
                for k in ("uid", "gid", "out.txt")}

@@ -59,12 +59,47 @@ def on_real_node(pod_spec: dict[str, Any]) -> dict[str, Any]:
     return pod_spec
 
 
-def job(name: str, namespace: str, script: str, **spec: Any) -> dict[str, Any]:
-    pod = on_real_node({"restartPolicy": "Never", "containers": [
-        {"name": "main", "image": RUNNER_IMAGE, "command": ["python3", "-c", script]}], **spec})
+def pod_job(name: str, namespace: str, container: dict[str, Any],
+            **spec: Any) -> dict[str, Any]:
+    """A one-pod Job on the real node, its container named main, never retried."""
+    pod = on_real_node({"restartPolicy": "Never", "containers": [{"name": "main", **container}],
+                        **spec})
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"backoffLimit": 0, "template": {"spec": pod}}}
+
+
+def job(name: str, namespace: str, script: str, **spec: Any) -> dict[str, Any]:
+    return pod_job(name, namespace, {"image": RUNNER_IMAGE,
+                                     "command": ["python3", "-c", script]}, **spec)
+
+
+def stage_job(spec: PipelineRunSpec, namespace: str, run_name: str,
+              runner_image: str = RUNNER_IMAGE) -> tuple[it.RunRef, dict[str, Any]]:
+    """The first stage's Job for two items, as the operator renders it, on the real node.
+    No PipelineRun owns it here (the garbage collector would delete an orphan)."""
+    stage = spec.stages[0]
+    run = it.RunRef(name=run_name, namespace=namespace, uid=str(uuid.uuid4()))
+    manifest = jobs.render_job(
+        run=run, spec=spec, stage=stage, attempt=0, completions=2,
+        item_configmaps=[it.items_configmap_name(run.name, stage.name, 0)],
+        parallelism=2, suspend=False, runner_image=runner_image)
+    manifest["metadata"].pop("ownerReferences")
+    on_real_node(manifest["spec"]["template"]["spec"])
+    return run, manifest
+
+
+def run_stage(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, run_name: str,
+              items: list[str], timeout: float = 240) -> str:
+    """Freeze `items` (two) as the operator would, run stage_job to completion; its name."""
+    run, manifest = stage_job(spec, namespace, run_name)
+    for cm in it.items_configmaps(run, spec.stages[0].name, items):
+        cm["metadata"].pop("ownerReferences", None)
+        kubectl.apply(cm)
+    kubectl.apply(manifest)
+    name = str(manifest["metadata"]["name"])
+    wait_job(kubectl, name, namespace, timeout=timeout)
+    return name
 
 
 def wait_job(kubectl: Kubectl, name: str, namespace: str, timeout: float = 180) -> None:
@@ -179,21 +214,7 @@ def test_runner_stage_in_steps_commit_in_real_pods(
             ],
         }],
     })
-    stage = spec.stages[0]
-    run = it.RunRef(name="rn", namespace=namespace, uid=str(uuid.uuid4()))
-    for cm in it.items_configmaps(run, stage.name, ["a", "b"]):
-        cm["metadata"].pop("ownerReferences", None)
-        kubectl.apply(cm)
-    manifest = jobs.render_job(
-        run=run, spec=spec, stage=stage, attempt=0, completions=2,
-        item_configmaps=[it.items_configmap_name(run.name, stage.name, 0)],
-        parallelism=2, suspend=False, runner_image=RUNNER_IMAGE)
-    # No PipelineRun owns it here (the garbage collector would delete an orphan).
-    manifest["metadata"].pop("ownerReferences")
-    on_real_node(manifest["spec"]["template"]["spec"])
-    kubectl.apply(manifest)
-    name = manifest["metadata"]["name"]
-    wait_job(kubectl, name, namespace, timeout=240)
+    name = run_stage(kubectl, spec, namespace, "rn", ["a", "b"])
 
     for item in ("a", "b"):
         body = s3.get_object(Bucket=BUCKET, Key=f"proj/out/{item}/out.txt")["Body"].read()

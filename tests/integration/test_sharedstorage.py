@@ -32,7 +32,13 @@ from nightshift.kube import Kube
 from tests.bad_sharedstorages import BAD, POOLS, VC
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.conftest import SESSION, Cluster, OperatorProcess
-from tests.integration.prutil import KWOK_FAST, kwok_node_pool, pipelinerun, wait_phase
+from tests.integration.prutil import (
+    KWOK_FAST,
+    kwok_node_pool,
+    pipelinerun,
+    wait_phase,
+    wait_progressing,
+)
 from tests.s3server import VersityGW, s3server
 
 __all__ = ["s3server"]
@@ -312,9 +318,7 @@ def test_s3_storage_used_by_runs_against_versitygw(
     storage_entry = [{"name": "raw", "sharedStorage": "raw-s3"}]
     # The run first: it waits for its storage, naming the field.
     kubectl.apply(pipelinerun("first", ns, [stage], storage=storage_entry))
-    waiting = wait_for("the run waiting for its storage", lambda: (
-        c := condition(kube.get(names.API_VERSION, names.PIPELINERUN, "first", ns) or {},
-                       "Progressing")).get("reason") == "WaitingForStorage" and c, 30)
+    waiting = wait_progressing(kube, ns, "first", "WaitingForStorage", timeout=30)
     assert waiting["message"].startswith("spec.storage[0].sharedStorage: no SharedStorage "
                                          "'raw-s3'")
     assert not kube.list("batch/v1", "Job", ns)

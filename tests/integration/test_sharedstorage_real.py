@@ -39,8 +39,7 @@ from urllib.error import HTTPError
 import pytest
 
 from nightshift.api import names
-from nightshift.pipelinerun import binding, jobs
-from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun import binding
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift.sharedstorage import gluster, glustervolume, nfs, reclaim, squid
 from nightshift.sharedstorage.objects import Storage, with_images
@@ -49,7 +48,14 @@ from nightshift.sharedstorage.plan import server_pod
 from nightshift.sharedstorage.status import SquidSample
 from nightshift_localcluster.nodeconfig import NODE_NAME
 from tests.clusterutil import Kubectl, wait_for
-from tests.integration.test_real_node import gateway, on_real_node, real_node, wait_job
+from tests.integration.test_real_node import (
+    gateway,
+    on_real_node,
+    pod_job,
+    real_node,
+    run_stage,
+    wait_job,
+)
 
 __all__ = ["gateway", "real_node"]
 
@@ -194,15 +200,11 @@ def test_real_squid_serves_the_tree_through_its_service(
     rounds, origin_after = [], []
     for rnd in (1, 2):
         job = f"client{rnd}"
-        kubectl.apply({"apiVersion": "batch/v1", "kind": "Job",
-                       "metadata": {"name": job, "namespace": namespace},
-                       "spec": {"backoffLimit": 0, "template": {"spec": on_real_node({
-                           "restartPolicy": "Never", "containers": [{
-                               "name": "main", "image": RUNNER,
-                               "command": ["python3", "-c", CLIENT],
-                               "env": [{"name": "PROXY", "value": squid.proxy_url(st)},
-                                       {"name": "BASE", "value": base},
-                                       {"name": "TREE", "value": json.dumps(tree)}]}]})}}})
+        kubectl.apply(pod_job(job, namespace, {
+            "image": RUNNER, "command": ["python3", "-c", CLIENT],
+            "env": [{"name": "PROXY", "value": squid.proxy_url(st)},
+                    {"name": "BASE", "value": base},
+                    {"name": "TREE", "value": json.dumps(tree)}]}))
         wait_job(kubectl, job, namespace, timeout=300)
         rounds.append({"round": rnd,
                        **json.loads(kubectl("logs", f"job/{job}", "-n", namespace).stdout)})
@@ -290,13 +292,9 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
         "-n", namespace, "get", "daemonset", f"{name}-gluster-client", "-o",
         "jsonpath={.status.numberReady}", check=False).stdout.strip() == "1", 180)
     volume, mount = gluster.pod_volume(st, "/data")
-    writer = {"apiVersion": "batch/v1", "kind": "Job",
-              "metadata": {"name": "io", "namespace": namespace},
-              "spec": {"backoffLimit": 0, "template": {"spec": on_real_node({
-                  "restartPolicy": "Never", "volumes": [volume], "containers": [{
-                      "name": "main", "image": RUNNER, "command": ["sh", "-c", WRITE_READ],
-                      "volumeMounts": [mount]}]})}}}
-    kubectl.apply(writer)
+    kubectl.apply(pod_job("io", namespace, {
+        "image": RUNNER, "command": ["sh", "-c", WRITE_READ], "volumeMounts": [mount]},
+        volumes=[volume]))
     wait_job(kubectl, "io", namespace, timeout=180)
     out = kubectl("logs", "job/io", "-n", namespace).stdout
     print(layout, out)
@@ -310,20 +308,8 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
                     "steps": [{"name": "make", "command": [
                         "sh", "-c", 'echo "$NIGHTSHIFT_ITEM" > "$NIGHTSHIFT_OUTPUTS/item.txt"'
                     ]}]}]})
-    spec = binding.bind(spec, {name: obj}, namespace).spec
-    run = it.RunRef(name="rg", namespace=namespace, uid=str(uuid.uuid4()))
-    stage = spec.stages[0]
-    for cm in it.items_configmaps(run, stage.name, ["a", "b"]):
-        cm["metadata"].pop("ownerReferences", None)
-        kubectl.apply(cm)
-    manifest = jobs.render_job(
-        run=run, spec=spec, stage=stage, attempt=0, completions=2,
-        item_configmaps=[it.items_configmap_name(run.name, stage.name, 0)],
-        parallelism=2, suspend=False, runner_image=RUNNER)
-    manifest["metadata"].pop("ownerReferences")
-    on_real_node(manifest["spec"]["template"]["spec"])
-    kubectl.apply(manifest)
-    wait_job(kubectl, manifest["metadata"]["name"], namespace, timeout=240)
+    run_stage(kubectl, binding.bind(spec, {name: obj}, namespace).spec, namespace, "rg",
+              ["a", "b"])
     for item in ("a", "b"):
         committed = [p for b in ("brick0", "brick1")
                      for p in (Path(brick_root) / f"{namespace}-{name}" / b / "out" /
@@ -390,13 +376,9 @@ def server_killed_mid_write(kubectl: Kubectl, namespace: str, name: str,
     outage fail with an error the writer sees, the StatefulSet brings the pod back with
     the volume (its state is on the node), the client reconnects, and every write that
     had succeeded is intact. Without a replica there is no availability in the outage."""
-    writer = {"apiVersion": "batch/v1", "kind": "Job",
-              "metadata": {"name": "writer", "namespace": namespace},
-              "spec": {"backoffLimit": 0, "template": {"spec": on_real_node({
-                  "restartPolicy": "Never", "volumes": [volume], "containers": [{
-                      "name": "main", "image": RUNNER, "command": ["sh", "-c", WRITER],
-                      "volumeMounts": [mount]}]})}}}
-    kubectl.apply(writer)
+    kubectl.apply(pod_job("writer", namespace, {
+        "image": RUNNER, "command": ["sh", "-c", WRITER], "volumeMounts": [mount]},
+        volumes=[volume]))
     wait_for("the writer running", lambda: kubectl(
         "-n", namespace, "get", "pods", "-l", "job-name=writer", "-o",
         "jsonpath={.items[0].status.phase}", check=False).stdout == "Running", 60)
@@ -459,14 +441,9 @@ def test_real_ganesha_serves_a_user_space_client_in_a_pod(
         (export / "large.bin").write_bytes(large)
         ip = json.loads(kubectl("-n", namespace, "get", "service", f"{name}-nfs", "-o",
                                 "json").stdout)["spec"]["clusterIP"]
-        client = {"apiVersion": "batch/v1", "kind": "Job",
-                  "metadata": {"name": "nfs-client", "namespace": namespace},
-                  "spec": {"backoffLimit": 0, "template": {"spec": on_real_node({
-                      "restartPolicy": "Never", "containers": [{
-                          "name": "main", "image": f"{nfs.IMAGE}:{TAG}",
-                          "command": ["/bin/sh", "-c", NFS_CLIENT],
-                          "env": [{"name": "SERVER", "value": ip}]}]})}}}
-        kubectl.apply(client)
+        kubectl.apply(pod_job("nfs-client", namespace, {
+            "image": f"{nfs.IMAGE}:{TAG}", "command": ["/bin/sh", "-c", NFS_CLIENT],
+            "env": [{"name": "SERVER", "value": ip}]}))
         try:
             wait_job(kubectl, "nfs-client", namespace, timeout=180)
         except AssertionError as e:

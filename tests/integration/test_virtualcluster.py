@@ -25,6 +25,7 @@ from nightshift.virtualcluster.validate import validate
 from tests.bad_virtualclusters import BAD
 from tests.clusterutil import ROOT, Kubectl, wait_for
 from tests.integration.conftest import Cluster, OperatorProcess
+from tests.integration.prutil import wait_progressing
 
 FAST = {"pod-complete.stage.kwok.x-k8s.io/delay": "2s",
         "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "0s"}
@@ -429,21 +430,14 @@ def test_a_run_waits_for_its_virtual_cluster_and_pool_naming_them(
     _, pool = static_node
     vc = f"later-{suffix()}"
     kubectl.apply(run_manifest("early", vc, [stage("s", pool, 3, "1")]), namespace)
-
-    def waiting(text: str) -> dict[str, Any] | None:
-        run = kube.get(names.API_VERSION, names.PIPELINERUN, "early", namespace) or {}
-        c = condition(run, "Progressing")
-        return c if c.get("reason") == "WaitingForVirtualCluster" and text in c.get(
-            "message", "") else None
-
-    c = wait_for("WaitingForVirtualCluster naming spec.virtualCluster",
-                 lambda: waiting("spec.virtualCluster: no VirtualCluster"), 30)
+    c = wait_progressing(kube, namespace, "early", "WaitingForVirtualCluster",
+                         "spec.virtualCluster: no VirtualCluster", 30)
     assert vc in c["message"]
     other = f"other-{suffix()}"
     create_vc(kubectl, cleanup, namespace, vc_manifest(
         vc, [{"name": other, "class": "compute"}], provider="static"))
-    c = wait_for("WaitingForVirtualCluster naming the stage's pool",
-                 lambda: waiting("spec.stages[0].pool"), 60)
+    c = wait_progressing(kube, namespace, "early", "WaitingForVirtualCluster",
+                         "spec.stages[0].pool", 60)
     assert f"has no pool '{pool}'" in c["message"] and other in c["message"]
     assert not kube.list("batch/v1", "Job", namespace)
     kubectl.apply(vc_manifest(vc, [{"name": pool, "class": "compute"}], provider="static"),
