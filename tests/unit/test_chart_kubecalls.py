@@ -309,8 +309,24 @@ def sharedstorage_calls(case: str) -> set[Key]:
     return kube.calls
 
 
+def reclaim_calls() -> set[Key]:
+    """A deleted storage under reclaimPolicy Delete with data on a node: the node is
+    read, the cleanup Job made."""
+    storage = copy.deepcopy(GOOD["nfs-colocated-localdisk"])
+    ns, name = storage["metadata"]["namespace"], storage["metadata"]["name"]
+    storage["metadata"].update(finalizers=[names.FINALIZER_SHARED_STORAGE],
+                               deletionTimestamp="2025-03-01T12:00:00Z")
+    storage["status"] = {"dataNodes": ["node-0"]}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-0"}}
+    kube = RecordingKube([storage, node])
+    ctx = sharedstorage.Context(kube, StorageSources(cluster_cidrs=("10.0.0.0/16",)))
+    sharedstorage.reconcile(ctx, ns, name, sharedstorage.LoopState())
+    assert kube.path("batch/v1", "Job", ns, f"{name}-reclaim-0") in kube.store
+    return kube.calls
+
+
 def test_the_kube_rows_are_exactly_what_the_code_calls() -> None:
-    recorded = pipelinerun_calls()
+    recorded = pipelinerun_calls() | reclaim_calls()
     for case in ("nfs-dedicated", "cvmfs-eks", "gluster-nufa", "s3"):
         recorded |= sharedstorage_calls(case)
     for provider in ("kwok", "aws"):

@@ -19,9 +19,18 @@ FALSE = "False"
 UNKNOWN = "Unknown"
 
 
+RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+
+
 def rfc3339(t: datetime) -> str:
     """A condition's or status's timestamp: seconds, UTC, `Z`."""
-    return t.replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return t.replace(microsecond=0).strftime(RFC3339)
+
+
+def parse_rfc3339(s: str | None) -> datetime | None:
+    """The API server's timestamps (seconds, `Z`) as aware UTC datetimes; None for none.
+    Anything else raises ValueError."""
+    return datetime.strptime(s, RFC3339).replace(tzinfo=UTC) if s else None
 
 
 def now_rfc3339() -> str:

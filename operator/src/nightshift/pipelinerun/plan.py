@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from nightshift.api import conditions as cond
 from nightshift.api import names, ranges
-from nightshift.api.conditions import rfc3339
+from nightshift.api.conditions import parse_rfc3339, rfc3339
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
@@ -97,12 +97,6 @@ STORAGE_WAIT = 30.0
 # The most characters of a retry Job's skip-items annotation; beyond, fewer items are
 # skipped (they run again) so the Job stays far below the API's 256 KiB of annotations.
 SKIP_ITEMS_CHARS = 65_536
-
-
-def parse_time(s: str | None) -> datetime | None:
-    if not s:
-        return None
-    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=None)
 
 
 def plan(observed: Observed) -> Plan:
@@ -355,9 +349,10 @@ class _Planner:
         rate = spec.launch.max_pods_per_minute
         if not rate or target <= max(1, (rate * LAUNCH_STEP) // 60):
             return int(target)
-        started = parse_time(start)
+        started = parse_rfc3339(start)
         now = self.obs.now.replace(tzinfo=None, microsecond=0)
-        elapsed = max(0.0, (now - started).total_seconds()) if started else 0.0
+        elapsed = max(0.0, (now - started.replace(tzinfo=None)).total_seconds()) \
+            if started else 0.0
         # Raise every LAUNCH_STEP seconds by that share of the per-minute rate, so pods
         # start in small waves rather than one burst per minute.
         steps = int(elapsed // LAUNCH_STEP) + 1

@@ -21,14 +21,16 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import names
+from nightshift.api.conditions import parse_rfc3339
 from nightshift.kube import Kube
 from nightshift.pipelinerun.spec import TERMINAL_PHASES
-from nightshift.sharedstorage import squid
+from nightshift.sharedstorage import reclaim, squid
 from nightshift.sharedstorage.objects import (
     COMPONENT_GLUSTER_SERVER,
     COMPONENT_NFS_SERVER,
     COMPONENT_SQUID,
     Platform,
+    Storage,
 )
 from nightshift.sharedstorage.plan import CLUSTER_KINDS, NAMESPACED_KINDS, Observed, server_pod
 from nightshift.sharedstorage.spec import SharedStorageSpec
@@ -153,7 +155,9 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         server_pods = _pods(kube, namespace, name, COMPONENT_NFS_SERVER)
     server_nodes = [str((p.get("spec") or {}).get("nodeName") or "") for p in server_pods]
     existing: frozenset[str] = frozenset()
-    if deleting:
+    # Which data nodes still exist matters only to a deletion that reclaims their data.
+    if deleting and reclaim.wanted(Storage.of(obj), spec,
+                                   obj["metadata"].get("annotations") or {}):
         wanted = {*((obj.get("status") or {}).get("dataNodes") or []), *server_nodes} - {""}
         existing = frozenset(n for n in wanted if kube.get("v1", "Node", n) is not None)
     if spec.type == "cvmfs" and not deleting:
@@ -207,15 +211,16 @@ def _pods(kube: Kube, namespace: str, name: str, component: str) -> list[Obj]:
 
 
 def _started(pod: Mapping[str, Any]) -> float | None:
-    """When the squid container (last) started, as epoch seconds: the kubelet's clock,
-    the same node's as the squid's own sample_time."""
+    """When the squid container (last) started, as epoch seconds (the kubelet's clock,
+    compared with the operator's wall clock: both NTP-synced on EKS)."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         at = ((cs.get("state") or {}).get("running") or {}).get("startedAt")
         if at:
             try:
-                return datetime.fromisoformat(str(at).replace("Z", "+00:00")).timestamp()
+                started = parse_rfc3339(str(at))
             except ValueError:
                 return None
+            return started.timestamp() if started else None
     return None
 
 

@@ -27,7 +27,7 @@ Delete` (the NFS data claim is then owned and goes too).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -338,17 +338,14 @@ def _reclaim(o: Observed, spec: SharedStorageSpec) -> Plan | None:
                                       server_pods_left=o.server_pods_left, image=image)
     if why is None:
         return None
+    if o.errors:  # what applying this step met: shown, and nothing applied again
+        why, apply, delete = ("ReclaimFailed", "; ".join(o.errors)), [], []
     status["phase"] = "Deleting"
     status["dataNodes"] = nodes
     status["conditions"] = _with_deleting(o, list(status.get("conditions") or []), why)
-    if o.errors:
-        status["conditions"] = _with_deleting(o, status["conditions"], (
-            "ReclaimFailed", "; ".join(o.errors)))
-        return _status_plan(o, status, ERROR_REQUEUE)
-    return replace(_status_plan(o, status, BUSY_REQUEUE if why[0] == "Reclaiming" else
-                                ERROR_REQUEUE),
-                   apply=with_images(apply, o.image_registry, o.image_tag),
-                   prune=[_ref(d) for d in delete])
+    return _status_plan(o, status, BUSY_REQUEUE if why[0] == "Reclaiming" else ERROR_REQUEUE,
+                        apply=with_images(apply, o.image_registry, o.image_tag),
+                        prune=[_ref(d) for d in delete])
 
 
 def blocked(st: Storage, runs: Sequence[str]) -> tuple[str, str]:
