@@ -208,6 +208,17 @@ def pipelinerun_calls() -> set[Key]:
     refs["spec"]["stages"][0]["serviceAccountName"] = "pipeline"
     kube.put(refs)
     pipelinerun.reconcile(kube, config, NS, "refs", pipelinerun.LoopState())
+    # An mpi stage: its MPIJob listed and created, then suspended by a merge patch.
+    mpi = _run()
+    mpi["metadata"]["name"] = "npb"
+    mpi["spec"]["stages"] = [{"name": "ep", "image": "mpi:dev", "mpi": {"workers": 2},
+                              "steps": [{"name": "ep", "command": ["ep", "S"]}]}]
+    kube.put(mpi)
+    mpi_state = pipelinerun.LoopState()
+    pipelinerun.reconcile(kube, config, NS, "npb", mpi_state)
+    assert any(o["kind"] == "MPIJob" for o in kube.store.values())
+    kube.store[kube.path(names.API_VERSION, names.PIPELINERUN, NS, "npb")]["spec"]["suspend"] = True
+    pipelinerun.reconcile(kube, config, NS, "npb", mpi_state)
     return kube.calls
 
 

@@ -99,6 +99,11 @@ namespaces, else by a Role in each watched namespace.
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [list, watch, create, patch, delete]
+# An mpi stage runs as a Kubeflow MPIJob (server-side apply; suspend by merge patch),
+# listed each pass while it runs (no watch: the MPI Operator is optional).
+- apiGroups: [kubeflow.org]
+  resources: [mpijobs]
+  verbs: [list, create, patch]
 # A run's items are frozen into ConfigMaps it owns (server-side apply; the list reads
 # only their metadata); get reads a forEach.fromConfigMap item list. A SharedStorage's
 # configuration (squid.conf, ganesha.conf, mount scripts) too, pruned when unused.

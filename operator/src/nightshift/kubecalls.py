@@ -109,6 +109,11 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(BATCH, "jobs", "create patch", NAMESPACE, _K,
            f"pipelinerun/reconcile: a stage's Indexed Job ({_SSA}); merge patches of "
            "parallelism and suspend; sharedstorage/reconcile: a Gluster volume Job"),
+    *_rows("kubeflow.org", "mpijobs", "list", NAMESPACE, _K,
+           "pipelinerun/reconcile lists the MPIJobs of a run with mpi stages"),
+    *_rows("kubeflow.org", "mpijobs", "create patch", NAMESPACE, _K,
+           f"pipelinerun/reconcile: an mpi stage's MPIJob ({_SSA}); merge patches of "
+           "runPolicy.suspend"),
     *_rows(CORE, "configmaps", "list", NAMESPACE, _K,
            "pipelinerun/itemsource.frozen_items: metadata of a run's item ConfigMaps; "
            "sharedstorage/observe: a storage's own, by label"),

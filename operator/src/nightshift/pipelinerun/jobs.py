@@ -188,7 +188,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         pod_spec["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
                                     "value": stage.pool, "effect": "NoSchedule"}]
         if spec.virtual_cluster:
-            pod_spec["affinity"] = _virtual_cluster_affinity(spec.virtual_cluster,
+            pod_spec["affinity"] = virtual_cluster_affinity(spec.virtual_cluster,
                                                              run.namespace)
     return {
         "metadata": {
@@ -230,7 +230,7 @@ def merge_env(*lists: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
-def _virtual_cluster_affinity(vc: str, namespace: str) -> dict[str, Any]:
+def virtual_cluster_affinity(vc: str, namespace: str) -> dict[str, Any]:
     """Only this VirtualCluster's nodes, or hand-labeled (static) ones.
 
     Pool names are per namespace but NodePools and nodes are cluster-scoped: without

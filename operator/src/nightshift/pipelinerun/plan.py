@@ -26,7 +26,7 @@ from nightshift.api.conditions import parse_rfc3339, rfc3339
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
-from nightshift.pipelinerun import binding, references, validate
+from nightshift.pipelinerun import binding, mpijob, references, validate
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
@@ -92,6 +92,8 @@ class Plan:
 LAUNCH_STEP = 10
 # Seconds between looks while a lost Job's pods go away.
 LOST_POD_WAIT = 5.0
+# Seconds between looks at a running MPI stage's MPIJob.
+MPI_POLL = 5.0
 # Seconds between looks for a SharedStorage a stage waits for (its creation wakes too).
 STORAGE_WAIT = 30.0
 # The most characters of a retry Job's skip-items annotation; beyond, fewer items are
@@ -286,11 +288,17 @@ class _Planner:
             completions = len(indexes)
         start = self._start_time(st.name, attempt, None)
         parallelism = self._parallelism(spec, st, completions, start)
-        self.apply.append(jobsmod.render_job(
-            run=self.ref, spec=spec, stage=st, attempt=attempt, completions=completions,
-            item_configmaps=item_cms, indexes_configmaps=index_cms, parallelism=parallelism,
-            suspend=spec.suspend or spec.cancel, runner_image=self._runner_image(spec),
-            rerun=rerun, skip_items=skip))
+        if st.mpi is not None:
+            self.requeue = min(self.requeue or MPI_POLL, MPI_POLL)
+            self.apply.append(mpijob.render_mpijob(
+                run=self.ref, spec=spec, stage=st, attempt=attempt,
+                suspend=spec.suspend or spec.cancel, rerun=rerun))
+        else:
+            self.apply.append(jobsmod.render_job(
+                run=self.ref, spec=spec, stage=st, attempt=attempt, completions=completions,
+                item_configmaps=item_cms, indexes_configmaps=index_cms,
+                parallelism=parallelism, suspend=spec.suspend or spec.cancel,
+                runner_image=self._runner_image(spec), rerun=rerun, skip_items=skip))
         # Stands in for the Job until the informer sees it, so status says Running now.
         v.attempts.append(pg.AttemptView(
             attempt=attempt, name=itemsmod.job_name(self.ref.name, st.name, attempt),
@@ -306,6 +314,14 @@ class _Planner:
         if any(j["metadata"]["name"] == latest.name for j in self.apply):
             return
         want_suspend = spec.suspend or spec.cancel
+        if st.mpi is not None:
+            # No watch on MPIJobs (the CRD is optional): look again while one runs.
+            self.requeue = min(self.requeue or MPI_POLL, MPI_POLL)
+            if latest.suspended != want_suspend:
+                self.patch.append(mpijob.suspend_patch(latest.name, self.ref.namespace,
+                                                       want_suspend))
+                latest.suspended = want_suspend
+            return
         start = self._start_time(st.name, latest.attempt, latest.creation_time)
         want_par = self._parallelism(spec, st, latest.completions, start)
         body: dict[str, Any] = {}

@@ -20,7 +20,7 @@ from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
-from nightshift.pipelinerun import binding, references
+from nightshift.pipelinerun import binding, mpijob, references
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.plan import Observed, Plan, lost_jobs, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
@@ -55,6 +55,16 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
         spec: PipelineRunSpec | None = PipelineRunSpec.model_validate(run.get("spec") or {})
     except ValidationError:
         spec = None  # plan() reports it as Invalid, naming the field.
+    if spec and any(st.mpi for st in spec.stages):
+        # MPI stages run as MPIJobs (pipelinerun/mpijob.py), read here as Jobs. Without
+        # the MPI Operator's CRD the list is empty and creating one is refused, which
+        # the run's Invalid condition names.
+        try:
+            jobs += [mpijob.as_job(m) for m in kube.list(
+                mpijob.API_VERSION, mpijob.KIND, namespace, label_selector=selector)]
+        except KubeError as e:
+            if e.status != 404:
+                raise
     items = frozen_items(kube, namespace, name, spec) if spec else {}
     samples = _failure_samples(kube, namespace, jobs, state)
     # Rare (a stage Job deleted mid-run): one short pod LIST per lost Job.
