@@ -1,4 +1,5 @@
-"""A run's VirtualCluster, pools and ServiceAccounts, checked against the cluster. Pure.
+"""A run's VirtualCluster, pools, ServiceAccounts, Secrets and ConfigMaps, checked
+against the cluster. Pure.
 
 A run naming a VirtualCluster that does not exist, or a pool its VirtualCluster lacks,
 would otherwise make pods that stay Pending forever with nothing on the run to say why.
@@ -9,6 +10,11 @@ Progressing condition names the field, the object and the fix.
 A stage without `pool` in a run with a VirtualCluster runs on the VirtualCluster's first
 pool (its default), so its pods land on that VirtualCluster's nodes and tolerate their
 taint instead of matching no node at all.
+
+Secrets and ConfigMaps (env valueFrom, an S3 storage's credentialsSecret) are waits too:
+a pod whose Secret or key is missing sits in CreateContainerConfigError, which only the
+pod says, and an S3 listing without its keys could not start at all. The objects are
+read by name, once per pass each (`objects`); only their key names reach this module.
 """
 
 from __future__ import annotations
@@ -17,10 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nightshift.pipelinerun.spec import PipelineRunSpec
+from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 REASON = "WaitingForVirtualCluster"
 REASON_ACCOUNT = "WaitingForServiceAccount"
+REASON_SECRET = "WaitingForSecret"  # noqa: S105  (a condition reason, not a secret)
+REASON_CONFIGMAP = "WaitingForConfigMap"
+SECRET, CONFIGMAP = "Secret", "ConfigMap"
+# The keys an S3 storage's credentialsSecret must hold (runnerparts renders both).
+CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
 @dataclass(frozen=True)
@@ -34,22 +45,133 @@ class References:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class ObjectRef:
+    """One reference to a Secret or ConfigMap key: where the spec names it, and which
+    stages' pods (or item listing) need it."""
+
+    kind: str  # SECRET or CONFIGMAP
+    name: str
+    key: str
+    # The fields naming the object and the key, e.g.
+    # spec.stages[2].steps[0].env[1].valueFrom.secretKeyRef.name (and .key); for a
+    # credentialsSecret both are that field (its keys are fixed).
+    name_field: str
+    key_field: str
+    stages: frozenset[str]
+
+
 def service_accounts(spec: PipelineRunSpec) -> list[str]:
     """The ServiceAccounts the stages name (each is read once per pass)."""
     return sorted({st.service_account_name for st in spec.stages if st.service_account_name})
 
 
+def objects(spec: PipelineRunSpec) -> list[ObjectRef]:
+    """Every Secret and ConfigMap key the run's pods need, in spec order. `optional`
+    references are left out: the kubelet starts the pod without them."""
+    out: list[ObjectRef] = []
+    for i, st in enumerate(spec.stages):
+        envs = [(f"spec.stages[{i}].env", st.env)]
+        envs += [(f"spec.stages[{i}].steps[{k}].env", step.env)
+                 for k, step in enumerate(st.steps)]
+        for path, env in envs:
+            for j, e in enumerate(env):
+                source = e.get("valueFrom") or {}
+                for field_name, kind in (("secretKeyRef", SECRET),
+                                         ("configMapKeyRef", CONFIGMAP)):
+                    ref = source.get(field_name)
+                    if isinstance(ref, Mapping) and ref.get("name") and ref.get("key") \
+                            and not ref.get("optional"):
+                        at = f"{path}[{j}].valueFrom.{field_name}"
+                        out.append(ObjectRef(kind, str(ref["name"]), str(ref["key"]),
+                                             f"{at}.name", f"{at}.key",
+                                             frozenset({st.name})))
+    for i, storage in enumerate(spec.storage):
+        if storage.s3 is None or not storage.s3.credentials_secret:
+            continue
+        users = frozenset(st.name for st in spec.stages if storage.name in _storages(st, spec))
+        if not users:
+            continue
+        path = f"spec.storage[{i}].s3.credentialsSecret"
+        if storage.shared_storage:
+            path = (f"spec.storage[{i}].sharedStorage (SharedStorage "
+                    f"'{storage.shared_storage}' s3.credentialsSecret)")
+        out += [ObjectRef(SECRET, storage.s3.credentials_secret, key, path, path, users)
+                for key in CREDENTIAL_KEYS]
+    return out
+
+
+def _storages(stage: Stage, spec: PipelineRunSpec) -> set[str]:
+    """The storages a stage's pods or item listing use (binding.waits' set)."""
+    used = {d.storage for d in [*stage.inputs, *stage.outputs]}
+    if stage.for_each is not None and stage.for_each.from_s3 is not None:
+        used.add(stage.for_each.from_s3.storage)
+    if spec.archive is not None:
+        used.add(spec.archive.storage)
+    return used
+
+
+def names_of(spec: PipelineRunSpec, kind: str) -> list[str]:
+    """The distinct Secrets (or ConfigMaps) to read this pass: one GET each."""
+    return sorted({r.name for r in objects(spec) if r.kind == kind})
+
+
 def check(spec: PipelineRunSpec, namespace: str,
           observed: Mapping[str, Mapping[str, Any] | None],
-          accounts: Mapping[str, bool] | None = None) -> References:
+          accounts: Mapping[str, bool] | None = None,
+          secrets: Mapping[str, frozenset[str] | None] | None = None,
+          config_maps: Mapping[str, frozenset[str] | None] | None = None) -> References:
     """`observed`: the VirtualCluster spec.virtualCluster names, by name (None: it does
     not exist); a name not in it was not read, and nothing is checked. `accounts`:
-    whether each ServiceAccount the stages name exists (unread ones are not checked)."""
-    sa = _accounts(spec, namespace, accounts or {})
-    vc_refs = _virtual_cluster(spec, namespace, observed)
-    return References(vc_refs.spec, [*vc_refs.waiting, *sa.waiting],
-                      vc_refs.waiting_stages | sa.waiting_stages,
-                      vc_refs.reason or sa.reason)
+    whether each ServiceAccount the stages name exists (unread ones are not checked).
+    `secrets`, `config_maps`: the key names of each object read (None: it does not
+    exist); unread ones are not checked."""
+    parts = [_virtual_cluster(spec, namespace, observed),
+             _accounts(spec, namespace, accounts or {}),
+             _objects(spec, namespace, {SECRET: secrets or {}, CONFIGMAP: config_maps or {}})]
+    return References(parts[0].spec, [m for p in parts for m in p.waiting],
+                      frozenset().union(*(p.waiting_stages for p in parts)),
+                      next((p.reason for p in parts if p.reason), ""))
+
+
+def _objects(spec: PipelineRunSpec, namespace: str,
+             observed: Mapping[str, Mapping[str, frozenset[str] | None]]) -> References:
+    """A missing Secret or ConfigMap, or a key missing from one, holds the stages that
+    need it, naming the field, the object and the command that fixes it."""
+    waiting: list[str] = []
+    blocked: set[str] = set()
+    reasons: list[str] = []
+    refs = objects(spec)
+    for ref in refs:
+        by_name = observed[ref.kind]
+        if ref.name not in by_name:
+            continue  # not read this pass
+        keys = by_name[ref.name]
+        noun = "secret generic" if ref.kind == SECRET else "configmap"
+        if keys is None:
+            wanted = [r.key for r in refs if r.name_field == ref.name_field]
+            if ref.key != wanted[0]:
+                continue  # one line for the two keys of a credentialsSecret
+            literals = " ".join(f"--from-literal={k}=..." for k in wanted)
+            waiting.append(f"{ref.name_field}: no {ref.kind} '{ref.name}' in namespace "
+                           f"{namespace}: kubectl create {noun} {ref.name} -n {namespace} "
+                           f"{literals}, or fix the name; {_who(ref)} until it exists")
+        elif ref.key not in keys:
+            waiting.append(f"{ref.key_field}: {ref.kind} '{ref.name}' has no key '{ref.key}': "
+                           f"add it (kubectl edit {ref.kind.lower()} {ref.name} -n "
+                           f"{namespace}), or fix the key; {_who(ref)} until it exists")
+        else:
+            continue
+        blocked |= ref.stages
+        reasons.append(REASON_SECRET if ref.kind == SECRET else REASON_CONFIGMAP)
+    return References(spec, waiting, frozenset(blocked), reasons[0] if reasons else "")
+
+
+def _who(ref: ObjectRef) -> str:
+    names = sorted(ref.stages)
+    if len(names) == 1:
+        return f"stage {names[0]} waits"
+    return f"stages {', '.join(names)} wait"
 
 
 def _accounts(spec: PipelineRunSpec, namespace: str,
