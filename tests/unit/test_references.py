@@ -135,6 +135,13 @@ TABLE: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str,
         {"shared_storages": {"raw-s3": GOOD["s3"]}},
         "WaitingForStorage",
         ["spec.storage[0].sharedStorage:", "SharedStorage 'raw-s3'", "namespace physics"]),
+    "pvc claimName": (
+        {"inputs": [{"storage": "data", "path": "in/{item}"}]},
+        {"storage": [{"name": "data", "pvc": {"claimName": "night-data"}}]},
+        {"volume_claims": {"night-data": False}}, {"volume_claims": {"night-data": True}},
+        "WaitingForPersistentVolumeClaim",
+        ["spec.storage[0].pvc.claimName:", "PersistentVolumeClaim 'night-data'",
+         "namespace physics", "kubectl get pvc -n physics"]),
     "stage env secretKeyRef": (
         {"env": [SECRET_ENV]}, {},
         {"secrets": {"archive-token": None}}, {"secrets": {"archive-token": frozenset({"token"})}},
@@ -206,6 +213,18 @@ def test_bad_reference_table(kind: str) -> None:
     assert "needs" in [j["metadata"]["labels"][names.LABEL_STAGE] for j in jobs_of(p2)]
     assert condition(p2, "Progressing")["reason"] not in (
         reason, "WaitingForStorage"), condition(p2, "Progressing")
+
+
+def test_claims_only_of_pvc_storages_some_stage_uses() -> None:
+    s = PipelineRunSpec.model_validate(make_run(
+        [stage("a", inputs=[{"storage": "data", "path": "x"}]),
+         stage("b", mounts=[{"storage": "shared", "mountPath": "/shared"}])],
+        storage=[{"name": "data", "pvc": {"claimName": "d"}},
+                 {"name": "shared", "pvc": {"claimName": "s"}},
+                 {"name": "unused", "pvc": {"claimName": "u"}}])["spec"])
+    assert references.claims(s) == ["d", "s"]
+    r = references.check(s, "physics", {}, volume_claims={"d": True, "s": False})
+    assert r.waiting_stages == {"b"} and r.reason == references.REASON_CLAIM
 
 
 def test_items_from_a_missing_config_map_wait_naming_field_and_object() -> None:

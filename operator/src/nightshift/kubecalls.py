@@ -115,6 +115,9 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(CORE, "serviceaccounts", "get", NAMESPACE, _K,
            "pipelinerun/reconcile: the ServiceAccounts the stages name exist "
            "(pipelinerun/references.py)"),
+    *_rows(CORE, "persistentvolumeclaims", "get", NAMESPACE, _K,
+           "pipelinerun/reconcile: the claims of a run's pvc storages exist "
+           "(pipelinerun/references.py)"),
     *_rows(CORE, "configmaps", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.resolve: forEach.fromConfigMap; pipelinerun/reconcile: "
            "the keys of each ConfigMap an env configMapKeyRef names "

@@ -70,6 +70,8 @@ class Observed:
     # by name; None: absent. Never their values.
     secrets: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
     config_maps: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    # Whether each claim `pvc` storages name exists (references.claims).
+    volume_claims: Mapping[str, bool] = field(default_factory=dict)
     # Stages whose items could not be resolved this pass: stage -> (why, invalid).
     # Invalid items fail the run; a source that may still appear (a ConfigMap not yet
     # created) keeps the stage waiting with Progressing=False saying why.
@@ -160,7 +162,7 @@ class _Planner:
         spec, self.binding = bound.spec, bound
         self.refs = references.check(spec, self.ref.namespace, self.obs.virtual_clusters,
                                      self.obs.service_accounts, self.obs.secrets,
-                                     self.obs.config_maps)
+                                     self.obs.config_maps, self.obs.volume_claims)
         spec = self.refs.spec
         self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
         self.problems += [Problem(where, f"refused by the API server: {why}")

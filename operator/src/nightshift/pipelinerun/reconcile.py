@@ -77,6 +77,10 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
     accounts = {sa: kube.get("v1", "ServiceAccount", sa, namespace) is not None
                 for sa in (references.service_accounts(spec) if spec else [])}
 
+    # The claims of its pvc storages: one GET each (references.py).
+    claims = {c: kube.get("v1", "PersistentVolumeClaim", c, namespace) is not None
+              for c in (references.claims(spec) if spec else [])}
+
     # The Secrets and ConfigMaps the pods reference: one GET each, key names kept only.
     secrets, config_maps = _referenced_keys(kube, namespace, run, spec, shared)
 
@@ -85,7 +89,8 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                         now=datetime.now(UTC), runner_image=config.runner_image,
                         runner_images=config.runner_images,
                         live_pods=live, shared_storages=shared, virtual_clusters=vcs,
-                        service_accounts=accounts, secrets=secrets, config_maps=config_maps)
+                        service_accounts=accounts, secrets=secrets, config_maps=config_maps,
+                        volume_claims=claims)
 
     p = plan(observe())
     refused: list[tuple[str, str]] = []

@@ -13,7 +13,8 @@ taint instead of matching no node at all.
 
 Secrets and ConfigMaps (env valueFrom, an S3 storage's credentialsSecret) are waits too:
 a pod whose Secret or key is missing sits in CreateContainerConfigError, which only the
-pod says, and an S3 listing without its keys could not start at all. The objects are
+pod says, and an S3 listing without its keys could not start at all. So is a `pvc`
+storage's claim: without it the pods stay Pending. The objects are
 read by name, once per pass each (`objects`); only their key names reach this module.
 """
 
@@ -29,6 +30,7 @@ REASON = "WaitingForVirtualCluster"
 REASON_ACCOUNT = "WaitingForServiceAccount"
 REASON_SECRET = "WaitingForSecret"  # noqa: S105  (a condition reason, not a secret)
 REASON_CONFIGMAP = "WaitingForConfigMap"
+REASON_CLAIM = "WaitingForPersistentVolumeClaim"
 SECRET, CONFIGMAP = "Secret", "ConfigMap"
 # The keys an S3 storage's credentialsSecret must hold (runnerparts renders both).
 CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -108,7 +110,36 @@ def _storages(stage: Stage, spec: PipelineRunSpec) -> set[str]:
         used.add(stage.for_each.from_s3.storage)
     if spec.archive is not None:
         used.add(spec.archive.storage)
+    used |= {m.storage for m in stage.mounts}
     return used
+
+
+def claims(spec: PipelineRunSpec) -> list[str]:
+    """The PersistentVolumeClaims `pvc` storages name that some stage uses (a
+    SharedStorage's own claims are the operator's and not checked)."""
+    used = set().union(*(_storages(st, spec) for st in spec.stages)) if spec.stages else set()
+    return sorted({s.pvc.claim_name for s in spec.storage
+                   if s.pvc is not None and not s.shared_storage and s.name in used})
+
+
+def _claims(spec: PipelineRunSpec, namespace: str, claims: Mapping[str, bool]) -> References:
+    """A pod whose claim is missing stays Pending ("persistentvolumeclaim not found"),
+    which only the pod's events say: the stages that use it wait, naming it."""
+    waiting, blocked = [], set()
+    for i, storage in enumerate(spec.storage):
+        if storage.pvc is None or storage.shared_storage \
+                or claims.get(storage.pvc.claim_name, True):
+            continue
+        users = {st.name for st in spec.stages if storage.name in _storages(st, spec)}
+        if not users:
+            continue
+        name = storage.pvc.claim_name
+        waiting.append(f"spec.storage[{i}].pvc.claimName: no PersistentVolumeClaim '{name}' "
+                       f"in namespace {namespace}: create it (`kubectl get pvc -n "
+                       f"{namespace}` lists the claims there), or fix the name; "
+                       f"{_who_waits(users)} until it exists")
+        blocked |= users
+    return References(spec, waiting, frozenset(blocked), REASON_CLAIM if waiting else "")
 
 
 def names_of(spec: PipelineRunSpec, kind: str) -> list[str]:
@@ -120,14 +151,17 @@ def check(spec: PipelineRunSpec, namespace: str,
           observed: Mapping[str, Mapping[str, Any] | None],
           accounts: Mapping[str, bool] | None = None,
           secrets: Mapping[str, frozenset[str] | None] | None = None,
-          config_maps: Mapping[str, frozenset[str] | None] | None = None) -> References:
+          config_maps: Mapping[str, frozenset[str] | None] | None = None,
+          volume_claims: Mapping[str, bool] | None = None) -> References:
     """`observed`: the VirtualCluster spec.virtualCluster names, by name (None: it does
     not exist); a name not in it was not read, and nothing is checked. `accounts`:
     whether each ServiceAccount the stages name exists (unread ones are not checked).
     `secrets`, `config_maps`: the key names of each object read (None: it does not
-    exist); unread ones are not checked."""
+    exist); unread ones are not checked. `volume_claims`: whether each claim of
+    `claims()` exists."""
     parts = [_virtual_cluster(spec, namespace, observed),
              _accounts(spec, namespace, accounts or {}),
+             _claims(spec, namespace, volume_claims or {}),
              _objects(spec, namespace, {SECRET: secrets or {}, CONFIGMAP: config_maps or {}})]
     return References(parts[0].spec, [m for p in parts for m in p.waiting],
                       frozenset().union(*(p.waiting_stages for p in parts)),
@@ -168,7 +202,11 @@ def _objects(spec: PipelineRunSpec, namespace: str,
 
 
 def _who(ref: ObjectRef) -> str:
-    names = sorted(ref.stages)
+    return _who_waits(ref.stages)
+
+
+def _who_waits(stages: frozenset[str] | set[str]) -> str:
+    names = sorted(stages)
     if len(names) == 1:
         return f"stage {names[0]} waits"
     return f"stages {', '.join(names)} wait"
