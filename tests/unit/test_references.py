@@ -320,3 +320,17 @@ def test_a_secret_the_operator_may_not_read_is_not_checked() -> None:
     kube = SecretsRefused([make_run([stage("needs", env=[SECRET_ENV])])])
     prog, jobs = _pass(kube)
     assert prog["reason"] != "WaitingForSecret" and len(jobs) == 1
+
+
+def test_a_finished_run_reads_no_secrets_unless_a_rerun_is_asked() -> None:
+    run = make_run([stage("needs", env=[SECRET_ENV])])
+    run["status"] = {"phase": "Succeeded", "rerunFailed": 0}
+    kube = RecordingKube([run])
+    pipelinerun.reconcile(kube, OperatorConfig.from_env(), "physics", "nightly",
+                          pipelinerun.LoopState())
+    assert ("", "secrets", "get", "namespace") not in kube.calls
+    run["spec"]["rerunFailed"] = 1
+    kube = RecordingKube([run])
+    pipelinerun.reconcile(kube, OperatorConfig.from_env(), "physics", "nightly",
+                          pipelinerun.LoopState())
+    assert ("", "secrets", "get", "namespace") in kube.calls

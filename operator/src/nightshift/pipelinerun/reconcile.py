@@ -1,8 +1,10 @@
 """PipelineRun reconcile pass: read observed → plan (pure) → apply → status, once.
 
 The API cost of a pass is O(stages): one GET of the run, one LIST of its Jobs, one
-LIST of its items ConfigMaps, a GET of each SharedStorage it names, and failed-pod
-samples only when a stage's failure count moved. Never a list of all pods.
+LIST of its items ConfigMaps, a GET of each SharedStorage, VirtualCluster,
+ServiceAccount, claim, Secret and ConfigMap it names (references.py; the last three
+only while something of it may start), and failed-pod samples only when a stage's
+failure count moved. Never a list of all pods, nor of all Secrets.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
 
     # The claims of its pvc storages: one GET each (references.py).
     claims = {c: kube.get("v1", "PersistentVolumeClaim", c, namespace) is not None
-              for c in (references.claims(spec) if spec else [])}
+              for c in (references.claims(spec) if spec and _may_start(run, spec) else [])}
 
     # The Secrets and ConfigMaps the pods reference: one GET each, key names kept only.
     secrets, config_maps = _referenced_keys(kube, namespace, run, spec, shared)
@@ -121,17 +123,23 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
 Keys = dict[str, frozenset[str] | None]
 
 
+def _may_start(run: dict[str, Any], spec: PipelineRunSpec) -> bool:
+    """Whether anything of the run may still start: not when it finished and no rerun
+    is asked (its references would be read for nothing)."""
+    status = run.get("status") or {}
+    return not (status.get("phase") in TERMINAL_PHASES
+                and spec.rerun_failed <= int(status.get("rerunFailed") or 0))
+
+
 def _referenced_keys(kube: Kube, namespace: str, run: dict[str, Any],
                      spec: PipelineRunSpec | None,
                      shared: dict[str, dict[str, Any] | None]) -> tuple[Keys, Keys]:
     """Which keys each referenced Secret and ConfigMap holds (None: it does not exist).
 
-    Not for a finished run with no rerun asked: nothing of it starts again. A Secret's
-    values are dropped here, on read: only key names go on (docs/security.md).
+    A Secret's values are dropped here, on read: only key names go on
+    (docs/security.md).
     """
-    status = run.get("status") or {}
-    if spec is None or (status.get("phase") in TERMINAL_PHASES
-                        and spec.rerun_failed <= int(status.get("rerunFailed") or 0)):
+    if spec is None or not _may_start(run, spec):
         return {}, {}
     # After binding: an s3 SharedStorage's credentialsSecret is referenced too.
     bound = binding.bind(spec, shared, namespace).spec
