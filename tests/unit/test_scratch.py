@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from nightshift.api import names
+from nightshift.pipelinerun import references
 from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.bad_pipelineruns import stage
 from tests.unit.test_plan import items_for, jobs_of, make_run, observe
 
@@ -94,3 +96,38 @@ def test_the_crd_admits_only_positive_whole_quantities(size: str, ok: bool) -> N
         "spec"]["properties"]["stages"]["items"]["properties"]
     pattern = stage_schema["scratch"]["properties"]["size"]["pattern"]
     assert bool(re.fullmatch(pattern, size)) is ok
+
+
+def aws_vc(node_class: dict[str, Any] | None = None, provider: str = "aws") -> dict[str, Any]:
+    return {"spec": {**VC["spec"], "nodeClass": node_class or {}},
+            "status": {"provider": provider}}
+
+
+def waiting_for(vc: dict[str, Any], size: str, pool: str | None) -> references.References:
+    spec = PipelineRunSpec.model_validate(make_run(
+        [stage("other"), stage("reduce", scratch={"size": size},
+                               **({"pool": pool} if pool else {}))],
+        virtualCluster="chiles")["spec"])
+    return references.check(spec, "physics", {"chiles": vc})
+
+
+def test_scratch_larger_than_the_root_volume_of_a_pool_without_local_disk_waits() -> None:
+    r = waiting_for(aws_vc(), "50Gi", "plain")
+    assert r.waiting_stages == {"reduce"} and r.reason == references.REASON_SCRATCH
+    (msg,) = r.waiting
+    assert msg.startswith("spec.stages[1].scratch.size: 50Gi does not fit the nodes of pool "
+                          "'plain' of VirtualCluster 'chiles'")
+    assert "root volume (20Gi" in msg and "localDisk: raid0" in msg
+    # The pool a stage without `pool` gets (the first) is the one checked.
+    assert waiting_for(aws_vc(), "50Gi", None).waiting_stages == frozenset()  # nvme: raid0
+    # It fits; a raid0 pool (Karpenter matches its instance stores); not AWS; a root
+    # volume large enough; a mapping list without a root volume (unsure): no wait.
+    root = {"blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": True,
+                                     "ebs": {"volumeSize": "100Gi"}}]}
+    for vc, size, pool in ((aws_vc(), "20Gi", "plain"), (aws_vc(), "5Ti", "nvme"),
+                           (aws_vc(provider="kwok"), "50Gi", "plain"),
+                           (aws_vc(root), "50Gi", "plain"),
+                           (aws_vc({"blockDeviceMappings": [{"deviceName": "/dev/xvdb",
+                                                             "ebs": {}}]}), "50Gi", "plain")):
+        assert waiting_for(vc, size, pool).waiting == [], (vc, size, pool)
+    assert waiting_for(aws_vc(root), "101Gi", "plain").waiting_stages == {"reduce"}

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 REASON = "WaitingForVirtualCluster"
@@ -31,6 +32,11 @@ REASON_ACCOUNT = "WaitingForServiceAccount"
 REASON_SECRET = "WaitingForSecret"  # noqa: S105  (a condition reason, not a secret)
 REASON_CONFIGMAP = "WaitingForConfigMap"
 REASON_CLAIM = "WaitingForPersistentVolumeClaim"
+REASON_SCRATCH = "WaitingForLocalDisk"
+# Karpenter's ephemeral storage for a node without instance-store RAID0 and without a
+# root volume in blockDeviceMappings: its AMI families' default volume (AL2023's root,
+# Bottlerocket's data volume).
+DEFAULT_ROOT_VOLUME = "20Gi"
 SECRET, CONFIGMAP = "Secret", "ConfigMap"
 # The keys an S3 storage's credentialsSecret must hold (runnerparts renders both).
 CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -159,7 +165,8 @@ def check(spec: PipelineRunSpec, namespace: str,
     `secrets`, `config_maps`: the key names of each object read (None: it does not
     exist); unread ones are not checked. `volume_claims`: whether each claim of
     `claims()` exists."""
-    parts = [_virtual_cluster(spec, namespace, observed),
+    vc = _virtual_cluster(spec, namespace, observed)
+    parts = [vc, _scratch(vc.spec, observed),
              _accounts(spec, namespace, accounts or {}),
              _claims(spec, namespace, volume_claims or {}),
              _objects(spec, namespace, {SECRET: secrets or {}, CONFIGMAP: config_maps or {}})]
@@ -199,6 +206,49 @@ def _objects(spec: PipelineRunSpec, namespace: str,
         blocked |= ref.stages
         reasons.append(REASON_SECRET if ref.kind == SECRET else REASON_CONFIGMAP)
     return References(spec, waiting, frozenset(blocked), reasons[0] if reasons else "")
+
+
+def _scratch(spec: PipelineRunSpec,
+             observed: Mapping[str, Mapping[str, Any] | None]) -> References:
+    """A stage's scratch.size larger than the root volume of its pool's nodes can never
+    be placed: on AWS, a pool without localDisk keeps the scratch on that volume, and
+    Karpenter would find no instance type for the pods, which stay Pending. Checked
+    only where the size is known (provider aws, the default or a root volume given);
+    a raid0 pool's instance stores are Karpenter's to match."""
+    vc = observed.get(spec.virtual_cluster or "")
+    if vc is None or (vc.get("status") or {}).get("provider") != "aws":
+        return References(spec)
+    vc_spec = vc.get("spec") or {}
+    pools = {p.get("name"): p for p in vc_spec.get("pools") or []}
+    root = _root_volume(vc_spec.get("nodeClass") or {})
+    waiting, blocked = [], set()
+    for i, st in enumerate(spec.stages):
+        pool = pools.get(st.pool)
+        if st.scratch is None or pool is None or pool.get("localDisk") or root is None:
+            continue
+        size, room = podvalues.quantity(st.scratch.size), podvalues.quantity(root)
+        if size is None or room is None or size <= room:
+            continue
+        waiting.append(
+            f"spec.stages[{i}].scratch.size: {st.scratch.size} does not fit the nodes of "
+            f"pool '{st.pool}' of VirtualCluster '{spec.virtual_cluster}': without "
+            f"localDisk their scratch is the root volume ({root}, set by the "
+            "VirtualCluster's nodeClass.blockDeviceMappings); give the pool localDisk: "
+            "raid0 or a larger root volume, or ask for less; the stage waits until it fits")
+        blocked.add(st.name)
+    return References(spec, waiting, frozenset(blocked), REASON_SCRATCH if waiting else "")
+
+
+def _root_volume(node_class: Mapping[str, Any]) -> str | None:
+    """The volume Karpenter counts as a node's ephemeral storage, or None when unsure
+    (a mapping list without one marked rootVolume)."""
+    mappings = node_class.get("blockDeviceMappings") or []
+    if not mappings:
+        return DEFAULT_ROOT_VOLUME
+    for m in mappings:
+        if m.get("rootVolume"):
+            return str((m.get("ebs") or {}).get("volumeSize") or "") or None
+    return None
 
 
 def _who(ref: ObjectRef) -> str:
