@@ -66,6 +66,12 @@ class Observed:
     virtual_clusters: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
     # Whether each ServiceAccount the stages name exists (references.service_accounts).
     service_accounts: Mapping[str, bool] = field(default_factory=dict)
+    # The key names of each Secret and ConfigMap the pods reference (references.objects),
+    # by name; None: absent. Never their values.
+    secrets: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    config_maps: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    # Whether each claim `pvc` storages name exists (references.claims).
+    volume_claims: Mapping[str, bool] = field(default_factory=dict)
     # Stages whose items could not be resolved this pass: stage -> (why, invalid).
     # Invalid items fail the run; a source that may still appear (a ConfigMap not yet
     # created) keeps the stage waiting with Progressing=False saying why.
@@ -157,7 +163,8 @@ class _Planner:
         bound = binding.bind(spec, self.obs.shared_storages, self.ref.namespace)
         spec, self.binding = bound.spec, bound
         self.refs = references.check(spec, self.ref.namespace, self.obs.virtual_clusters,
-                                     self.obs.service_accounts)
+                                     self.obs.service_accounts, self.obs.secrets,
+                                     self.obs.config_maps, self.obs.volume_claims)
         spec = self.refs.spec
         self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
         self.problems += [Problem(where, f"refused by the API server: {why}")

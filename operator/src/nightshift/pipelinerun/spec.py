@@ -116,6 +116,14 @@ class Mpi(Spec):
     launcher_resources: dict[str, Any] = {}
 
 
+class Scratch(Spec):
+    """The item's scratch ($NIGHTSHIFT_SCRATCH, the pod's work emptyDir): `size` is the
+    emptyDir's sizeLimit and each step's ephemeral-storage request, so the scheduler
+    (and Karpenter) place the pod on a node with that much local disk free."""
+
+    size: str
+
+
 class Stage(Spec):
     name: str
     depends_on: list[str] = []
@@ -126,6 +134,7 @@ class Stage(Spec):
     steps: list[Step]
     env: list[dict[str, Any]] = []
     resources: dict[str, Any] = {}
+    scratch: Scratch | None = None
     parallelism: int | None = None
     inputs: list[DataRef] = []
     outputs: list[DataRef] = []
