@@ -127,7 +127,7 @@ CALLS: tuple[Call, ...] = tuple([
            "Kube.event: a run's and a VirtualCluster's transitions"),
     *_rows(CORE, "secrets", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.s3_target: storage.s3.credentialsSecret of a "
-           "forEach.fromS3 listing", [READ_SECRETS]),
+           "forEach.fromS3 listing or forEach.fromFile read", [READ_SECRETS]),
     # -- VirtualClusters (virtualcluster/) -------------------------------------------
     *_rows(names.GROUP, names.VIRTUALCLUSTERS, "list", NAMESPACE, _KF,
            "kopf's watch (virtualcluster/handlers.py): one engine loop per object; "
