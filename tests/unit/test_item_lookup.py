@@ -186,12 +186,23 @@ FIELD = st.from_regex(r"\A[a-z][a-z0-9_]{0,6}\Z").filter(
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(matrix=st.dictionaries(FIELD, st.lists(VALUE, min_size=1, max_size=3, unique=True),
                               min_size=1, max_size=3),
-       budget=st.integers(min_value=8, max_value=200), sed=st.booleans())
-def test_matrix_fields_agree(matrix: dict[str, list[str]], budget: int, sed: bool) -> None:
+       budget=st.integers(min_value=8, max_value=200), sed=st.booleans(),
+       rerun=st.booleans(), data=st.data())
+def test_matrix_fields_agree(matrix: dict[str, list[str]], budget: int, sed: bool,
+                             rerun: bool, data: st.DataObject) -> None:
     fe = ForEach.model_validate({"matrix": matrix})
     fields = render_items.matrix_fields(fe)
     values = render_items.item_list(fe)
     cms = render_items.items_configmaps(RUN, "s", values, budget)
+    if rerun:
+        # A retry Job: its completion indexes map to the original items, fields and all.
+        failed = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=1,
+                                     max_size=len(values), unique=True), label="failed")
+        cms += render_items.indexes_configmaps(RUN, "s", 1, failed, 8)
+        found = _agree(cms, range(len(failed) + 1), sed, fields)
+        assert [f.index for f in found.values() if f] == failed
+        assert [f.value for f in found.values() if f] == [values[i] for i in failed]
+        return
     found = _agree(cms, range(len(values) + 1), sed, fields)
     # Field by field, exactly the product's values, the first field slowest.
     combos = [tuple(dict(item.fields).values()) for item in found.values() if item]
