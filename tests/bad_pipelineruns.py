@@ -282,8 +282,8 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
         "match ^[a-z][a-z0-9_]{0,30}$",
     ],
     "matrix-reserved-field": [
-        'spec.stages[0].forEach.matrix: Invalid value: "object": item, index, gather, run '
-        "and stage are reserved, not matrix field names",
+        'spec.stages[0].forEach.matrix: Invalid value: "object": item, index, gather, run, '
+        "stage and fields are reserved, not matrix field names",
     ],
     "matrix-dot-value": [
         'spec.stages[0].forEach.matrix.site[1]: Invalid value: "..": '

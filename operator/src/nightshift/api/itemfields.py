@@ -23,8 +23,8 @@ from nightshift.api import names
 FIELD_SEP = "/"
 FIELD_NAME = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
 # Placeholders with a meaning of their own: {item}, {index}, {gather} in argv or paths,
-# {run} and {stage} in paths.
-RESERVED_FIELDS = ("item", "index", "gather", "run", "stage")
+# {run} and {stage} in paths; and "fields", whose env var would be ENV_ITEM_FIELDS.
+RESERVED_FIELDS = ("item", "index", "gather", "run", "stage", "fields")
 
 
 class FieldsError(ValueError):
