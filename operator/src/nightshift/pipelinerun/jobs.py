@@ -61,8 +61,11 @@ def render_job(
     runner_image: str,
     rerun: int = 0,
     skip_items: str | None = None,
+    gather_configmaps: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes)."""
+    """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes).
+
+    `gather_configmaps`: the items ConfigMaps of each stage the inputs gather."""
     name = job_name(run.name, stage.name, attempt)
     labels = {**run.labels(stage.name, "stage"), names.LABEL_ATTEMPT: str(attempt)}
     # Pods carry only the labels that select them; the app.kubernetes.io/* set stays on
@@ -82,7 +85,8 @@ def render_job(
         "suspend": suspend,
         # No ttlSecondsAfterFinished: the run's status is recomputed from its Jobs.
         "template": _pod_template(run, spec, stage, attempt, pod_labels,
-                                  [*item_configmaps, *indexes_configmaps], runner_image),
+                                  [*item_configmaps, *indexes_configmaps], runner_image,
+                                  gather_configmaps or {}),
     }
     if tolerate is not None:
         # The API refuses maxFailedIndexes above completions (retry Jobs are smaller).
@@ -107,7 +111,8 @@ def render_job(
 
 def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
                   labels: Mapping[str, str], configmaps: Sequence[str],
-                  runner_image: str) -> dict[str, Any]:
+                  runner_image: str,
+                  gather_configmaps: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     storage = {s.name: s for s in spec.storage}
     parts = runner.runner_parts(
         run=run.name,
@@ -119,6 +124,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         items_volume=runner.VOLUME_ITEMS,
         node_cache=spec.node_cache,
         sample_processes=spec.process_sampling,
+        gather_configmaps=gather_configmaps,
     ) or runner.RunnerParts()
     last = stage.steps[-1].name
     base_env = [
@@ -128,6 +134,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         {"name": names.ENV_ITEMS_FILE, "value": names.ITEMS_FILE},
         {"name": names.ENV_ATTEMPT, "value": str(attempt)},
         {"name": names.ENV_LAST_STEP, "value": last},
+        *runner.item_fields_env(stage),
     ]
     # With a runner, its parts own the work volume; without one, the same emptyDir
     # gives the steps their scratch.
@@ -147,7 +154,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         c: dict[str, Any] = {
             "name": step.name,
             "image": step.image or stage.image,
-            # The wrapper finds the item; the step's own argv is passed through as-is.
+            # The wrapper finds the item and replaces {item}, {index} and matrix
+            # {<field>} in the step's argv, each argument staying one (never a shell line).
             "command": ["/bin/sh", f"{names.MOUNT_ITEMS}/{names.RUN_SH_KEY}", step.name, "--",
                         *step.command, *step.args],
             "env": merge_env(base_env, parts.step_env, stage.env, step.env),
