@@ -21,6 +21,7 @@ from typing import Any
 
 from nightshift.api import names, runnerwire
 from nightshift.api.runnerwire import chunk_key
+from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun.spec import ForEach
 
 # ConfigMaps are capped at 1 MiB including metadata; leave room for both.
@@ -220,14 +221,20 @@ def _configmap(run: RunRef, stage: str, name: str, data: dict[str, str], start: 
 RUN_SH = f"""#!/bin/sh
 # Nightshift step wrapper: {names.ENV_ITEM} and {names.ENV_ITEM_INDEX} for this pod's
 # {names.ENV_COMPLETION_INDEX}, then exec the step. Items are data, never shell text.
+# A batched stage ({names.ENV_BATCH} > 1) runs its items in the loop below instead.
 set -eu
 step=$1
 shift
 if [ "${{1-}}" = "--" ]; then shift; fi
 dir=${{0%/*}}
+item_env() {{
 {runnerwire.SH_LOOKUP}\
 {names.ENV_ITEM}=$item
 {names.ENV_ITEM_INDEX}=$orig
 export {names.ENV_ITEM} {names.ENV_ITEM_INDEX}
+}}
+if [ "${{{names.ENV_BATCH}:-1}}" -le 1 ]; then
+item_env
 if [ -x {names.STEP_BINARY} ]; then exec {names.STEP_BINARY} "$step" "$@"; else exec "$@"; fi
-"""
+fi
+{batchmod.SH_BATCH}"""

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 
 from nightshift.api.problems import Problem
+from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun import runnerparts as runner
@@ -123,6 +124,7 @@ def _stage(path: str, st: Stage, spec: PipelineRunSpec,
                          "item and fail the stage at the end if any failed"))
     if st.parallelism is not None and st.parallelism < 0:
         p.append(Problem(f"{path}.parallelism", "must be >= 0"))
+    p += _batch(path, st, spec)
     for kind, refs, modes in (("inputs", st.inputs, INPUT_MODES),
                               ("outputs", st.outputs, OUTPUT_MODES)):
         for j, ref in enumerate(refs):
@@ -136,6 +138,30 @@ def _stage(path: str, st: Stage, spec: PipelineRunSpec,
     if fe is not None and fe.from_s3 is not None and fe.from_s3.storage not in storage:
         p.append(Problem(f"{path}.forEach.fromS3.storage", f"{fe.from_s3.storage!r} is not "
                          "in spec.storage; add it there or fix the name"))
+    return p
+
+
+def _batch(path: str, st: Stage, spec: PipelineRunSpec) -> list[Problem]:
+    k = st.batch
+    if not batchmod.DEFAULT <= k <= batchmod.MAX:
+        return [Problem(f"{path}.batch", f"{k} must be between 1 (a pod per item) and "
+                        f"{batchmod.MAX}")]
+    if k == 1:
+        return []
+    p: list[Problem] = []
+    uses = [n for n, v in (("inputs", st.inputs), ("outputs", st.outputs),
+                           ("spec.archive", spec.archive)) if v]
+    if uses:
+        p.append(Problem(f"{path}.batch", f"batch {k} with {', '.join(uses)}: the runner "
+                         "stages, commits and records one item per pod, so batching is only "
+                         "for stages without inputs, outputs and spec.archive for now; set "
+                         "batch: 1, or read and write the storage from the steps themselves"))
+    tol = st.tolerate_failed_items
+    if tol is not None and tol % k:
+        p.append(Problem(f"{path}.tolerateFailedItems", f"{tol} is not a multiple of batch "
+                         f"({k}): a failed batch counts all its items as failed, so failures "
+                         f"are tolerated in whole batches; use e.g. {tol // k * k} or "
+                         f"{(tol // k + 1) * k}"))
     return p
 
 
@@ -193,12 +219,14 @@ def check_count(path: str, count: int, st: Stage) -> list[Problem]:
         return [Problem(path, f"gives {count} items, above Nightshift's limit of "
                         f"{itemsmod.MAX_ITEMS}; split the stage")]
     p: list[Problem] = []
-    if count > JOB_COMPLETIONS_SOFT_LIMIT:
+    # The Job API's limits are on completions: batches of items when batched.
+    k = max(1, st.batch)
+    if batchmod.completions(count, k) > JOB_COMPLETIONS_SOFT_LIMIT:
         if tol is None:
             p.append(Problem(path, f"gives {count} items; above {JOB_COMPLETIONS_SOFT_LIMIT} "
                              "the Job API requires a failed-item limit: set "
                              f"tolerateFailedItems (at most {JOB_HIGH_COMPLETIONS_LIMIT})"))
-        elif tol > JOB_HIGH_COMPLETIONS_LIMIT:
+        elif tol // k > JOB_HIGH_COMPLETIONS_LIMIT:
             p.append(Problem(path, f"gives {count} items; above {JOB_COMPLETIONS_SOFT_LIMIT} "
                              f"tolerateFailedItems must be at most {JOB_HIGH_COMPLETIONS_LIMIT}"))
         if st.parallelism is not None and st.parallelism > JOB_HIGH_COMPLETIONS_LIMIT:
