@@ -14,6 +14,7 @@ from nightshift.pipelinerun import batch
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.plan import plan
+from tests.bad_pipelineruns import stage as plan_stage
 from tests.golden_util import check_golden
 from tests.unit.test_jobs import render, spec
 from tests.unit.test_plan import (
@@ -28,7 +29,6 @@ from tests.unit.test_plan import (
     stage_status,
     with_status,
 )
-from tests.unit.test_plan import stage as plan_stage
 
 RUN = it.RunRef(name="nightly", namespace="physics", uid="uid-1")
 

@@ -87,8 +87,8 @@ def pod_env(batch: int, positions_: int, per_item: int,
 
 # POSIX sh, builtins only (user images promise /bin/sh). Runs after run.sh defined
 # item_env (the item of position $JOB_COMPLETION_INDEX into $item and $orig, exported)
-# and set $step, $dir and the step's argv in "$@". Markers (empty files, no mkdir needed) live in the pod's
-# work volume, which every container of the pod shares:
+# and set $step, $dir and the step's argv in "$@". Markers (files, as no mkdir is
+# promised) live in the pod's work volume, which every container of the pod shares:
 #   <state>/.nightshift-batch-<orig>.failed   "<rc> <p>" the item failed at a step (p:
 #                                             a permanent exit code); later steps skip it
 #   <state>/.nightshift-batch-<orig>.done     the item is known to have succeeded in an
@@ -146,7 +146,8 @@ while [ "$pos" -lt "$end" ] && [ -z "$stop" ]; do
     echo "nightshift: item $orig ($item) failed at step $step (exit $rc)" >&2
     printf '%s %s\\n' "$rc" "$perm" > "$mark.failed"
   fi
-  if [ -n "$perm" ]; then permanent_rc=${{permanent_rc:-$rc}}; else failed_rc=${{failed_rc:-$rc}}; fi
+  if [ -n "$perm" ]; then permanent_rc=${{permanent_rc:-$rc}}
+  else failed_rc=${{failed_rc:-$rc}}; fi
 done
 if [ -n "$stop" ]; then exit 143; fi
 # Only the last step decides the pod's fate; earlier ones leave the failures to it, so

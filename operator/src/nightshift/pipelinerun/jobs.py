@@ -236,7 +236,7 @@ def merge_env(*lists: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     merged: dict[str, dict[str, Any]] = {}
     for lst in lists:
         for e in lst:
-            merged[e["name"]] = dict(e)
+            merged[e["name"]] = copy.deepcopy(dict(e))
     return list(merged.values())
 
 
