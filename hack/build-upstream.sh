@@ -2,7 +2,7 @@
 # Builds the local cluster's upstream binaries from the Go module proxy, once,
 # into a cache outside the repo keyed by version:
 #   $NIGHTSHIFT_CACHE/bin/<name>-<version>/<binary>
-# Usage: hack/build-upstream.sh [all|etcd|kubernetes|kwok|karpenter|versitygw|crds]...
+# Usage: hack/build-upstream.sh [all|etcd|kubernetes|kwok|karpenter|mpi-operator|versitygw|crds]...
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -82,6 +82,17 @@ build_karpenter() {
     || die "building karpenter $KARPENTER_VERSION failed (see above)"
 }
 
+# The Kubeflow MPI Operator runs MPI stages (MPIJob v2beta1: launcher + workers, ssh
+# keys, hostfile, gang start with WaitForWorkersReady), like Karpenter a host process.
+build_mpioperator() {
+  built mpi-operator "$MPI_OPERATOR_VERSION" mpi-operator && return
+  step "mpi-operator $MPI_OPERATOR_VERSION (Kubeflow MPIJob controller)"
+  local w="$CACHE/src/mpi-operator-$MPI_OPERATOR_VERSION"
+  wrapper "$w" "require github.com/kubeflow/mpi-operator $MPI_OPERATOR_VERSION" "tool github.com/kubeflow/mpi-operator/cmd/mpi-operator"
+  (cd "$w" && go mod tidy && go build -trimpath -ldflags '-s -w' -o "$CACHE/bin/mpi-operator-$MPI_OPERATOR_VERSION/mpi-operator" github.com/kubeflow/mpi-operator/cmd/mpi-operator) \
+    || die "building mpi-operator $MPI_OPERATOR_VERSION failed (see above)"
+}
+
 build_versitygw() {
   built versitygw "$VERSITYGW_VERSION" versitygw && return
   step "versitygw $VERSITYGW_VERSION (S3-compatible server for tests)"
@@ -91,19 +102,19 @@ build_versitygw() {
 
 # CRDs and data files come from module sources; download them into the module cache.
 fetch_crds() {
-  step "karpenter CRDs (core $KARPENTER_VERSION, AWS $KARPENTER_AWS_VERSION) and kwok stages"
+  step "karpenter CRDs (core $KARPENTER_VERSION, AWS $KARPENTER_AWS_VERSION), the MPIJob CRD and kwok stages"
   local w="$CACHE/src/crds"
   wrapper "$w"
-  (cd "$w" && go mod download "sigs.k8s.io/karpenter@$KARPENTER_VERSION" "github.com/aws/karpenter-provider-aws@$KARPENTER_AWS_VERSION" "sigs.k8s.io/kwok@$KWOK_VERSION") \
+  (cd "$w" && go mod download "sigs.k8s.io/karpenter@$KARPENTER_VERSION" "github.com/aws/karpenter-provider-aws@$KARPENTER_AWS_VERSION" "sigs.k8s.io/kwok@$KWOK_VERSION" "github.com/kubeflow/mpi-operator@$MPI_OPERATOR_VERSION") \
     || die "downloading CRD sources failed (see above)"
 }
 
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(all)
 for t in "${targets[@]}"; do
   case $t in
-    all) build_etcd; fetch_crds; build_kwok; build_karpenter; build_kubernetes; build_versitygw ;;
+    all) build_etcd; fetch_crds; build_kwok; build_karpenter; build_mpioperator; build_kubernetes; build_versitygw ;;
     etcd) build_etcd ;; kubernetes) build_kubernetes ;; kwok) build_kwok ;;
-    karpenter) build_karpenter ;; versitygw) build_versitygw ;; crds) fetch_crds ;;
-    *) die "unknown target '$t' (all|etcd|kubernetes|kwok|karpenter|versitygw|crds)" ;;
+    karpenter) build_karpenter ;; mpi-operator) build_mpioperator ;; versitygw) build_versitygw ;; crds) fetch_crds ;;
+    *) die "unknown target '$t' (all|etcd|kubernetes|kwok|karpenter|mpi-operator|versitygw|crds)" ;;
   esac
 done

@@ -65,6 +65,10 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("batch-zero", run([stage(batch=0)]), "cel", "should be greater than or equal to 1"),
     ("batch-too-large", run([stage(batch=1001)]), "cel",
      "should be less than or equal to 1000"),
+    ("batch-with-mpi",
+     run([{k: v for k, v in stage(batch=10, mpi={"workers": 2}).items() if k != "forEach"}]),
+     "cel",
+     "an mpi stage runs one program once, there are no items to batch"),
     ("batch-with-outputs",
      run([stage(batch=10, outputs=[{"storage": "raw", "path": "out/{item}/"}])], storage=S3),
      "invalid", "batching is only for stages without inputs, outputs and spec.archive"),
@@ -189,6 +193,10 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
     "batch-too-large": [
         "spec.stages[0].batch: Invalid value: 1001: spec.stages[0].batch in body should be "
         "less than or equal to 1000",
+    ],
+    "batch-with-mpi": [
+        'spec.stages[0]: Invalid value: "object": an mpi stage runs one program once, there '
+        "are no items to batch: remove batch",
     ],
     "negative-tolerate": [
         'spec.stages[0]: Invalid value: "object": tolerateFailedItems must be >= 0; omit it to '

@@ -99,6 +99,11 @@ namespaces, else by a Role in each watched namespace.
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [list, watch, create, patch, delete]
+# An mpi stage runs as a Kubeflow MPIJob (server-side apply; suspend by merge patch),
+# listed each pass while it runs (no watch: the MPI Operator is optional).
+- apiGroups: [kubeflow.org]
+  resources: [mpijobs]
+  verbs: [list, create, patch]
 # A run's items are frozen into ConfigMaps it owns (server-side apply; the list reads
 # only their metadata); get reads a forEach.fromConfigMap item list. A SharedStorage's
 # configuration (squid.conf, ganesha.conf, mount scripts) too, pruned when unused.
@@ -115,6 +120,11 @@ namespaces, else by a Role in each watched namespace.
 # and the run would not say why (the stage waits, naming it).
 - apiGroups: [""]
   resources: [serviceaccounts]
+  verbs: [get]
+# Read-only, by name: the claim a run's pvc storage names must exist, or its pods would
+# stay Pending and the run would not say why (the stages that use it wait, naming it).
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
   verbs: [get]
 # A SharedStorage's workloads (server-side apply, pruned when no longer rendered):
 # squid and nfs-ganesha Deployments, Gluster server StatefulSets, CVMFS and Gluster

@@ -55,7 +55,7 @@ def load_state(layout: Layout) -> State | None:
     return State(**json.loads(f.read_text()))
 
 
-def _save_state(layout: Layout, state: State) -> None:
+def save_state(layout: Layout, state: State) -> None:
     _state_file(layout).write_text(json.dumps(asdict(state), indent=2))
 
 
@@ -97,7 +97,8 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None) -> Sta
     ports = Ports(*(procs.free_port() for _ in range(8)))
     server = f"https://127.0.0.1:{ports.apiserver}"
     write_kubeconfig(layout.kubeconfig, pki.kubeconfig("admin", server))
-    for ident in ("controller-manager", "scheduler", "kwok", "karpenter", "operator"):
+    for ident in ("controller-manager", "scheduler", "kwok", "karpenter", "mpi-operator",
+                  "operator"):
         write_kubeconfig(layout.state / "kubeconfigs" / f"{ident}.yaml",
                          pki.kubeconfig(ident, server))
 
@@ -107,7 +108,7 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None) -> Sta
     def record() -> State:
         st = State(server=server, ports=asdict(ports), processes=[asdict(p) for p in started],
                    qps=qps.qps, started=time.time(), real_node=node is not None)
-        _save_state(layout, st)
+        save_state(layout, st)
         return st
 
     try:
@@ -140,17 +141,21 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None) -> Sta
             started.append(procs.start(name, argv, layout.logs))
         record()
 
-        say("Karpenter CRDs (core, EC2NodeClass, KWOKNodeClass)")
-        for f in components.crd_files(layout):
+        say("Karpenter CRDs (core, EC2NodeClass, KWOKNodeClass) and the MPIJob CRD")
+        for f in [*components.crd_files(layout), components.mpi_crd_file(layout)]:
             kubectl(layout, "apply", "--server-side", "--force-conflicts", "-f", str(f))
         kubectl(layout, "wait", "--for=condition=Established", "--timeout=60s",
                 "crd/nodepools.karpenter.sh", "crd/nodeclaims.karpenter.sh",
-                "crd/kwoknodeclasses.karpenter.kwok.sh", "crd/ec2nodeclasses.karpenter.k8s.aws")
+                "crd/kwoknodeclasses.karpenter.kwok.sh", "crd/ec2nodeclasses.karpenter.k8s.aws",
+                "crd/mpijobs.kubeflow.org")
 
         say("karpenter (KWOK provider, AWS instance catalog)")
         argv, env = components.karpenter(layout, ports)
         kp = procs.start("karpenter", argv, layout.logs, env)
         started.append(kp)
+        say("mpi-operator (MPIJob v2beta1)")
+        mp = procs.start("mpi-operator", components.mpi_operator(layout), layout.logs)
+        started.append(mp)
         st = record()
 
         kcm, sched, kw = started[2], started[3], started[4]
@@ -162,6 +167,8 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None) -> Sta
             f"http://127.0.0.1:{ports.kwok}/healthz"), 60, kw)
         procs.wait_until("karpenter /readyz", lambda: procs.http_ok(
             f"http://127.0.0.1:{ports.karpenter_health}/readyz"), 90, kp)
+        procs.wait_until("mpi-operator /healthz", lambda: procs.http_ok(
+            f"http://127.0.0.1:{components.MPI_OPERATOR_HEALTH_PORT}/healthz"), 60, mp)
         kubectl(layout, "apply", "--server-side", "-f", "-", input_=DEFAULT_NODECLASS)
         # The default service account appears asynchronously; tests create pods at once.
         procs.wait_until("the default service account", lambda: kubectl(

@@ -170,6 +170,27 @@ def karpenter(layout: Layout, ports: Ports) -> tuple[list[str], dict[str, str]]:
     return [str(layout.bin("karpenter", "karpenter-kwok"))], env
 
 
+# The MPI Operator serves /healthz on this fixed port (a constant in its server.go).
+MPI_OPERATOR_HEALTH_PORT = 8080
+
+
+def mpi_operator(layout: Layout) -> list[str]:
+    """The Kubeflow MPI Operator (MPIJob v2beta1), which runs Nightshift's MPI stages."""
+    kc = layout.state / "kubeconfigs" / "mpi-operator.yaml"
+    return [
+        str(layout.bin("mpi-operator", "mpi-operator")),
+        f"--kubeConfig={kc}",
+        # Its leader-election Lease; the upstream default namespace does not exist here.
+        "--lock-namespace=kube-system",
+        "--kube-api-qps=50",
+        "--kube-api-burst=100",
+    ]
+
+
+def mpi_crd_file(layout: Layout) -> Path:
+    return layout.mpi_operator_src / "manifests" / "base" / "kubeflow.org_mpijobs.yaml"
+
+
 def crd_files(layout: Layout) -> list[Path]:
     """Karpenter core, AWS EC2NodeClass and KWOKNodeClass CRDs from the module cache."""
     core = layout.karpenter_src / "pkg" / "apis" / "crds"

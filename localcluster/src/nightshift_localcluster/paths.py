@@ -51,7 +51,7 @@ class Layout:
         return cls(root=root, state=state.resolve(), cache=cache, versions=read_versions(root))
 
     def bin(self, component: str, name: str) -> Path:
-        version = self.versions[f"{component.upper()}_VERSION"]
+        version = self.versions[f"{component.upper().replace('-', '_')}_VERSION"]
         return self.cache / "bin" / f"{component}-{version}" / name
 
     @property
@@ -72,6 +72,10 @@ class Layout:
     @property
     def karpenter_aws_src(self) -> Path:
         return self.module_dir("github.com/aws/karpenter-provider-aws", "KARPENTER_AWS_VERSION")
+
+    @property
+    def mpi_operator_src(self) -> Path:
+        return self.module_dir("github.com/kubeflow/mpi-operator", "MPI_OPERATOR_VERSION")
 
     @property
     def kwok_src(self) -> Path:

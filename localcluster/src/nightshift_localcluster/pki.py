@@ -25,6 +25,7 @@ IDENTITIES: dict[str, tuple[str, str]] = {
     "scheduler": ("system:kube-scheduler", ""),
     "kwok": ("nightshift-kwok", "system:masters"),
     "karpenter": ("nightshift-karpenter", "system:masters"),
+    "mpi-operator": ("nightshift-mpi-operator", "system:masters"),
     "operator": ("nightshift-operator", "system:masters"),
     "kube-proxy": ("system:kube-proxy", ""),
     # The real node (realnode.py): the Node authorizer knows a kubelet by this name/group.

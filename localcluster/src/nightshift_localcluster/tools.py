@@ -27,6 +27,7 @@ GO_BINARIES = [
     ("kubernetes", "kube-proxy"),
     ("kwok", "kwok"),
     ("karpenter", "karpenter-kwok"),
+    ("mpi-operator", "mpi-operator"),
     ("versitygw", "versitygw"),
 ]
 
@@ -34,7 +35,7 @@ GO_BINARIES = [
 def missing(layout: Layout) -> list[Path]:
     paths = [layout.bin(c, n) for c, n in GO_BINARIES]
     paths += [layout.kubectl, layout.helm, layout.instance_types_file,
-              layout.karpenter_aws_src, layout.kwok_src]
+              layout.karpenter_aws_src, layout.kwok_src, layout.mpi_operator_src]
     return [p for p in paths if not p.exists()]
 
 
@@ -48,10 +49,10 @@ def ensure(layout: Layout) -> None:
     if missing(layout):
         if shutil.which("go") is None:
             raise LocalClusterError(
-                "Go is needed to build etcd, Kubernetes, KWOK and Karpenter for the local "
-                "cluster, and `go` is not on PATH. Run `make deps` (on Debian 12 it installs "
-                "golang-1.23 from bookworm-backports), or install Go >= 1.21 and put it on "
-                "PATH; Go fetches the newer toolchain the modules ask for by itself."
+                "Go is needed to build etcd, Kubernetes, KWOK, Karpenter and the MPI Operator "
+                "for the local cluster, and `go` is not on PATH. Run `make deps` (on Debian "
+                "12 it installs golang-1.23 from bookworm-backports), or install Go >= 1.21 "
+                "and put it on PATH; Go fetches the newer toolchain the modules ask for by itself."
             )
         print("building the local cluster's upstream parts (cold: ~15 min on 2 cores) ...",
               flush=True)

@@ -87,6 +87,7 @@ KNOWN: dict[tuple[str, str], Resource] = {
     ("karpenter.sh/v1", "NodeClaim"): Resource("nodeclaims", False),
     ("karpenter.k8s.aws/v1", "EC2NodeClass"): Resource("ec2nodeclasses", False),
     ("karpenter.kwok.sh/v1alpha1", "KWOKNodeClass"): Resource("kwoknodeclasses", False),
+    ("kubeflow.org/v2beta1", "MPIJob"): Resource("mpijobs", True),
     (names.API_VERSION, names.PIPELINERUN): Resource(names.PIPELINERUNS, True),
     (names.API_VERSION, names.VIRTUALCLUSTER): Resource(names.VIRTUALCLUSTERS, True),
     (names.API_VERSION, names.SHAREDSTORAGE): Resource(names.SHAREDSTORAGES, True),

@@ -109,14 +109,24 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(BATCH, "jobs", "create patch", NAMESPACE, _K,
            f"pipelinerun/reconcile: a stage's Indexed Job ({_SSA}); merge patches of "
            "parallelism and suspend; sharedstorage/reconcile: a Gluster volume Job"),
+    *_rows("kubeflow.org", "mpijobs", "list", NAMESPACE, _K,
+           "pipelinerun/reconcile lists the MPIJobs of a run with mpi stages"),
+    *_rows("kubeflow.org", "mpijobs", "create patch", NAMESPACE, _K,
+           f"pipelinerun/reconcile: an mpi stage's MPIJob ({_SSA}); merge patches of "
+           "runPolicy.suspend"),
     *_rows(CORE, "configmaps", "list", NAMESPACE, _K,
            "pipelinerun/itemsource.frozen_items: metadata of a run's item ConfigMaps; "
            "sharedstorage/observe: a storage's own, by label"),
     *_rows(CORE, "serviceaccounts", "get", NAMESPACE, _K,
            "pipelinerun/reconcile: the ServiceAccounts the stages name exist "
            "(pipelinerun/references.py)"),
+    *_rows(CORE, "persistentvolumeclaims", "get", NAMESPACE, _K,
+           "pipelinerun/reconcile: the claims of a run's pvc storages exist "
+           "(pipelinerun/references.py)"),
     *_rows(CORE, "configmaps", "get", NAMESPACE, _K,
-           "pipelinerun/itemsource.resolve: forEach.fromConfigMap"),
+           "pipelinerun/itemsource.resolve: forEach.fromConfigMap; pipelinerun/reconcile: "
+           "the keys of each ConfigMap an env configMapKeyRef names "
+           "(pipelinerun/references.py)"),
     *_rows(CORE, "configmaps", "create patch", NAMESPACE, _K,
            f"pipelinerun/itemsource and plan: item and rerun-index ConfigMaps ({_SSA})"),
     *_rows(CORE, "pods", "list", NAMESPACE, _K,
@@ -127,7 +137,9 @@ CALLS: tuple[Call, ...] = tuple([
            "Kube.event: a run's and a VirtualCluster's transitions"),
     *_rows(CORE, "secrets", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.s3_target: storage.s3.credentialsSecret of a "
-           "forEach.fromS3 listing", [READ_SECRETS]),
+           "forEach.fromS3 listing; pipelinerun/reconcile: the key names of each Secret "
+           "the pods reference (pipelinerun/references.py; refused: not checked)",
+           [READ_SECRETS]),
     # -- VirtualClusters (virtualcluster/) -------------------------------------------
     *_rows(names.GROUP, names.VIRTUALCLUSTERS, "list", NAMESPACE, _KF,
            "kopf's watch (virtualcluster/handlers.py): one engine loop per object; "

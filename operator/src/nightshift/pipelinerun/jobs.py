@@ -139,8 +139,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         *batchmod.pod_env(stage.batch, positions, stage.retries.per_item,
                           stage.retries.permanent_exit_codes),
     ]
-    # With a runner, its parts own the work volume (emptyDir, or per-pod local disk);
-    # without one, a plain emptyDir gives the steps their scratch.
+    # With a runner, its parts own the work volume; without one, the same emptyDir
+    # gives the steps their scratch.
     runner_work = any(v["name"] == runner.VOLUME_WORK for v in parts.volumes)
     own_work_mount = [] if any(m["name"] == runner.VOLUME_WORK for m in parts.step_volume_mounts) \
         else [{"name": runner.VOLUME_WORK, "mountPath": names.MOUNT_WORK}]
@@ -168,9 +168,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         }
         if stage.image_pull_policy:
             c["imagePullPolicy"] = stage.image_pull_policy
-        if stage.resources:
-            # Steps run one after another, so each may use the whole stage's share.
-            c["resources"] = copy.deepcopy(stage.resources)
+        if resources := step_resources(stage):
+            c["resources"] = resources
         containers.append(c)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -179,7 +178,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         "volumes": [
             {"name": runner.VOLUME_ITEMS,
              "projected": {"sources": [{"configMap": {"name": n}} for n in configmaps]}},
-            *([] if runner_work else [{"name": runner.VOLUME_WORK, "emptyDir": {}}]),
+            *([] if runner_work else [runner.work_volume(stage)]),
             *parts.volumes,
             *mount_volumes,
         ],
@@ -198,7 +197,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         pod_spec["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
                                     "value": stage.pool, "effect": "NoSchedule"}]
         if spec.virtual_cluster:
-            pod_spec["affinity"] = _virtual_cluster_affinity(spec.virtual_cluster,
+            pod_spec["affinity"] = virtual_cluster_affinity(spec.virtual_cluster,
                                                              run.namespace)
     return {
         "metadata": {
@@ -209,6 +208,22 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         },
         "spec": pod_spec,
     }
+
+
+def step_resources(stage: Stage) -> dict[str, Any]:
+    """Each step's resources: the stage's (steps run one after another, so each may use
+    the whole share), plus the scratch size as an ephemeral-storage request.
+
+    On every step, not the pod once: a pod's request is the largest of its init
+    containers' and the sum of its regular ones (and sidecars), so one step's request
+    is the pod's. Not a limit: a limit would count the steps' logs and writable layers
+    too, where the emptyDir's sizeLimit bounds the scratch alone.
+    """
+    out = copy.deepcopy(stage.resources)
+    if stage.scratch is not None:
+        requests = out.setdefault("requests", {})
+        requests.setdefault("ephemeral-storage", stage.scratch.size)
+    return out
 
 
 def pod_security(stage: Stage) -> dict[str, Any]:
@@ -240,7 +255,7 @@ def merge_env(*lists: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
-def _virtual_cluster_affinity(vc: str, namespace: str) -> dict[str, Any]:
+def virtual_cluster_affinity(vc: str, namespace: str) -> dict[str, Any]:
     """Only this VirtualCluster's nodes, or hand-labeled (static) ones.
 
     Pool names are per namespace but NodePools and nodes are cluster-scoped: without

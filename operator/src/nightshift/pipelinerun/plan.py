@@ -27,7 +27,7 @@ from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
 from nightshift.pipelinerun import batch as batchmod
-from nightshift.pipelinerun import binding, references, validate
+from nightshift.pipelinerun import binding, mpijob, references, validate
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
@@ -67,6 +67,12 @@ class Observed:
     virtual_clusters: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
     # Whether each ServiceAccount the stages name exists (references.service_accounts).
     service_accounts: Mapping[str, bool] = field(default_factory=dict)
+    # The key names of each Secret and ConfigMap the pods reference (references.objects),
+    # by name; None: absent. Never their values.
+    secrets: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    config_maps: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    # Whether each claim `pvc` storages name exists (references.claims).
+    volume_claims: Mapping[str, bool] = field(default_factory=dict)
     # Stages whose items could not be resolved this pass: stage -> (why, invalid).
     # Invalid items fail the run; a source that may still appear (a ConfigMap not yet
     # created) keeps the stage waiting with Progressing=False saying why.
@@ -93,6 +99,8 @@ class Plan:
 LAUNCH_STEP = 10
 # Seconds between looks while a lost Job's pods go away.
 LOST_POD_WAIT = 5.0
+# Seconds between looks at a running MPI stage's MPIJob.
+MPI_POLL = 5.0
 # Seconds between looks for a SharedStorage a stage waits for (its creation wakes too).
 STORAGE_WAIT = 30.0
 # The most characters of a retry Job's skip-items annotation; beyond, fewer items are
@@ -156,7 +164,8 @@ class _Planner:
         bound = binding.bind(spec, self.obs.shared_storages, self.ref.namespace)
         spec, self.binding = bound.spec, bound
         self.refs = references.check(spec, self.ref.namespace, self.obs.virtual_clusters,
-                                     self.obs.service_accounts)
+                                     self.obs.service_accounts, self.obs.secrets,
+                                     self.obs.config_maps, self.obs.volume_claims)
         spec = self.refs.spec
         self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
         self.problems += [Problem(where, f"refused by the API server: {why}")
@@ -289,11 +298,18 @@ class _Planner:
         # `completions` counts items; a batched Job has one completion per batch of them.
         batches = batchmod.completions(completions, st.batch)
         parallelism = self._parallelism(spec, st, batches, start)
-        self.apply.append(jobsmod.render_job(
-            run=self.ref, spec=spec, stage=st, attempt=attempt, completions=batches,
-            item_configmaps=item_cms, indexes_configmaps=index_cms, parallelism=parallelism,
-            suspend=spec.suspend or spec.cancel, runner_image=self._runner_image(spec),
-            rerun=rerun, skip_items=skip, positions=completions if st.batch > 1 else None))
+        if st.mpi is not None:
+            self.requeue = min(self.requeue or MPI_POLL, MPI_POLL)
+            self.apply.append(mpijob.render_mpijob(
+                run=self.ref, spec=spec, stage=st, attempt=attempt,
+                suspend=spec.suspend or spec.cancel, rerun=rerun))
+        else:
+            self.apply.append(jobsmod.render_job(
+                run=self.ref, spec=spec, stage=st, attempt=attempt, completions=batches,
+                item_configmaps=item_cms, indexes_configmaps=index_cms,
+                parallelism=parallelism, suspend=spec.suspend or spec.cancel,
+                runner_image=self._runner_image(spec), rerun=rerun, skip_items=skip,
+                positions=completions if st.batch > 1 else None))
         # Stands in for the Job until the informer sees it, so status says Running now.
         v.attempts.append(pg.AttemptView(
             attempt=attempt, name=itemsmod.job_name(self.ref.name, st.name, attempt),
@@ -309,6 +325,14 @@ class _Planner:
         if any(j["metadata"]["name"] == latest.name for j in self.apply):
             return
         want_suspend = spec.suspend or spec.cancel
+        if st.mpi is not None:
+            # No watch on MPIJobs (the CRD is optional): look again while one runs.
+            self.requeue = min(self.requeue or MPI_POLL, MPI_POLL)
+            if latest.suspended != want_suspend:
+                self.patch.append(mpijob.suspend_patch(latest.name, self.ref.namespace,
+                                                       want_suspend))
+                latest.suspended = want_suspend
+            return
         start = self._start_time(st.name, latest.attempt, latest.creation_time)
         want_par = self._parallelism(spec, st,
                                      batchmod.completions(latest.completions, st.batch), start)

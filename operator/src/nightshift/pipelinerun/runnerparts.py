@@ -40,11 +40,8 @@ VOLUME_BIN = "nightshift-bin"
 VOLUME_CACHE = "nightshift-cache"
 VOLUME_STORAGE_PREFIX = "nightshift-storage-"
 VOLUME_ITEMS = "nightshift-items"
-# Node-level paths. The cache outlives pods on purpose (shared by a node's pods); the
-# local-disk scratch is where Karpenter's instanceStorePolicy RAID0 mounts the array on
-# the EKS AMIs.
+# The node cache's folder: it outlives pods on purpose (shared by a node's pods).
 CACHE_HOST_PATH = "/var/cache/nightshift"
-LOCAL_DISK_HOST_PATH = "/mnt/k8s-disks/0/nightshift/work"
 # Keys the stage's credentialsSecret must hold.
 SECRET_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"  # noqa: S105  (a key's name, not a secret)
 SECRET_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"  # noqa: S105  (a key's name, not a secret)
@@ -100,9 +97,23 @@ def _data(d: DataRef, default_mode: str) -> DataConfig:
                       cache=d.cache, local_path=d.local_path, failed_prefix=d.failed_prefix)
 
 
+def work_volume(stage: Stage) -> dict[str, Any]:
+    """The item's scratch: an emptyDir, sized when the stage says how much it needs.
+
+    An emptyDir lives under the kubelet's root, which on a localDisk: raid0 pool is the
+    instance-store RAID0 array (Karpenter's instanceStorePolicy RAID0 mounts the
+    kubelet's and containerd's directories there), so no hostPath is needed, Pod
+    Security "restricted" admits it, and the kubelet removes it with the pod.
+    """
+    empty_dir: dict[str, Any] = {}
+    if stage.scratch is not None:
+        empty_dir["sizeLimit"] = stage.scratch.size
+    return {"name": VOLUME_WORK, "emptyDir": empty_dir}
+
+
 def runner_config(*, run: str, namespace: str, stage: Stage,
                   storage: Mapping[str, StorageRef], archive: Archive | None,
-                  local_disk: bool = False, sample_processes: bool = True,
+                  sample_processes: bool = True,
                   ) -> tuple[RunnerConfig, list[dict[str, Any]]]:
     """The runner's config (names.ENV_RUNNER_CONFIG) and the credential env vars it names."""
     storages: dict[str, StorageConfig] = {}
@@ -130,7 +141,7 @@ def runner_config(*, run: str, namespace: str, stage: Stage,
         inputs=[_data(d, INPUT_MODES[0]) for d in stage.inputs],
         outputs=[_data(d, OUTPUT_MODES[0]) for d in stage.outputs],
         archive=ArchiveConfig(archive.storage, archive.prefix) if archive else None,
-        clean_work=local_disk, cache_max_bytes=cache, sample_processes=sample_processes,
+        cache_max_bytes=cache, sample_processes=sample_processes,
     )
     return cfg, cred_env
 
@@ -198,7 +209,6 @@ def runner_parts(
     storage: Mapping[str, StorageRef],
     archive: Archive | None,
     runner_image: str,
-    local_disk: bool = False,
     items_volume: str = VOLUME_ITEMS,
     node_cache: bool = False,
     sample_processes: bool = False,
@@ -216,17 +226,9 @@ def runner_parts(
     # the steps see the runner's processes, their environment included).
     share = sample_processes or any(d.mode == "interleave" for d in stage.outputs)
     cfg, cred_env = runner_config(run=run, namespace=namespace, stage=stage, storage=storage,
-                                  archive=archive, local_disk=local_disk,
-                                  sample_processes=share)
-    # hostPath scratch is shared by the node's pods: each pod works in its own subdir.
+                                  archive=archive, sample_processes=share)
     work_mount: dict[str, Any] = {"name": VOLUME_WORK, "mountPath": names.MOUNT_WORK}
-    if local_disk:
-        work_mount["subPathExpr"] = f"$({names.ENV_POD_UID})"
-        work_volume: dict[str, Any] = {"name": VOLUME_WORK, "hostPath": {
-            "path": LOCAL_DISK_HOST_PATH, "type": "DirectoryOrCreate"}}
-    else:
-        work_volume = {"name": VOLUME_WORK, "emptyDir": {}}
-    volumes: list[dict[str, Any]] = [work_volume, {"name": VOLUME_BIN, "emptyDir": {}}]
+    volumes: list[dict[str, Any]] = [work_volume(stage), {"name": VOLUME_BIN, "emptyDir": {}}]
     items_mount = {"name": items_volume, "mountPath": names.MOUNT_ITEMS, "readOnly": True}
     stage_in_mounts = [work_mount, {"name": VOLUME_BIN, "mountPath": names.MOUNT_BIN},
                        items_mount]
@@ -291,9 +293,6 @@ def runner_parts(
         {"name": names.ENV_INPUTS, "value": names.MOUNT_INPUTS},
         {"name": names.ENV_OUTPUTS, "value": names.MOUNT_OUTPUTS},
     ]
-    if local_disk:
-        step_env.append({"name": names.ENV_POD_UID, "valueFrom": {
-            "fieldRef": {"fieldPath": "metadata.uid"}}})
     return RunnerParts(
         init_containers=[stage_in, commit],
         volumes=volumes,

@@ -96,6 +96,34 @@ class Retries(Spec):
     permanent_exit_codes: list[int] = []
 
 
+class Mpi(Spec):
+    """An MPI stage: one Kubeflow MPIJob (launcher + workers) instead of an Indexed Job."""
+
+    workers: int
+    processes_per_worker: int = 1
+    threads_per_process: int = 1
+    implementation: Literal["OpenMPI", "MPICH", "Intel"] = "OpenMPI"
+    # Where the MPI Operator mounts the job's generated SSH keys; the image's user's
+    # ~/.ssh (the image must run sshd and ssh as that user).
+    ssh_auth_mount_path: str = "/home/mpiuser/.ssh"
+    # What each worker runs: an sshd the launcher's mpirun reaches (non-root, so a port
+    # above 1024 set in the image's sshd and ssh configs).
+    sshd_command: list[str] = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]
+    ssh_port: int = 2222
+    # Extra mpirun arguments before the program (e.g. ["--mca", "btl", "tcp,self"]).
+    mpirun_args: list[str] = []
+    # The launcher's own requests (it only runs mpirun); the workers get the stage's.
+    launcher_resources: dict[str, Any] = {}
+
+
+class Scratch(Spec):
+    """The item's scratch ($NIGHTSHIFT_SCRATCH, the pod's work emptyDir): `size` is the
+    emptyDir's sizeLimit and each step's ephemeral-storage request, so the scheduler
+    (and Karpenter) place the pod on a node with that much local disk free."""
+
+    size: str
+
+
 class Stage(Spec):
     name: str
     depends_on: list[str] = []
@@ -106,6 +134,7 @@ class Stage(Spec):
     steps: list[Step]
     env: list[dict[str, Any]] = []
     resources: dict[str, Any] = {}
+    scratch: Scratch | None = None
     parallelism: int | None = None
     inputs: list[DataRef] = []
     outputs: list[DataRef] = []
@@ -124,6 +153,8 @@ class Stage(Spec):
     # Every container of the stage's pods runs as this user and group (never root).
     run_as_user: int = 65532
     run_as_group: int | None = None  # None: the same number as run_as_user
+    # An MPI stage (one MPIJob: workers x processes x threads), run once, no forEach.
+    mpi: Mpi | None = None
 
 
 class S3Storage(Spec):

@@ -148,6 +148,9 @@ def _batch(path: str, st: Stage, spec: PipelineRunSpec) -> list[Problem]:
                         f"{batchmod.MAX}")]
     if k == 1:
         return []
+    if st.mpi is not None:
+        return [Problem(f"{path}.batch", "an mpi stage runs one program once, there are no "
+                        "items to batch: remove batch")]
     p: list[Problem] = []
     uses = [n for n, v in (("inputs", st.inputs), ("outputs", st.outputs),
                            ("spec.archive", spec.archive)) if v]

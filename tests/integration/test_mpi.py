@@ -1,0 +1,162 @@
+"""MPI stages: a PipelineRun's mpi stage through the operator and the Kubeflow MPI Operator
+(KWOK nodes: the run's loop, gang start, status), and real MPI ranks in pods on the real
+node (the rendered MPIJob, our image's OpenMPI and sshd, the NPB EP kernel verified).
+
+The MPI Operator runs in the local cluster like Karpenter (hack/build-upstream.sh builds
+it); on another cluster the tests skip unless its MPIJob CRD is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any
+
+import pytest
+
+from nightshift.kube import Kube
+from nightshift.pipelinerun import mpijob
+from nightshift.pipelinerun.items import RunRef
+from nightshift.pipelinerun.spec import PipelineRunSpec
+from tests.clusterutil import Kubectl, wait_for
+from tests.integration.conftest import OperatorProcess
+from tests.integration.prutil import KWOK_FAST, get_run, pipelinerun, stage, wait_phase
+from tests.integration.test_real_node import on_real_node, real_node
+
+__all__ = ["real_node"]  # the fixture, used by name below
+
+MPI_IMAGE = "nightshift-mpi:dev"
+
+
+@pytest.fixture(scope="module")
+def mpi_operator(kubectl: Kubectl) -> None:
+    r = kubectl("get", "crd", "mpijobs.kubeflow.org", check=False)
+    if r.returncode != 0:
+        pytest.skip("no MPIJob CRD: the MPI Operator is not installed in this cluster")
+
+
+def test_mpi_stage_gang_starts_and_its_dependent_follows(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str, pool: str,
+        mpi_operator: None) -> None:
+    mpi = {"name": "ep", "pool": pool, "image": MPI_IMAGE,
+           "resources": {"requests": {"cpu": "1"}}, "podAnnotations": dict(KWOK_FAST),
+           "mpi": {"workers": 3, "processesPerWorker": 2, "threadsPerProcess": 2},
+           "steps": [{"name": "ep", "command": ["ep"], "args": ["S"]}]}
+    kubectl.apply(pipelinerun("npb", namespace, [
+        mpi, stage("report", pool, n=1, dependsOn=["ep"])]))
+
+    def launcher_created() -> dict[str, Any] | None:
+        jobs = kube.list("batch/v1", "Job", namespace)
+        return next((j for j in jobs if j["metadata"]["name"].endswith("-launcher")), None)
+
+    launcher = wait_for("the MPIJob's launcher Job", launcher_created, 90, interval=1)
+    # Gang start: the launcher exists only once every worker was Ready.
+    workers = kube.list("v1", "Pod", namespace,
+                        label_selector="training.kubeflow.org/job-role=worker")
+    assert len(workers) == 3, [w["metadata"]["name"] for w in workers]
+    created = max(w["metadata"]["creationTimestamp"] for w in workers)
+    assert launcher["metadata"]["creationTimestamp"] >= created
+    pod = launcher["spec"]["template"]["spec"]["containers"][0]
+    assert pod["command"] == ["mpirun", "-n", "6", "--bind-to", "none", "-x",
+                              "OMP_NUM_THREADS", "ep", "S"]
+
+    run = wait_phase(kube, namespace, "npb", {"Succeeded", "Failed"}, 120)
+    assert run["status"]["phase"] == "Succeeded", run["status"]
+    stages = {s["name"]: s for s in run["status"]["stages"]}
+    assert stages["ep"]["phase"] == "Succeeded" and stages["ep"]["succeeded"] == 1
+    assert stages["report"]["phase"] == "Succeeded"
+
+
+def test_mpi_stage_past_its_deadline_fails_the_run_with_the_reason(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str, mpi_operator: None) -> None:
+    """activeDeadlineSeconds becomes the MPIJob's runPolicy deadline; the MPI Operator's
+    failure reaches the stage's record and fails the run."""
+    slow = {"name": "ep", "pool": pool, "image": MPI_IMAGE,
+            "podAnnotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"},
+            "mpi": {"workers": 1}, "steps": [{"name": "ep", "command": ["ep"]}],
+            "activeDeadlineSeconds": 3}
+    kubectl.apply(pipelinerun("npb-late", namespace, [slow]))
+    run = wait_phase(kube, namespace, "npb-late", {"Succeeded", "Failed"}, 120)
+    assert run["status"]["phase"] == "Failed", run["status"]
+    ep = get_run(kube, namespace, "npb-late")["status"]["stages"][0]
+    assert ep["phase"] == "Failed", ep
+    assert "DeadlineExceeded" in json.dumps(ep), ep
+
+
+def _rendered(namespace: str, workers: int, args: list[str]) -> dict[str, Any]:
+    spec = PipelineRunSpec.model_validate({"stages": [{
+        "name": "ep", "image": MPI_IMAGE, "imagePullPolicy": "Never",
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        "mpi": {"workers": workers, "processesPerWorker": 1, "threadsPerProcess": 2},
+        "steps": [{"name": "ep", "command": ["ep"], "args": args}]}]})
+    run = RunRef(f"npb-{uuid.uuid4().hex[:6]}", namespace, str(uuid.uuid4()))
+    job = mpijob.render_mpijob(run=run, spec=spec, stage=spec.stages[0], attempt=0,
+                               suspend=False)
+    # No PipelineRun owns it here (the garbage collector would delete an orphan).
+    job["metadata"].pop("ownerReferences")
+    for role in job["spec"]["mpiReplicaSpecs"].values():
+        on_real_node(role["template"]["spec"])
+    return job
+
+
+def _need_image(node: dict[str, Any]) -> None:
+    names = {n for img in node["status"].get("images") or [] for n in img.get("names") or []}
+    if f"docker.io/library/{MPI_IMAGE}" not in names:
+        pytest.skip(f"{MPI_IMAGE} is not in the real node's containerd: run `make images`")
+
+
+def test_real_mpi_ranks_across_worker_pods_verify_npb_ep(
+        real_node: dict[str, Any], kube: Kube, kubectl: Kubectl, namespace: str,
+        mpi_operator: None) -> None:
+    _need_image(real_node)
+    job = _rendered(namespace, workers=2, args=["S"])
+    kubectl.apply(job)
+    name = job["metadata"]["name"]
+
+    def finished() -> str | None:
+        got = kube.get(mpijob.API_VERSION, mpijob.KIND, name, namespace) or {}
+        for c in (got.get("status") or {}).get("conditions") or []:
+            if c["type"] in ("Succeeded", "Failed") and c["status"] == "True":
+                return str(c["type"])
+        return None
+
+    result = wait_for(f"MPIJob {name}", finished, 240, interval=2)
+    logs = kubectl("logs", f"job/{name}-launcher", "-n", namespace, check=False)
+    pods = kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+    assert result == "Succeeded", f"{result}\n{pods}\n{logs.stdout}{logs.stderr}"
+    out = logs.stdout
+    print(out)  # the figures, for `pytest -s`
+    # Two ranks, each in its own worker pod (its hostname), two OpenMP threads each.
+    hosts = re.findall(r"ep: rank (\d) of 2 on (\S+), 2 threads", out)
+    assert sorted(h[0] for h in hosts) == ["0", "1"], out
+    assert {h[1] for h in hosts} == {f"{name}-worker-0", f"{name}-worker-1"}, out
+    # The published NPB class S verification sums, to 1e-8.
+    assert "gaussian pairs=13176389" in out and "verification SUCCESSFUL" in out, out
+
+
+def test_real_mpi_rank_failure_reruns_the_whole_job(
+        real_node: dict[str, Any], kube: Kube, kubectl: Kubectl, namespace: str,
+        mpi_operator: None) -> None:
+    """An unknown class makes every rank abort: mpirun fails, the launcher is retried
+    (runPolicy.backoffLimit = retries.perItem) as a whole, then the MPIJob fails."""
+    _need_image(real_node)
+    job = _rendered(namespace, workers=2, args=["Z"])
+    job["spec"]["runPolicy"]["backoffLimit"] = 1
+    kubectl.apply(job)
+    name = job["metadata"]["name"]
+
+    def failed() -> dict[str, Any] | None:
+        got = kube.get(mpijob.API_VERSION, mpijob.KIND, name, namespace) or {}
+        conds = (got.get("status") or {}).get("conditions") or []
+        return got if any(c["type"] == "Failed" and c["status"] == "True"
+                          for c in conds) else None
+
+    got = wait_for(f"MPIJob {name} to fail", failed, 240, interval=2)
+    launcher = json.loads(kubectl("get", "job", f"{name}-launcher", "-n", namespace,
+                                  "-o", "json").stdout)
+    # Two launcher pods: the first run and its one whole-job retry.
+    assert launcher["status"].get("failed") == 2, launcher["status"]
+    view = mpijob.as_job(got)
+    assert view["status"]["failedIndexes"] == "0"
