@@ -370,3 +370,31 @@ def test_sigterm_stops_the_batch_and_reaches_the_step(tmp_path: Path) -> None:
     assert marker.read_text() == "term\n"
     assert not (pod.work / ".nightshift-batch-1.failed").exists()
 
+
+
+def test_each_item_of_a_batch_gets_its_own_fields_and_argv(tmp_path: Path) -> None:
+    # A matrix across several chunks: the fields' `set -f` must not stop the next
+    # lookup's chunk glob, and each item's placeholders start from the original argv.
+    items = [f"{site}/{src}" for site in ("LAX", "PAS", "USC") for src in ("nr", "lp", "la")]
+    folder = tmp_path / "items"
+    folder.mkdir()
+    cms = it.items_configmaps(RUN, "s", items, 24)
+    assert len(cms) > 2
+    for cm in cms:
+        for key, value in cm["data"].items():
+            (folder / key).write_text(value)
+    log = tmp_path / "log"
+    step = ('printf "%s|%s|%s|%s\\n" "$1" "$2" "$3" "$NIGHTSHIFT_ITEM_SITE" >> "$0"')
+    for ci in range(batch.completions(len(items), 4)):
+        out = subprocess.run(
+            ["/bin/sh", str(folder / names.RUN_SH_KEY), "main", "--", "/bin/sh", "-c", step,
+             str(log), "{site}", "{index}", "at-{source}-{item}"],
+            env={"PATH": "/usr/bin:/bin", names.ENV_COMPLETION_INDEX: str(ci),
+                 names.ENV_ITEM_FIELDS: "site source", names.ENV_BATCH: "4",
+                 names.ENV_BATCH_POSITIONS: str(len(items)),
+                 names.ENV_BATCH_STATE: str(tmp_path), names.ENV_LAST_STEP: "main"},
+            capture_output=True, text=True, timeout=60, check=False)
+        assert out.returncode == 0, out.stderr
+    want = [f"{v.split('/')[0]}|{i}|at-{v.split('/')[1]}-{v}|{v.split('/')[0]}"
+            for i, v in enumerate(items)]
+    assert log.read_text().splitlines() == want

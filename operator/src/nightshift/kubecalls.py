@@ -137,8 +137,9 @@ CALLS: tuple[Call, ...] = tuple([
            "Kube.event: a run's and a VirtualCluster's transitions"),
     *_rows(CORE, "secrets", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.s3_target: storage.s3.credentialsSecret of a "
-           "forEach.fromS3 listing; pipelinerun/reconcile: the key names of each Secret "
-           "the pods reference (pipelinerun/references.py; refused: not checked)",
+           "forEach.fromS3 listing or forEach.fromFile read; pipelinerun/reconcile: the key "
+           "names of each Secret the pods reference (pipelinerun/references.py; refused: "
+           "not checked)",
            [READ_SECRETS]),
     # -- VirtualClusters (virtualcluster/) -------------------------------------------
     *_rows(names.GROUP, names.VIRTUALCLUSTERS, "list", NAMESPACE, _KF,

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nightshift.api import names
+from nightshift.api.problems import Problem
+from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 DEFAULT = 1
 MAX = 1000
@@ -85,9 +87,38 @@ def pod_env(batch: int, positions_: int, per_item: int,
     ]
 
 
+def problems(path: str, st: Stage, spec: PipelineRunSpec) -> list[Problem]:
+    """What validate.py reports about stages[].batch (`path` is the stage's)."""
+    k = st.batch
+    if not DEFAULT <= k <= MAX:
+        return [Problem(f"{path}.batch", f"{k} must be between 1 (a pod per item) and "
+                        f"{MAX}")]
+    if k == 1:
+        return []
+    if st.mpi is not None:
+        return [Problem(f"{path}.batch", "an mpi stage runs one program once, there are no "
+                        "items to batch: remove batch")]
+    p: list[Problem] = []
+    uses = [n for n, v in (("inputs", st.inputs), ("outputs", st.outputs),
+                           ("spec.archive", spec.archive)) if v]
+    if uses:
+        p.append(Problem(f"{path}.batch", f"batch {k} with {', '.join(uses)}: the runner "
+                         "stages, commits and records one item per pod, so batching is only "
+                         "for stages without inputs, outputs and spec.archive for now; set "
+                         "batch: 1, or read and write the storage from the steps themselves"))
+    tol = st.tolerate_failed_items
+    if tol is not None and tol % k:
+        p.append(Problem(f"{path}.tolerateFailedItems", f"{tol} is not a multiple of batch "
+                         f"({k}): a failed batch counts all its items as failed, so failures "
+                         f"are tolerated in whole batches; use e.g. {tol // k * k} or "
+                         f"{(tol // k + 1) * k}"))
+    return p
+
+
 # POSIX sh, builtins only (user images promise /bin/sh). Runs after run.sh defined
 # item_env (the item of position $JOB_COMPLETION_INDEX into $item and $orig, exported)
-# and set $step, $dir and the step's argv in "$@". Markers (files, as no mkdir is
+# and run_step (exec the step, placeholders replaced) and set $step, $dir and the
+# step's argv in "$@". Markers (files, as no mkdir is
 # promised) live in the pod's work volume, which every container of the pod shares:
 #   <state>/.nightshift-batch-<orig>.failed   "<rc> <p>" the item failed at a step (p:
 #                                             a permanent exit code); later steps skip it
@@ -115,6 +146,8 @@ permanent_rc=
 while [ "$pos" -lt "$end" ] && [ -z "$stop" ]; do
   {names.ENV_COMPLETION_INDEX}=$pos
   item_env
+  # item_env leaves globbing off (the fields' set -f); the next lookup's chunks need it.
+  set +f
   {names.ENV_COMPLETION_INDEX}=$ci
   mark=$state/.nightshift-batch-$orig
   pos=$((pos + 1))
@@ -124,7 +157,7 @@ while [ "$pos" -lt "$end" ] && [ -z "$stop" ]; do
   else
     try=0
     while :; do
-      if [ -x {names.STEP_BINARY} ]; then {names.STEP_BINARY} "$step" "$@" & else "$@" & fi
+      run_step "$@" &
       child=$!
       while :; do
         rc=0

@@ -63,11 +63,13 @@ def render_job(
     rerun: int = 0,
     skip_items: str | None = None,
     positions: int | None = None,
+    gather_configmaps: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes).
 
     `positions`: the items this Job runs (its list's length) when the stage is batched;
     `completions` is then the number of batches, batch.completions(positions, K).
+    `gather_configmaps`: the items ConfigMaps of each stage the inputs gather.
     """
     name = job_name(run.name, stage.name, attempt)
     labels = {**run.labels(stage.name, "stage"), names.LABEL_ATTEMPT: str(attempt)}
@@ -89,7 +91,8 @@ def render_job(
         # No ttlSecondsAfterFinished: the run's status is recomputed from its Jobs.
         "template": _pod_template(run, spec, stage, attempt, pod_labels,
                                   [*item_configmaps, *indexes_configmaps], runner_image,
-                                  completions if positions is None else positions),
+                                  completions if positions is None else positions,
+                                  gather_configmaps or {}),
     }
     if tolerate is not None:
         # In whole batches; the API refuses it above completions (retry Jobs are smaller).
@@ -115,7 +118,8 @@ def render_job(
 
 def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
                   labels: Mapping[str, str], configmaps: Sequence[str],
-                  runner_image: str, positions: int) -> dict[str, Any]:
+                  runner_image: str, positions: int,
+                  gather_configmaps: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     storage = {s.name: s for s in spec.storage}
     parts = runner.runner_parts(
         run=run.name,
@@ -127,6 +131,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         items_volume=runner.VOLUME_ITEMS,
         node_cache=spec.node_cache,
         sample_processes=spec.process_sampling,
+        gather_configmaps=gather_configmaps,
     ) or runner.RunnerParts()
     last = stage.steps[-1].name
     base_env = [
@@ -138,6 +143,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         {"name": names.ENV_LAST_STEP, "value": last},
         *batchmod.pod_env(stage.batch, positions, stage.retries.per_item,
                           stage.retries.permanent_exit_codes),
+        *runner.item_fields_env(stage),
     ]
     # With a runner, its parts own the work volume; without one, the same emptyDir
     # gives the steps their scratch.
@@ -157,7 +163,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         c: dict[str, Any] = {
             "name": step.name,
             "image": step.image or stage.image,
-            # The wrapper finds the item; the step's own argv is passed through as-is.
+            # The wrapper finds the item and replaces {item}, {index} and matrix
+            # {<field>} in the step's argv, each argument staying one (never a shell line).
             "command": ["/bin/sh", f"{names.MOUNT_ITEMS}/{names.RUN_SH_KEY}", step.name, "--",
                         *step.command, *step.args],
             "env": merge_env(base_env, parts.step_env, stage.env, step.env),

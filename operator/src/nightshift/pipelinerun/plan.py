@@ -27,7 +27,7 @@ from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
 from nightshift.pipelinerun import batch as batchmod
-from nightshift.pipelinerun import binding, mpijob, references, validate
+from nightshift.pipelinerun import binding, mpijob, references, runnerparts, validate
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
@@ -309,7 +309,9 @@ class _Planner:
                 item_configmaps=item_cms, indexes_configmaps=index_cms,
                 parallelism=parallelism, suspend=spec.suspend or spec.cancel,
                 runner_image=self._runner_image(spec), rerun=rerun, skip_items=skip,
-                positions=completions if st.batch > 1 else None))
+                positions=completions if st.batch > 1 else None,
+                gather_configmaps={g: self.obs.items[g].configmaps
+                                   for g in runnerparts.gathered(st) if g in self.obs.items}))
         # Stands in for the Job until the informer sees it, so status says Running now.
         v.attempts.append(pg.AttemptView(
             attempt=attempt, name=itemsmod.job_name(self.ref.name, st.name, attempt),

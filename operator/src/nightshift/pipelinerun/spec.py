@@ -42,6 +42,14 @@ class S3Source(Spec):
     strip_prefix: bool = True
 
 
+class FileSource(Spec):
+    """One item per non-empty line of one S3 object, read once when the stage is ready."""
+
+    storage: str
+    # The object's key below the storage's prefix, e.g. "tables/images.txt".
+    path: str
+
+
 class ForEach(Spec):
     """Exactly one item source."""
 
@@ -49,6 +57,11 @@ class ForEach(Spec):
     range: RangeSource | None = None
     from_config_map: ConfigMapSource | None = None
     from_s3: S3Source | None = None
+    # {field: [values]}: the cross product, each item its values joined by "/". The API
+    # server keeps an object's keys sorted, so fields run in name order (the first
+    # name varies slowest) whatever order the manifest wrote them in.
+    matrix: dict[str, list[str]] | None = None
+    from_file: FileSource | None = None
 
 
 class Step(Spec):
@@ -69,6 +82,9 @@ class DataRef(Spec):
     mode: str | None = None
     # Inputs only: use the node-level whole-file cache for S3 objects.
     cache: bool = True
+    # Inputs only: an earlier stage; the input is repeated for each of its items, the
+    # item in place of {gather} in path, staged at inputs/<localPath>/<that item>/.
+    gather: str | None = None
     # Subdirectory of the item's inputs/ (or outputs/) directory this ref maps to;
     # "" is the directory itself. Stream inputs are linked at inputs/<localPath or
     # storage name>.
