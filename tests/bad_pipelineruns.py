@@ -62,6 +62,20 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
      "should be greater than or equal to 1"),
     ("negative-tolerate", run([stage(tolerateFailedItems=-1)]), "cel",
      "tolerateFailedItems must be >= 0"),
+    ("batch-zero", run([stage(batch=0)]), "cel", "should be greater than or equal to 1"),
+    ("batch-too-large", run([stage(batch=1001)]), "cel",
+     "should be less than or equal to 1000"),
+    ("batch-with-mpi",
+     run([{k: v for k, v in stage(batch=10, mpi={"workers": 2}).items() if k != "forEach"}]),
+     "cel",
+     "an mpi stage runs one program once, there are no items to batch"),
+    ("batch-with-outputs",
+     run([stage(batch=10, outputs=[{"storage": "raw", "path": "out/{item}/"}])], storage=S3),
+     "invalid", "batching is only for stages without inputs, outputs and spec.archive"),
+    ("batch-with-archive", run([stage(batch=10)], storage=S3, archive={"storage": "raw"}),
+     "invalid", "batch 10 with spec.archive"),
+    ("batch-tolerate-not-whole-batches", run([stage(batch=10, tolerateFailedItems=5)]),
+     "invalid", "5 is not a multiple of batch (10)"),
     ("range-backwards", run([stage(forEach={"range": {"from": 5, "to": 1}})]), "cel",
      "range.to must be >= range.from"),
     ("range-step-zero", run([stage(forEach={"range": {"from": 1, "to": 5, "step": 0}})]),
@@ -212,6 +226,18 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
         "spec.stages[0].retries.permanentExitCodes[0]: Invalid value: 0: "
         "spec.stages[0].retries.permanentExitCodes[0] in body should be greater than or equal "
         "to 1",
+    ],
+    "batch-zero": [
+        "spec.stages[0].batch: Invalid value: 0: spec.stages[0].batch in body should be "
+        "greater than or equal to 1",
+    ],
+    "batch-too-large": [
+        "spec.stages[0].batch: Invalid value: 1001: spec.stages[0].batch in body should be "
+        "less than or equal to 1000",
+    ],
+    "batch-with-mpi": [
+        'spec.stages[0]: Invalid value: "object": an mpi stage runs one program once, there '
+        "are no items to batch: remove batch",
     ],
     "negative-tolerate": [
         'spec.stages[0]: Invalid value: "object": tolerateFailedItems must be >= 0; omit it to '

@@ -82,6 +82,15 @@ ENV_OUTPUTS = "NIGHTSHIFT_OUTPUTS"
 ENV_ATTEMPT = "NIGHTSHIFT_ATTEMPT"
 # The step wrapper commits outputs after the step of this name (pipelinerun/jobs.py).
 ENV_LAST_STEP = "NIGHTSHIFT_LAST_STEP"
+# Batched stages only (pipelinerun/batch.py): items per pod, the Job's number of
+# positions, in-pod retries per item, the permanent exit codes, the index's failed pods
+# so far (downward API), and where the per-item markers go (tests override it).
+ENV_BATCH = "NIGHTSHIFT_BATCH"
+ENV_BATCH_POSITIONS = "NIGHTSHIFT_BATCH_POSITIONS"
+ENV_BATCH_RETRIES = "NIGHTSHIFT_BATCH_RETRIES"
+ENV_BATCH_PERMANENT = "NIGHTSHIFT_BATCH_PERMANENT_EXIT_CODES"
+ENV_BATCH_FAILURES = "NIGHTSHIFT_BATCH_INDEX_FAILURES"
+ENV_BATCH_STATE = "NIGHTSHIFT_BATCH_STATE"
 
 # Environment only the runner containers see (pipelinerun/runnerparts.py renders it,
 # nightshift.runner reads it; the schema of the JSON is api/runnerwire.py).

@@ -24,6 +24,7 @@ from typing import Any
 from nightshift.api import itemfields, names, runnerwire
 from nightshift.api.itemfields import FIELD_SEP
 from nightshift.api.runnerwire import chunk_key
+from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun.spec import ForEach
 
 # ConfigMaps are capped at 1 MiB including metadata; leave room for both.
@@ -244,17 +245,29 @@ RUN_SH = f"""#!/bin/sh
 # Nightshift step wrapper: {names.ENV_ITEM}, {names.ENV_ITEM_INDEX} (and a matrix's fields)
 # for this pod's {names.ENV_COMPLETION_INDEX}; {{item}}, {{index}} and {{<field>}} in the
 # step's argv replaced, one argument each; then exec the step. Items are data, never
-# shell text: no eval.
+# shell text: no eval. A batched stage ({names.ENV_BATCH} > 1) runs the step once per
+# item of its batch in the loop at the end instead (pipelinerun/batch.py).
 set -eu
 step=$1
 shift
 if [ "${{1-}}" = "--" ]; then shift; fi
 dir=${{0%/*}}
+# item_env: the item of position ${names.ENV_COMPLETION_INDEX}, exported with its fields.
+item_env() {{
 {runnerwire.SH_LOOKUP}\
 {names.ENV_ITEM}=$item
 {names.ENV_ITEM_INDEX}=$orig
 export {names.ENV_ITEM} {names.ENV_ITEM_INDEX}
 {itemfields.SH_FIELDS}\
+}}
+# run_step ARGV: the step with the placeholders of the current item replaced (a
+# function's "$@" is its own, so each item starts from the original argv).
+run_step() {{
 {itemfields.SH_ARGV}\
 if [ -x {names.STEP_BINARY} ]; then exec {names.STEP_BINARY} "$step" "$@"; else exec "$@"; fi
-"""
+}}
+if [ "${{{names.ENV_BATCH}:-1}}" -le 1 ]; then
+item_env
+run_step "$@"
+fi
+{batchmod.SH_BATCH}"""

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nightshift.api import names
+from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun import binding
 from nightshift.pipelinerun import runnerparts as runner
 from nightshift.pipelinerun.items import RunRef, job_name
@@ -61,11 +62,15 @@ def render_job(
     runner_image: str,
     rerun: int = 0,
     skip_items: str | None = None,
+    positions: int | None = None,
     gather_configmaps: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes).
 
-    `gather_configmaps`: the items ConfigMaps of each stage the inputs gather."""
+    `positions`: the items this Job runs (its list's length) when the stage is batched;
+    `completions` is then the number of batches, batch.completions(positions, K).
+    `gather_configmaps`: the items ConfigMaps of each stage the inputs gather.
+    """
     name = job_name(run.name, stage.name, attempt)
     labels = {**run.labels(stage.name, "stage"), names.LABEL_ATTEMPT: str(attempt)}
     # Pods carry only the labels that select them; the app.kubernetes.io/* set stays on
@@ -86,11 +91,13 @@ def render_job(
         # No ttlSecondsAfterFinished: the run's status is recomputed from its Jobs.
         "template": _pod_template(run, spec, stage, attempt, pod_labels,
                                   [*item_configmaps, *indexes_configmaps], runner_image,
+                                  completions if positions is None else positions,
                                   gather_configmaps or {}),
     }
     if tolerate is not None:
-        # The API refuses maxFailedIndexes above completions (retry Jobs are smaller).
-        job_spec["maxFailedIndexes"] = min(tolerate, completions)
+        # In whole batches; the API refuses it above completions (retry Jobs are smaller).
+        job_spec["maxFailedIndexes"] = batchmod.max_failed_indexes(tolerate, stage.batch,
+                                                                   completions)
     if stage.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = stage.active_deadline_seconds
     metadata: dict[str, Any] = {
@@ -111,7 +118,7 @@ def render_job(
 
 def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
                   labels: Mapping[str, str], configmaps: Sequence[str],
-                  runner_image: str,
+                  runner_image: str, positions: int,
                   gather_configmaps: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     storage = {s.name: s for s in spec.storage}
     parts = runner.runner_parts(
@@ -134,6 +141,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         {"name": names.ENV_ITEMS_FILE, "value": names.ITEMS_FILE},
         {"name": names.ENV_ATTEMPT, "value": str(attempt)},
         {"name": names.ENV_LAST_STEP, "value": last},
+        *batchmod.pod_env(stage.batch, positions, stage.retries.per_item,
+                          stage.retries.permanent_exit_codes),
         *runner.item_fields_env(stage),
     ]
     # With a runner, its parts own the work volume; without one, the same emptyDir
@@ -249,7 +258,7 @@ def merge_env(*lists: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     merged: dict[str, dict[str, Any]] = {}
     for lst in lists:
         for e in lst:
-            merged[e["name"]] = dict(e)
+            merged[e["name"]] = copy.deepcopy(dict(e))
     return list(merged.values())
 
 

@@ -160,6 +160,8 @@ class Stage(Spec):
     # failed items are tolerated (dependents still start); one more stops the stage.
     tolerate_failed_items: int | None = None
     active_deadline_seconds: int | None = None
+    # Items per pod, run one after another (pipelinerun/batch.py); 1: a pod per item.
+    batch: int = 1
     # Free-form pod template annotations (e.g. KWOK's simulated task duration).
     pod_annotations: dict[str, str] = {}
     pod_labels: dict[str, str] = {}

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from nightshift.api import itemfields
 from nightshift.api.names import ENV_ITEM_FIELD_PREFIX
 from nightshift.api.problems import Problem
+from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun import runnerparts as runner
@@ -127,6 +128,7 @@ def _stage(path: str, st: Stage, spec: PipelineRunSpec,
                          "item and fail the stage at the end if any failed"))
     if st.parallelism is not None and st.parallelism < 0:
         p.append(Problem(f"{path}.parallelism", "must be >= 0"))
+    p += batchmod.problems(path, st, spec)
     for kind, refs, modes in (("inputs", st.inputs, INPUT_MODES),
                               ("outputs", st.outputs, OUTPUT_MODES)):
         for j, ref in enumerate(refs):
@@ -326,12 +328,14 @@ def check_count(path: str, count: int, st: Stage) -> list[Problem]:
         return [Problem(path, f"gives {count} items, above Nightshift's limit of "
                         f"{itemsmod.MAX_ITEMS}; split the stage")]
     p: list[Problem] = []
-    if count > JOB_COMPLETIONS_SOFT_LIMIT:
+    # The Job API's limits are on completions: batches of items when batched.
+    k = max(1, st.batch)
+    if batchmod.completions(count, k) > JOB_COMPLETIONS_SOFT_LIMIT:
         if tol is None:
             p.append(Problem(path, f"gives {count} items; above {JOB_COMPLETIONS_SOFT_LIMIT} "
                              "the Job API requires a failed-item limit: set "
                              f"tolerateFailedItems (at most {JOB_HIGH_COMPLETIONS_LIMIT})"))
-        elif tol > JOB_HIGH_COMPLETIONS_LIMIT:
+        elif tol // k > JOB_HIGH_COMPLETIONS_LIMIT:
             p.append(Problem(path, f"gives {count} items; above {JOB_COMPLETIONS_SOFT_LIMIT} "
                              f"tolerateFailedItems must be at most {JOB_HIGH_COMPLETIONS_LIMIT}"))
         if st.parallelism is not None and st.parallelism > JOB_HIGH_COMPLETIONS_LIMIT:
