@@ -4,7 +4,8 @@
 #   2. build our images into the real node's containerd when the cluster has one;
 #   3. run pytest tests/integration (with $KUBECONFIG set, steps 1-2 are skipped and the
 #      suite runs against that cluster instead).
-# pytest's exit code is the script's: 5 (no tests collected) fails make and CI.
+# pytest's exit code is the script's: 5 (no tests collected) fails make and CI. The
+# `disruptive` tests (tests/integration/test_faults.py) run alone after the rest.
 # NIGHTSHIFT_TEST_WORKERS (default 2) pytest-xdist workers share the cluster: each has
 # its own operator watching only its own namespaces (conftest.py); a file's tests stay on
 # one worker (--dist loadfile), so a file's order and module fixtures hold.
@@ -17,8 +18,24 @@ lc="$venv/bin/nightshift-localcluster"
 workers=${NIGHTSHIFT_TEST_WORKERS:-2}
 args=(tests/integration --durations=15)
 [ "$workers" -gt 1 ] && args+=(-n "$workers" --dist loadfile)
+
+# Two phases: everything else in parallel, then the `disruptive` tests (they restart the
+# API server or etcd every test shares) alone. Exit 5 (nothing collected) counts only
+# when neither phase collected anything.
+suite() {
+  "$venv/bin/pytest" "${args[@]}" -m "not disruptive" "$@"
+  local rc1=$?
+  [ "$rc1" != 0 ] && [ "$rc1" != 5 ] && return "$rc1"
+  "$venv/bin/pytest" tests/integration -p no:xdist -m disruptive --durations=5 "$@"
+  local rc2=$?
+  if [ "$rc1" = 5 ] && [ "$rc2" = 5 ]; then return 5; fi
+  [ "$rc2" = 5 ] && rc2=0
+  return "$rc2"
+}
+
 if [ -n "${KUBECONFIG:-}" ]; then
-  exec "$venv/bin/pytest" "${args[@]}" "$@"
+  suite "$@"
+  exit $?
 fi
 was_up=0
 "$lc" status >/dev/null 2>&1 && was_up=1
@@ -31,4 +48,4 @@ if [ -S "$state/realnode/containerd/containerd.sock" ]; then
 else
   echo "integration: no real node in this cluster; its tests will be skipped"
 fi
-"$venv/bin/pytest" "${args[@]}" "$@"
+suite "$@"

@@ -62,6 +62,20 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
      "should be greater than or equal to 1"),
     ("negative-tolerate", run([stage(tolerateFailedItems=-1)]), "cel",
      "tolerateFailedItems must be >= 0"),
+    ("batch-zero", run([stage(batch=0)]), "cel", "should be greater than or equal to 1"),
+    ("batch-too-large", run([stage(batch=1001)]), "cel",
+     "should be less than or equal to 1000"),
+    ("batch-with-mpi",
+     run([{k: v for k, v in stage(batch=10, mpi={"workers": 2}).items() if k != "forEach"}]),
+     "cel",
+     "an mpi stage runs one program once, there are no items to batch"),
+    ("batch-with-outputs",
+     run([stage(batch=10, outputs=[{"storage": "raw", "path": "out/{item}/"}])], storage=S3),
+     "invalid", "batching is only for stages without inputs, outputs and spec.archive"),
+    ("batch-with-archive", run([stage(batch=10)], storage=S3, archive={"storage": "raw"}),
+     "invalid", "batch 10 with spec.archive"),
+    ("batch-tolerate-not-whole-batches", run([stage(batch=10, tolerateFailedItems=5)]),
+     "invalid", "5 is not a multiple of batch (10)"),
     ("range-backwards", run([stage(forEach={"range": {"from": 5, "to": 1}})]), "cel",
      "range.to must be >= range.from"),
     ("range-step-zero", run([stage(forEach={"range": {"from": 1, "to": 5, "step": 0}})]),
@@ -129,6 +143,42 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("reserved-step-name",
      run([stage(steps=[{"name": "nightshift-stage-in", "command": ["x"]}])]), "cel",
      "reserved for the runner"),
+    # --- #12: matrix, fromFile, gather ---------------------------------------------
+    ("matrix-bad-field-name", run([stage(forEach={"matrix": {"Site": ["LAX"]}})]), "cel",
+     "matrix field names must match"),
+    ("matrix-reserved-field", run([stage(forEach={"matrix": {"index": ["1"]}})]), "cel",
+     "are reserved"),
+    ("matrix-dot-value", run([stage(forEach={"matrix": {"site": ["LAX", ".."]}})]), "cel",
+     "should match"),
+    ("matrix-value-with-slash", run([stage(forEach={"matrix": {"site": ["a/b"]}})]),
+     "cel", "should match"),
+    ("unknown-file-source-storage",
+     run([stage(forEach={"fromFile": {"storage": "nope", "path": "t.txt"}})], storage=S3),
+     "cel", "fromFile.storage must name an entry of spec.storage"),
+    ("unknown-gather-stage",
+     run([stage(inputs=[{"storage": "raw", "path": "x/{gather}/", "gather": "nope"}])],
+         storage=S3), "cel", "gather must name another stage"),
+    ("gather-without-placeholder",
+     run([stage("a"), stage("b", dependsOn=["a"],
+                            inputs=[{"storage": "raw", "path": "x/", "gather": "a"}])],
+         storage=S3), "cel", "{gather} in its path exactly when"),
+    ("gather-on-output",
+     run([stage("a"), stage("b", dependsOn=["a"], outputs=[
+         {"storage": "raw", "path": "o/{item}/{gather}/", "gather": "a"}])], storage=S3),
+     "cel", "only inputs gather"),
+    ("matrix-too-many-items",
+     run([stage(forEach={"matrix": {"a": [str(i) for i in range(1000)],
+                                    "b": [str(i) for i in range(1000)]}},
+                tolerateFailedItems=10)]), "invalid", "above Nightshift's limit"),
+    ("gather-not-a-dependency",
+     run([stage("a"), stage("c"), stage("b", dependsOn=["c"], inputs=[
+         {"storage": "raw", "path": "x/{gather}/", "gather": "a"}])], storage=S3),
+     "invalid", "does not depend on 'a'"),
+    ("gather-too-many-items",
+     run([stage("a", forEach={"range": {"from": 0, "to": 10_000}}),
+          stage("b", dependsOn=["a"], inputs=[
+              {"storage": "raw", "path": "x/{gather}/", "gather": "a"}])], storage=S3),
+     "invalid", "gathers at most 10000"),
 ]
 
 
@@ -137,6 +187,9 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
 # order since the API server's order is not fixed. `nightshift validate` must print
 # exactly these (tests/unit/test_validate_cli.py); tests/integration/
 # test_validate_parity.py compares both with a live API server.
+# The CRD's pattern for one matrix value (crds/pipelinerun.yaml), as messages quote it.
+MATRIX_VALUE = ("^([^./\\t\\n\\r][^/\\t\\n\\r]*|\\.[^./\\t\\n\\r][^/\\t\\n\\r]*|"
+                "\\.\\.[^/\\t\\n\\r]+)$")
 API_SERVER_MESSAGES: dict[str, list[str]] = {
     "empty-stages": [
         "spec.stages: Invalid value: 0: spec.stages in body should have at least 1 items",
@@ -153,11 +206,13 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
     ],
     "both-items-and-range": [
         'spec.stages[0].forEach: Invalid value: "object": set exactly one of forEach.items, '
-        "forEach.range, forEach.fromConfigMap, forEach.fromS3",
+        "forEach.range, forEach.matrix, forEach.fromConfigMap, forEach.fromS3, "
+        "forEach.fromFile",
     ],
     "no-item-source": [
         'spec.stages[0].forEach: Invalid value: "object": set exactly one of forEach.items, '
-        "forEach.range, forEach.fromConfigMap, forEach.fromS3",
+        "forEach.range, forEach.matrix, forEach.fromConfigMap, forEach.fromS3, "
+        "forEach.fromFile",
     ],
     "negative-retries": [
         'spec.stages[0].retries: Invalid value: "object": retries.perItem must be between 0 and '
@@ -171,6 +226,18 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
         "spec.stages[0].retries.permanentExitCodes[0]: Invalid value: 0: "
         "spec.stages[0].retries.permanentExitCodes[0] in body should be greater than or equal "
         "to 1",
+    ],
+    "batch-zero": [
+        "spec.stages[0].batch: Invalid value: 0: spec.stages[0].batch in body should be "
+        "greater than or equal to 1",
+    ],
+    "batch-too-large": [
+        "spec.stages[0].batch: Invalid value: 1001: spec.stages[0].batch in body should be "
+        "less than or equal to 1000",
+    ],
+    "batch-with-mpi": [
+        'spec.stages[0]: Invalid value: "object": an mpi stage runs one program once, there '
+        "are no items to batch: remove batch",
     ],
     "negative-tolerate": [
         'spec.stages[0]: Invalid value: "object": tolerateFailedItems must be >= 0; omit it to '
@@ -233,6 +300,40 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
     "reserved-step-name": [
         'spec.stages[0].steps[0].name: Invalid value: "string": step names starting with '
         "'nightshift-' are reserved for the runner's containers; rename the step",
+    ],
+    # #12 (matrix, fromFile, gather): written from the rules' messages in the format of
+    # the cases above; not yet compared with a live API server.
+    "matrix-bad-field-name": [
+        'spec.stages[0].forEach.matrix: Invalid value: "object": matrix field names must '
+        "match ^[a-z][a-z0-9_]{0,30}$",
+    ],
+    "matrix-reserved-field": [
+        'spec.stages[0].forEach.matrix: Invalid value: "object": item, index, gather, run, '
+        "stage and fields are reserved, not matrix field names",
+    ],
+    "matrix-dot-value": [
+        'spec.stages[0].forEach.matrix.site[1]: Invalid value: "..": '
+        f"spec.stages[0].forEach.matrix.site[1] in body should match '{MATRIX_VALUE}'",
+    ],
+    "matrix-value-with-slash": [
+        'spec.stages[0].forEach.matrix.site[0]: Invalid value: "a/b": '
+        f"spec.stages[0].forEach.matrix.site[0] in body should match '{MATRIX_VALUE}'",
+    ],
+    "unknown-file-source-storage": [
+        'spec: Invalid value: "object": every stages[].forEach.fromFile.storage must name '
+        "an entry of spec.storage",
+    ],
+    "unknown-gather-stage": [
+        'spec: Invalid value: "object": every stages[].inputs[].gather must name another '
+        "stage of this run (one the stage depends on)",
+    ],
+    "gather-without-placeholder": [
+        'spec.stages[1]: Invalid value: "object": an input has {gather} in its path exactly '
+        "when it sets gather",
+    ],
+    "gather-on-output": [
+        'spec.stages[1]: Invalid value: "object": only inputs gather; outputs[] may not set '
+        "gather nor use {gather}",
     ],
 }
 

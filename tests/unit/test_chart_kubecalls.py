@@ -6,7 +6,7 @@ the table); a row nothing calls is privilege to drop.
 
 The passes cover a PipelineRun (items from a ConfigMap, Jobs created and patched,
 failed pods sampled, a failed pass reported), VirtualClusters on both providers
-(created, a pool removed, deleted), SharedStorages of each type with workloads
+(created, a pool removed, deleted), a run's references, SharedStorages of each type with workloads
 (created, objects an older version made under other names pruned, deleted); the
 Secret row through the fromS3 credentials path.
 """
@@ -206,6 +206,12 @@ def pipelinerun_calls() -> set[Key]:
     refs["metadata"]["name"] = "refs"
     refs["spec"]["virtualCluster"] = "chiles"
     refs["spec"]["stages"][0]["serviceAccountName"] = "pipeline"
+    # ... a pvc storage's claim, and a Secret and a ConfigMap its env names: read too.
+    refs["spec"]["storage"] = [{"name": "data", "pvc": {"claimName": "data"}}]
+    refs["spec"]["stages"][0]["inputs"] = [{"storage": "data", "path": "in/{item}"}]
+    refs["spec"]["stages"][0]["env"] = [
+        {"name": "T", "valueFrom": {"secretKeyRef": {"name": "token", "key": "t"}}},
+        {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "cal", "key": "c"}}}]
     kube.put(refs)
     pipelinerun.reconcile(kube, config, NS, "refs", pipelinerun.LoopState())
     # An mpi stage: its MPIJob listed and created, then suspended by a merge patch.

@@ -6,6 +6,7 @@ with sed and with the `read` loop it falls back to when an image has no sed.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import tempfile
 from pathlib import Path
@@ -15,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nightshift.api import names, runnerwire
+from nightshift.api import itemfields, names, runnerwire
 from nightshift.api.runnerwire import ConfigError, DataVolume, DirVolume, Item, lookup
 from nightshift.pipelinerun import items as render_items
+from nightshift.pipelinerun.spec import ForEach
 from nightshift.runner.config import Paths, resolve_item
 
 RUN = render_items.RunRef(name="r", namespace="ns", uid="u")
@@ -38,15 +40,21 @@ def _merged(configmaps: list[dict[str, Any]]) -> dict[str, str]:
     return {k: v for cm in configmaps for k, v in cm["data"].items()}
 
 
-def _run_sh_all(folder: Path, out: Path, indexes: range, sed: bool = True
-                ) -> dict[int, Item | None]:
-    """run.sh's answer for each completion index, in one shell (None: it exited 2)."""
-    step = 'printf "%s|%s" "$NIGHTSHIFT_ITEM_INDEX" "$NIGHTSHIFT_ITEM" > "$0"'
+def _run_sh_all(folder: Path, out: Path, indexes: range, sed: bool = True,
+                fields: tuple[str, ...] = ()) -> dict[int, Item | None]:
+    """run.sh's answer for each completion index, in one shell (None: it exited 2).
+
+    The step prints the index, the item and each matrix field's env var, NUL-separated
+    (items hold anything but NUL and line breaks)."""
+    env_names = "".join(f' "${itemfields.field_env(f)}"' for f in fields)
+    step = f'printf "%s\\0" "$NIGHTSHIFT_ITEM_INDEX" "$NIGHTSHIFT_ITEM"{env_names} > "$0"'
     loop = (f'for ci in {" ".join(map(str, indexes))}; do '
             f'{names.ENV_COMPLETION_INDEX}=$ci /bin/sh "$1/run.sh" step -- '
             f'/bin/sh -c \'{step}\' "$2/$ci" 2>"$2/$ci.err" || echo $? > "$2/$ci.rc"; done')
-    subprocess.run(["/bin/sh", "-c", loop, "sh", str(folder), str(out)],
-                   env={"PATH": "/usr/bin:/bin" if sed else NO_SED_PATH}, check=True)
+    env = {"PATH": "/usr/bin:/bin" if sed else NO_SED_PATH}
+    if fields:
+        env[names.ENV_ITEM_FIELDS] = " ".join(fields)
+    subprocess.run(["/bin/sh", "-c", loop, "sh", str(folder), str(out)], env=env, check=True)
     found: dict[int, Item | None] = {}
     for ci in indexes:
         rc = out / f"{ci}.rc"
@@ -54,39 +62,44 @@ def _run_sh_all(folder: Path, out: Path, indexes: range, sed: bool = True
             assert rc.read_text() == "2\n", (out / f"{ci}.err").read_text()
             found[ci] = None
             continue
-        index, _, value = (out / str(ci)).read_text(encoding="utf-8").partition("|")
-        found[ci] = Item(value, int(index), ci)
+        index, value, *values = (out / str(ci)).read_bytes().decode().split("\0")[:-1]
+        assert len(values) == len(fields)
+        found[ci] = Item(value, int(index), ci, tuple(zip(fields, values, strict=True)))
     return found
 
 
-def _python(volume: runnerwire.ItemsVolume, ci: int) -> Item | None:
+def _python(volume: runnerwire.ItemsVolume, ci: int,
+            fields: tuple[str, ...] = ()) -> Item | None:
     try:
-        return lookup(volume, ci)
+        return lookup(volume, ci, fields=fields)
     except ConfigError:
         return None
 
 
-def _runner(folder: Path, ci: int) -> Item | None:
+def _runner(folder: Path, ci: int, fields: tuple[str, ...] = ()) -> Item | None:
     """The runner's own entry point (env and mount handling around lookup)."""
+    env = {names.ENV_COMPLETION_INDEX: str(ci),
+           names.ENV_ITEMS_FILE: str(folder / names.ITEMS_KEY)}
+    if fields:
+        env[names.ENV_ITEM_FIELDS] = " ".join(fields)
     try:
-        return resolve_item(Paths(root=folder.parent),
-                            {names.ENV_COMPLETION_INDEX: str(ci),
-                             names.ENV_ITEMS_FILE: str(folder / names.ITEMS_KEY)})
+        return resolve_item(Paths(root=folder.parent), env)
     except ConfigError:
         return None
 
 
 def _agree(configmaps: list[dict[str, Any]], indexes: range,
-           sed: bool = True) -> dict[int, Item | None]:
+           sed: bool = True, fields: tuple[str, ...] = ()) -> dict[int, Item | None]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = _materialize(Path(tmp), configmaps)
         (Path(tmp) / "out").mkdir()
-        shell = _run_sh_all(folder, Path(tmp) / "out", indexes, sed)
+        shell = _run_sh_all(folder, Path(tmp) / "out", indexes, sed, fields)
         for ci in indexes:
-            assert _python(DirVolume(folder), ci) == shell[ci], f"completion index {ci}"
-            assert _runner(folder, ci) == shell[ci], f"completion index {ci}"
+            assert _python(DirVolume(folder), ci, fields) == shell[ci], f"completion index {ci}"
+            assert _runner(folder, ci, fields) == shell[ci], f"completion index {ci}"
     for ci in indexes:
-        assert _python(DataVolume(_merged(configmaps)), ci) == shell[ci], f"completion {ci}"
+        assert _python(DataVolume(_merged(configmaps)), ci, fields) == shell[ci], \
+            f"completion {ci}"
     return shell
 
 
@@ -156,3 +169,64 @@ def test_shell_and_python_agree_on_any_layout(values: list[str], budget: int, re
     # One completion index past the end: both sides must refuse it.
     found = _agree(cms, range(len(expected) + 1), sed)
     assert found == {**expected, len(expected): None}
+
+
+# Matrix values as the validator lets them through: no "/", tab or line break, not "."
+# or "..", anything else (blanks, quotes, $(...), backticks, globs, leading dashes).
+VALUE = st.text(
+    st.characters(exclude_categories=["Cs"], exclude_characters="/\t\n\r\0"),
+    min_size=1, max_size=6,
+).filter(lambda s: s not in (".", "..")) | st.sampled_from(
+    ["-n", "$(id)", "`id`", "a b", "*", "{item}", "{site}", "'", '"', "\\"])
+FIELD = st.from_regex(r"\A[a-z][a-z0-9_]{0,6}\Z").filter(
+    lambda f: f not in itemfields.RESERVED_FIELDS)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(matrix=st.dictionaries(FIELD, st.lists(VALUE, min_size=1, max_size=3, unique=True),
+                              min_size=1, max_size=3),
+       budget=st.integers(min_value=8, max_value=200), sed=st.booleans(),
+       rerun=st.booleans(), data=st.data())
+def test_matrix_fields_agree(matrix: dict[str, list[str]], budget: int, sed: bool,
+                             rerun: bool, data: st.DataObject) -> None:
+    fe = ForEach.model_validate({"matrix": matrix})
+    fields = render_items.matrix_fields(fe)
+    values = render_items.item_list(fe)
+    cms = render_items.items_configmaps(RUN, "s", values, budget)
+    if rerun:
+        # A retry Job: its completion indexes map to the original items, fields and all.
+        failed = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=1,
+                                     max_size=len(values), unique=True), label="failed")
+        cms += render_items.indexes_configmaps(RUN, "s", 1, failed, 8)
+        found = _agree(cms, range(len(failed) + 1), sed, fields)
+        assert [f.index for f in found.values() if f] == failed
+        assert [f.value for f in found.values() if f] == [values[i] for i in failed]
+        return
+    found = _agree(cms, range(len(values) + 1), sed, fields)
+    # Field by field, exactly the product's values, the first field slowest.
+    combos = [tuple(dict(item.fields).values()) for item in found.values() if item]
+    assert combos == list(itertools.product(*(matrix[f] for f in fields)))
+    assert found[len(values)] is None
+
+
+def test_matrix_fields_sorted_and_env_names() -> None:
+    fe = ForEach.model_validate({"matrix": {"source": ["northridge", "loma"],
+                                            "site": ["LAX", "SF"]}})
+    assert render_items.matrix_fields(fe) == ("site", "source")
+    assert render_items.item_list(fe) == ["LAX/northridge", "LAX/loma", "SF/northridge",
+                                          "SF/loma"]
+    assert itemfields.field_env("site") == "NIGHTSHIFT_ITEM_SITE"
+
+
+@pytest.mark.parametrize("value", ["a", "a/b/c"])
+def test_an_item_that_does_not_split_fails_both_sides(value: str) -> None:
+    cms = render_items.items_configmaps(RUN, "s", [value])
+    found = _agree(cms, range(1), True, ("x", "y"))
+    assert found == {0: None}
+
+
+def test_an_empty_part_is_an_empty_field_on_both_sides() -> None:
+    # The validator refuses empty matrix values; should one reach a pod, both agree.
+    found = _agree(render_items.items_configmaps(RUN, "s", ["a/"]), range(1), True, ("x", "y"))
+    assert found == {0: Item("a/", 0, 0, (("x", "a"), ("y", "")))}

@@ -62,19 +62,18 @@ def test_parts_shape() -> None:
         names.MOUNT_WORK, names.MOUNT_BIN, names.MOUNT_ITEMS, "/nightshift/storage/nfs"}
 
 
-def test_local_disk_uses_per_pod_host_dir() -> None:
-    st = stage(outputs=[{"storage": "raw", "path": "out/{item}/"}])
-    parts = runner_parts(run="r", namespace="ns", stage=st, storage=STORAGE, archive=None,
-                         runner_image="img", local_disk=True)
-    assert parts is not None
-    work = next(v for v in parts.volumes if v["name"] == "nightshift-work")
-    assert "hostPath" in work
-    assert all(m.get("subPathExpr") == "$(NIGHTSHIFT_POD_UID)"
-               for m in parts.step_volume_mounts if m["name"] == "nightshift-work")
-    assert "NIGHTSHIFT_POD_UID" in {e["name"] for e in parts.step_env}
-    cfg = json.loads(next(e["value"] for e in parts.init_containers[0]["env"]
-                          if e["name"] == names.ENV_RUNNER_CONFIG))
-    assert cfg["cleanWork"] is True
+def test_scratch_is_an_empty_dir_sized_when_the_stage_says() -> None:
+    """No hostPath: the kubelet's emptyDir is on the RAID0 array of a localDisk pool."""
+    for scratch, expected in ((None, {}), ({"size": "200Gi"}, {"sizeLimit": "200Gi"})):
+        st = stage(outputs=[{"storage": "raw", "path": "out/{item}/"}], scratch=scratch)
+        parts = runner_parts(run="r", namespace="ns", stage=st, storage=STORAGE,
+                             archive=None, runner_image="img")
+        assert parts is not None
+        work = next(v for v in parts.volumes if v["name"] == "nightshift-work")
+        assert work == {"name": "nightshift-work", "emptyDir": expected}
+        assert not [v for v in parts.volumes if "hostPath" in v]
+        assert not [m for c in parts.init_containers for m in c["volumeMounts"]
+                    if "subPathExpr" in m]
 
 
 def test_problems_name_field_and_fix() -> None:
@@ -99,9 +98,9 @@ def test_rendered_config_json_is_the_wire_format() -> None:
     st = stage(inputs=[{"storage": "raw", "path": "in/{item}/", "cache": False}],
                outputs=[{"storage": "nfs", "path": "out/{item}/", "localPath": "x"}])
     cfg, cred_env = runner_config(run="r", namespace="ns", stage=st, storage=STORAGE,
-                                  archive=Archive(storage="nfs"), local_disk=True)
+                                  archive=Archive(storage="nfs"))
     assert json.loads(cfg.dumps()) == {
-        "version": 1, "run": "r", "namespace": "ns", "stage": "ifu", "cleanWork": True,
+        "version": 1, "run": "r", "namespace": "ns", "stage": "ifu", "cleanWork": False,
         "storages": {
             "raw": {"kind": "s3", "bucket": "b", "prefix": "p/", "endpoint": "http://gw:7070",
                     "region": None, "accessKeyEnv": "NIGHTSHIFT_S3_0_ACCESS_KEY_ID",

@@ -121,6 +121,11 @@ namespaces, else by a Role in each watched namespace.
 - apiGroups: [""]
   resources: [serviceaccounts]
   verbs: [get]
+# Read-only, by name: the claim a run's pvc storage names must exist, or its pods would
+# stay Pending and the run would not say why (the stages that use it wait, naming it).
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get]
 # A SharedStorage's workloads (server-side apply, pruned when no longer rendered):
 # squid and nfs-ganesha Deployments, Gluster server StatefulSets, CVMFS and Gluster
 # client DaemonSets, the squids' autoscaler, its Services and claims. The watches carry

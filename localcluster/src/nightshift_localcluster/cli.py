@@ -1,4 +1,4 @@
-"""`nightshift-localcluster up|down|status|env|build`: the local cluster for tests and demos."""
+"""`nightshift-localcluster up|down|status|env|build|restart`: the local cluster."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 from rich.console import Console
 
-from nightshift_localcluster import cluster, procs, tools
+from nightshift_localcluster import cluster, faults, procs, tools
 from nightshift_localcluster.components import Qps
 from nightshift_localcluster.paths import Layout, LocalClusterError
 
@@ -37,6 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="show each part, its PID and whether it is alive")
     sub.add_parser("env", help="print shell exports: eval \"$(nightshift-localcluster env)\"")
     sub.add_parser("build", help="build or fetch the upstream binaries only")
+    p_rs = sub.add_parser("restart", help="fault drill: stop one part (kube-apiserver, etcd, "
+                          "karpenter, ...), keep it down, start it again")
+    p_rs.add_argument("part", help="a name `status` lists")
+    p_rs.add_argument("--down-for", type=float, default=0.0, metavar="SECONDS",
+                      help="how long it stays down (default 0)")
+    p_rs.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM")
+    p_rs.add_argument("--revive-for", type=float, default=30.0, metavar="SECONDS",
+                      help="afterwards, start again any other part that exits (default 30)")
     args = ap.parse_args(argv)
 
     try:
@@ -52,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             return _status(layout)
         elif args.cmd == "env":
             print("\n".join(cluster.env_lines(layout)))
+        elif args.cmd == "restart":
+            faults.restart(layout, args.part, args.down_for, args.kill, _say, args.revive_for)
         elif args.cmd == "build":
             tools.ensure(layout)
             _say("all upstream binaries present")

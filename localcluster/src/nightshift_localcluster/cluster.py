@@ -55,7 +55,7 @@ def load_state(layout: Layout) -> State | None:
     return State(**json.loads(f.read_text()))
 
 
-def _save_state(layout: Layout, state: State) -> None:
+def save_state(layout: Layout, state: State) -> None:
     _state_file(layout).write_text(json.dumps(asdict(state), indent=2))
 
 
@@ -108,7 +108,7 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None) -> Sta
     def record() -> State:
         st = State(server=server, ports=asdict(ports), processes=[asdict(p) for p in started],
                    qps=qps.qps, started=time.time(), real_node=node is not None)
-        _save_state(layout, st)
+        save_state(layout, st)
         return st
 
     try:

@@ -120,8 +120,13 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(CORE, "serviceaccounts", "get", NAMESPACE, _K,
            "pipelinerun/reconcile: the ServiceAccounts the stages name exist "
            "(pipelinerun/references.py)"),
+    *_rows(CORE, "persistentvolumeclaims", "get", NAMESPACE, _K,
+           "pipelinerun/reconcile: the claims of a run's pvc storages exist "
+           "(pipelinerun/references.py)"),
     *_rows(CORE, "configmaps", "get", NAMESPACE, _K,
-           "pipelinerun/itemsource.resolve: forEach.fromConfigMap"),
+           "pipelinerun/itemsource.resolve: forEach.fromConfigMap; pipelinerun/reconcile: "
+           "the keys of each ConfigMap an env configMapKeyRef names "
+           "(pipelinerun/references.py)"),
     *_rows(CORE, "configmaps", "create patch", NAMESPACE, _K,
            f"pipelinerun/itemsource and plan: item and rerun-index ConfigMaps ({_SSA})"),
     *_rows(CORE, "pods", "list", NAMESPACE, _K,
@@ -132,7 +137,10 @@ CALLS: tuple[Call, ...] = tuple([
            "Kube.event: a run's and a VirtualCluster's transitions"),
     *_rows(CORE, "secrets", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.s3_target: storage.s3.credentialsSecret of a "
-           "forEach.fromS3 listing", [READ_SECRETS]),
+           "forEach.fromS3 listing or forEach.fromFile read; pipelinerun/reconcile: the key "
+           "names of each Secret the pods reference (pipelinerun/references.py; refused: "
+           "not checked)",
+           [READ_SECRETS]),
     # -- VirtualClusters (virtualcluster/) -------------------------------------------
     *_rows(names.GROUP, names.VIRTUALCLUSTERS, "list", NAMESPACE, _KF,
            "kopf's watch (virtualcluster/handlers.py): one engine loop per object; "

@@ -68,6 +68,10 @@ FINALIZER_SHARED_STORAGE = f"{GROUP}/shared-storage"
 # Environment the runner and every pipeline container see.
 ENV_ITEM = "NIGHTSHIFT_ITEM"
 ENV_ITEM_INDEX = "NIGHTSHIFT_ITEM_INDEX"
+# forEach.matrix: the field names in item order ("source site"); run.sh splits the item
+# on "/" and exports each value as ENV_ITEM_FIELD_PREFIX + the field name upper-cased.
+ENV_ITEM_FIELDS = "NIGHTSHIFT_ITEM_FIELDS"
+ENV_ITEM_FIELD_PREFIX = "NIGHTSHIFT_ITEM_"
 ENV_RUN = "NIGHTSHIFT_RUN"
 ENV_STAGE = "NIGHTSHIFT_STAGE"
 ENV_NAMESPACE = "NIGHTSHIFT_NAMESPACE"
@@ -78,6 +82,15 @@ ENV_OUTPUTS = "NIGHTSHIFT_OUTPUTS"
 ENV_ATTEMPT = "NIGHTSHIFT_ATTEMPT"
 # The step wrapper commits outputs after the step of this name (pipelinerun/jobs.py).
 ENV_LAST_STEP = "NIGHTSHIFT_LAST_STEP"
+# Batched stages only (pipelinerun/batch.py): items per pod, the Job's number of
+# positions, in-pod retries per item, the permanent exit codes, the index's failed pods
+# so far (downward API), and where the per-item markers go (tests override it).
+ENV_BATCH = "NIGHTSHIFT_BATCH"
+ENV_BATCH_POSITIONS = "NIGHTSHIFT_BATCH_POSITIONS"
+ENV_BATCH_RETRIES = "NIGHTSHIFT_BATCH_RETRIES"
+ENV_BATCH_PERMANENT = "NIGHTSHIFT_BATCH_PERMANENT_EXIT_CODES"
+ENV_BATCH_FAILURES = "NIGHTSHIFT_BATCH_INDEX_FAILURES"
+ENV_BATCH_STATE = "NIGHTSHIFT_BATCH_STATE"
 
 # Environment only the runner containers see (pipelinerun/runnerparts.py renders it,
 # nightshift.runner reads it; the schema of the JSON is api/runnerwire.py).
@@ -95,12 +108,14 @@ ENV_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
 #   /nightshift/bin              the runner's wrapper script, dropped by the init container
 #   /nightshift/cache            node-level whole-file S3 cache (hostPath, shared per node)
 #   /nightshift/storage/<name>   a PVC storage the stage reads or writes
+#   /nightshift/gather/<stage>   inputs[].gather: that stage's items ConfigMaps (stage-in)
 MOUNT_ROOT = "/nightshift"
 MOUNT_ITEMS = f"{MOUNT_ROOT}/items"
 MOUNT_WORK = f"{MOUNT_ROOT}/work"
 MOUNT_BIN = f"{MOUNT_ROOT}/bin"
 MOUNT_CACHE = f"{MOUNT_ROOT}/cache"
 MOUNT_STORAGE = f"{MOUNT_ROOT}/storage"
+MOUNT_GATHER = f"{MOUNT_ROOT}/gather"
 MOUNT_INPUTS = f"{MOUNT_WORK}/inputs"
 MOUNT_OUTPUTS = f"{MOUNT_WORK}/outputs"
 # The runner's step wrapper; run.sh execs the step through it when it is there.

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nightshift.api import names
+from nightshift.api.itemfields import FieldsError, split_fields
 
 # Bump when a change would make an older runner misread the JSON; the runner refuses
 # any other version rather than guess.
@@ -114,11 +115,19 @@ class DataConfig:
     cache: bool = True
     local_path: str = ""
     failed_prefix: str = DEFAULT_FAILED_PREFIX
+    # inputs[].gather: the stage whose items the input repeats over ({gather} in path);
+    # its items ConfigMaps are mounted at gather_dir(gather).
+    gather: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"storage": self.storage, "path": self.path, "mode": self.mode,
-                "cache": self.cache, "localPath": self.local_path,
-                "failedPrefix": self.failed_prefix}
+        out: dict[str, Any] = {"storage": self.storage, "path": self.path, "mode": self.mode,
+                               "cache": self.cache, "localPath": self.local_path,
+                               "failedPrefix": self.failed_prefix}
+        # Only when set: every other pod template stays byte-identical (an older runner
+        # ignores the key; the operator never renders it for one).
+        if self.gather:
+            out["gather"] = self.gather
+        return out
 
     @classmethod
     def from_json(cls, raw: Any, default_mode: str, where: str) -> DataConfig:
@@ -126,7 +135,13 @@ class DataConfig:
         return cls(storage=_str(raw, "storage", where), path=_str(raw, "path", where),
                    mode=raw.get("mode") or default_mode, cache=bool(raw.get("cache", True)),
                    local_path=raw.get("localPath", ""),
-                   failed_prefix=raw.get("failedPrefix", DEFAULT_FAILED_PREFIX))
+                   failed_prefix=raw.get("failedPrefix", DEFAULT_FAILED_PREFIX),
+                   gather=raw.get("gather") or "")
+
+
+def gather_dir(stage: str) -> str:
+    """Where a pod that gathers `stage` finds that stage's items volume."""
+    return f"{names.MOUNT_GATHER}/{stage}"
 
 
 @dataclass(frozen=True)
@@ -310,15 +325,41 @@ def nth_line(volume: ItemsVolume, base: str, n: int) -> str | None:
     return None
 
 
+def all_lines(volume: ItemsVolume, base: str = names.ITEMS_KEY) -> list[str]:
+    """Every line of list `base`, its chunks in index order (a gathered stage's items)."""
+    starts = sorted((s, k) for k in volume.listing()
+                    if (s := chunk_start(k, base)) is not None)
+    out: list[str] = []
+    for start, key in starts:
+        if start != len(out):
+            raise ConfigError(f"{volume}: chunk {key} starts at {start}, but the chunks "
+                              f"before it hold {len(out)} lines; a chunk ConfigMap is missing")
+        out += volume.lines(key)
+    return out
+
+
 @dataclass(frozen=True)
 class Item:
     value: str
     index: int  # the item's index in the stage's full list (stable across reruns)
     completion_index: int
+    # forEach.matrix: (field, value) in the item's order; () for other sources.
+    fields: tuple[tuple[str, str], ...] = ()
 
 
-def lookup(volume: ItemsVolume, completion_index: int, base: str = names.ITEMS_KEY) -> Item:
-    """The item of completion index `completion_index`, exactly as SH_LOOKUP finds it."""
+def with_fields(item: Item, fields: tuple[str, ...]) -> Item:
+    """`item` split into its matrix fields, as run.sh's SH_FIELDS splits it."""
+    try:
+        values = split_fields(item.value, fields)
+    except FieldsError as e:
+        raise ConfigError(str(e)) from None
+    return Item(item.value, item.index, item.completion_index, tuple(values.items()))
+
+
+def lookup(volume: ItemsVolume, completion_index: int, base: str = names.ITEMS_KEY,
+           fields: tuple[str, ...] = ()) -> Item:
+    """The item of completion index `completion_index`, exactly as SH_LOOKUP finds it
+    (and SH_FIELDS splits it, when the stage has matrix `fields`)."""
     ci = completion_index
     orig = ci
     if any(k == names.INDEXES_KEY for k in volume.listing()):
@@ -332,7 +373,7 @@ def lookup(volume: ItemsVolume, completion_index: int, base: str = names.ITEMS_K
     if not value:
         raise ConfigError(f"{volume}: {base} has no line {orig} (completion index {ci}); "
                           "the Job has more completions than the stage has items")
-    return Item(value, orig, ci)
+    return with_fields(Item(value, orig, ci), fields)
 
 
 # POSIX sh, builtins only but sed (with a `read` loop when sed is missing). Needs $dir

@@ -62,3 +62,36 @@ def list_keys(target: S3Target, prefix: str, suffix: str = "", limit: int = 500_
     except BotoCoreError as e:
         raise S3Error(f"listing s3://{target.bucket}/{prefix}: {e}") from None
     return keys
+
+
+class S3MissingError(S3Error):
+    """The object (or its bucket) does not exist: it may still be written."""
+
+
+class S3TooLargeError(S3Error):
+    """The object is larger than the caller will read."""
+
+
+def read_object(target: S3Target, key: str, max_bytes: int) -> bytes:
+    """One object's bytes, refused above max_bytes (checked before the body is read)."""
+    s3 = client(target)
+    where = f"s3://{target.bucket}/{key}"
+    try:
+        obj = s3.get_object(Bucket=target.bucket, Key=key)
+        size = int(obj.get("ContentLength") or 0)
+        if size > max_bytes:
+            obj["Body"].close()
+            raise S3TooLargeError(f"{where} has {size} bytes, more than the {max_bytes} an item "
+                          "list may have")
+        data: bytes = obj["Body"].read(max_bytes + 1)
+    except ClientError as e:
+        err = e.response.get("Error", {})
+        code = str(err.get("Code"))
+        if code in ("NoSuchKey", "NoSuchBucket", "404"):
+            raise S3MissingError(f"reading {where}: {code}: the object does not exist") from None
+        raise S3Error(f"reading {where}: {code}: {err.get('Message')}") from None
+    except BotoCoreError as e:
+        raise S3Error(f"reading {where}: {e}") from None
+    if len(data) > max_bytes:
+        raise S3TooLargeError(f"{where} has more than the {max_bytes} bytes an item list may have")
+    return data

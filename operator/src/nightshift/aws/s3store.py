@@ -60,8 +60,9 @@ def client(storage: StorageConfig, env: dict[str, str] | None = None) -> S3Clien
         kwargs["aws_secret_access_key"] = env.get(storage.secret_key_env)
     cfg = Config(
         retries={"mode": "adaptive", "max_attempts": 8},
-        connect_timeout=5,
-        read_timeout=60,
+        # Seconds; the env knobs exist for fault drills (a hung server found in seconds).
+        connect_timeout=float(env.get("NIGHTSHIFT_S3_CONNECT_TIMEOUT") or 5),
+        read_timeout=float(env.get("NIGHTSHIFT_S3_READ_TIMEOUT") or 60),
         max_pool_connections=64,
         # S3-compatible stores on an IP:port cannot serve virtual-hosted buckets.
         s3={"addressing_style": "path" if storage.endpoint else "auto"},

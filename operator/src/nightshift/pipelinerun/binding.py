@@ -128,6 +128,8 @@ def waits(stage: Stage, spec: PipelineRunSpec, missing: frozenset[str]) -> bool:
     used |= {m.storage for m in stage.mounts}
     if stage.for_each is not None and stage.for_each.from_s3 is not None:
         used.add(stage.for_each.from_s3.storage)
+    if stage.for_each is not None and stage.for_each.from_file is not None:
+        used.add(stage.for_each.from_file.storage)
     if spec.archive is not None:
         used.add(spec.archive.storage)
     return bool(used & missing)

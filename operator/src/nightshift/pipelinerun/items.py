@@ -14,13 +14,17 @@ ConfigMaps, each contributing its own keys (the rules are api/runnerwire.py):
 from __future__ import annotations
 
 import hashlib
+import itertools
+import math
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nightshift.api import names, runnerwire
+from nightshift.api import itemfields, names, runnerwire
+from nightshift.api.itemfields import FIELD_SEP
 from nightshift.api.runnerwire import chunk_key
+from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun.spec import ForEach
 
 # ConfigMaps are capped at 1 MiB including metadata; leave room for both.
@@ -129,11 +133,23 @@ def range_count(from_: int, to: int, step: int) -> int:
     return len(range(from_, to + 1, step)) if step >= 1 else 0
 
 
-def item_list(for_each: ForEach | None) -> list[str]:
-    """The items of an inline or range source ([""] as one item for a stage without one).
+def matrix_fields(for_each: ForEach | None) -> tuple[str, ...]:
+    """A matrix's field names in item order (name order: the API server sorts an
+    object's keys, so the manifest's order never reaches the operator); () otherwise."""
+    if for_each is None or for_each.matrix is None:
+        return ()
+    return tuple(sorted(for_each.matrix))
 
-    fromConfigMap and fromS3 are resolved by the I/O layer, which then freezes what it
-    read with `items_configmaps` like any other source.
+
+def matrix_count(matrix: Mapping[str, Sequence[str]]) -> int:
+    return math.prod(len(v) for v in matrix.values()) if matrix else 0
+
+
+def item_list(for_each: ForEach | None) -> list[str]:
+    """The items of an inline, range or matrix source (["0"] for a stage without one).
+
+    fromConfigMap, fromS3 and fromFile are resolved by the I/O layer, which then freezes
+    what it read with `items_configmaps` like any other source.
     """
     if for_each is None:
         # A stage without forEach runs once (a summary or CONCAT step).
@@ -146,7 +162,15 @@ def item_list(for_each: ForEach | None) -> list[str]:
         if problem:
             raise ValueError(problem)
         return [r.format.format(i) for i in range(r.from_, r.to + 1, r.step)]
-    raise ValueError("item_list() handles items and range; fromConfigMap/fromS3 are I/O")
+    if for_each.matrix is not None:
+        fields = matrix_fields(for_each)
+        if matrix_count(for_each.matrix) > MAX_ITEMS:
+            raise ValueError(f"the matrix gives more than {MAX_ITEMS} items")
+        # First field slowest: item k of field f is the k-th value in the product.
+        return [FIELD_SEP.join(combo) for combo in
+                itertools.product(*(for_each.matrix[f] for f in fields))]
+    raise ValueError("item_list() handles items, range and matrix; fromConfigMap, fromS3 "
+                     "and fromFile are I/O")
 
 
 def chunk(lines: Sequence[str], budget: int = CHUNK_BYTES) -> list[tuple[int, list[str]]]:
@@ -218,16 +242,32 @@ def _configmap(run: RunRef, stage: str, name: str, data: dict[str, str], start: 
 # POSIX sh only: user images are guaranteed nothing but /bin/sh. Variables are global
 # (no `local` in POSIX), which is fine for this straight-line script.
 RUN_SH = f"""#!/bin/sh
-# Nightshift step wrapper: {names.ENV_ITEM} and {names.ENV_ITEM_INDEX} for this pod's
-# {names.ENV_COMPLETION_INDEX}, then exec the step. Items are data, never shell text.
+# Nightshift step wrapper: {names.ENV_ITEM}, {names.ENV_ITEM_INDEX} (and a matrix's fields)
+# for this pod's {names.ENV_COMPLETION_INDEX}; {{item}}, {{index}} and {{<field>}} in the
+# step's argv replaced, one argument each; then exec the step. Items are data, never
+# shell text: no eval. A batched stage ({names.ENV_BATCH} > 1) runs the step once per
+# item of its batch in the loop at the end instead (pipelinerun/batch.py).
 set -eu
 step=$1
 shift
 if [ "${{1-}}" = "--" ]; then shift; fi
 dir=${{0%/*}}
+# item_env: the item of position ${names.ENV_COMPLETION_INDEX}, exported with its fields.
+item_env() {{
 {runnerwire.SH_LOOKUP}\
 {names.ENV_ITEM}=$item
 {names.ENV_ITEM_INDEX}=$orig
 export {names.ENV_ITEM} {names.ENV_ITEM_INDEX}
+{itemfields.SH_FIELDS}\
+}}
+# run_step ARGV: the step with the placeholders of the current item replaced (a
+# function's "$@" is its own, so each item starts from the original argv).
+run_step() {{
+{itemfields.SH_ARGV}\
 if [ -x {names.STEP_BINARY} ]; then exec {names.STEP_BINARY} "$step" "$@"; else exec "$@"; fi
-"""
+}}
+if [ "${{{names.ENV_BATCH}:-1}}" -le 1 ]; then
+item_env
+run_step "$@"
+fi
+{batchmod.SH_BATCH}"""

@@ -10,7 +10,14 @@ import base64
 from typing import Any
 
 from nightshift.api import names
-from nightshift.aws.s3 import S3Error, S3Target, list_keys
+from nightshift.aws.s3 import (
+    S3Error,
+    S3MissingError,
+    S3Target,
+    S3TooLargeError,
+    list_keys,
+    read_object,
+)
 from nightshift.config import (
     ENV_S3_ENDPOINTS,
     ENV_S3_OPERATOR_IDENTITY,
@@ -21,8 +28,11 @@ from nightshift.kube import Kube, naming
 from nightshift.pipelinerun import binding
 from nightshift.pipelinerun import items as render_items
 from nightshift.pipelinerun.plan import ItemsInfo
-from nightshift.pipelinerun.spec import PipelineRunSpec, Stage, StorageRef
-from nightshift.pipelinerun.validate import check_items
+from nightshift.pipelinerun.spec import FileSource, PipelineRunSpec, S3Storage, Stage, StorageRef
+from nightshift.pipelinerun.validate import MAX_GATHER, check_items
+
+# An item list of 500,000 items of ~100 bytes is 50 MB; an object beyond this is not one.
+MAX_FILE_BYTES = 64 * 2**20
 
 
 class ResolveError(Exception):
@@ -74,10 +84,30 @@ def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str,
     problems = check_items(f"spec.stages[{index}].forEach", items, stage)
     if problems:
         raise ResolveError("; ".join(map(str, problems)), invalid=True)
+    if any(d.gather for d in stage.inputs):
+        check_gathered(frozen_items(kube, namespace, run["metadata"]["name"], spec),
+                       stage, f"spec.stages[{index}]")
     ref = render_items.RunRef.of(run)
     for cm in render_items.items_configmaps(ref, stage.name, items):
         with naming("ConfigMap", cm["metadata"]["name"], "applying"):
             kube.apply(cm)
+
+
+def check_gathered(frozen: dict[str, ItemsInfo], stage: Stage, where: str) -> None:
+    """Each stage the inputs gather is frozen, with at most MAX_GATHER items (a count the
+    spec alone gives for items, range and matrix, but not for the I/O sources)."""
+    for j, ref in enumerate(stage.inputs):
+        if not ref.gather:
+            continue
+        field = f"{where}.inputs[{j}].gather"
+        info = frozen.get(ref.gather)
+        if info is None:
+            raise ResolveError(f"{field}: the items of stage {ref.gather!r} are not frozen "
+                               "yet; waiting for that stage to start")
+        if info.count > MAX_GATHER:
+            raise ResolveError(f"{field}: stage {ref.gather!r} has {info.count} items; a pod "
+                               f"gathers at most {MAX_GATHER} (split the gathering stage)",
+                               invalid=True)
 
 
 def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage,
@@ -101,25 +131,61 @@ def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage,
         return [line.strip() for line in text.splitlines() if line.strip()]
     if fe.from_s3 is not None:
         src3 = fe.from_s3
-        where = f"{field}.fromS3.storage"
-        storage = _storage(spec, src3.storage, where)
-        if storage.s3 is None:
-            raise ResolveError(f"{where}: storage {src3.storage!r} is not S3")
-        refusal = s3_listing_refusal(
-            where, storage.name, f"spec.storage[{spec.storage.index(storage)}].s3",
-            storage.s3.endpoint, storage.s3.credentials_secret, config)
-        if refusal:
-            raise ResolveError(refusal)
-        prefix = _join(storage.s3.prefix, src3.prefix)
+        storage, target = _s3(kube, namespace, spec, src3.storage,
+                              f"{field}.fromS3.storage", config)
+        prefix = _join(storage.prefix, src3.prefix)
         try:
-            target = s3_target(kube, namespace, storage, where, config.s3_operator_identity)
             keys = list_keys(target, prefix, src3.suffix)
         except S3Error as e:
             raise ResolveError(f"{field}.fromS3: {e}") from None
         if src3.strip_prefix:
             keys = [k[len(prefix):].lstrip("/") for k in keys]
         return keys
+    if fe.from_file is not None:
+        return _from_file(kube, namespace, spec, field, fe.from_file, config)
     raise ResolveError(f"{field}: no item source")
+
+
+def _s3(kube: Kube, namespace: str, spec: PipelineRunSpec, name: str, where: str,
+        config: OperatorConfig) -> tuple[S3Storage, S3Target]:
+    """The S3 storage `name` and a target signed only as s3_listing_refusal allows."""
+    storage = _storage(spec, name, where)
+    if storage.s3 is None:
+        raise ResolveError(f"{where}: storage {name!r} is not S3")
+    refusal = s3_listing_refusal(
+        where, storage.name, f"spec.storage[{spec.storage.index(storage)}].s3",
+        storage.s3.endpoint, storage.s3.credentials_secret, config)
+    if refusal:
+        raise ResolveError(refusal)
+    try:
+        return storage.s3, s3_target(kube, namespace, storage, where,
+                                     config.s3_operator_identity)
+    except S3Error as e:
+        raise ResolveError(f"{where}: {e}") from None
+
+
+def _from_file(kube: Kube, namespace: str, spec: PipelineRunSpec, field: str,
+               src: FileSource, config: OperatorConfig) -> list[str]:
+    """One item per non-empty line (blanks around it stripped, CRLF files too)."""
+    s3, target = _s3(kube, namespace, spec, src.storage, f"{field}.fromFile.storage", config)
+    key = _join(s3.prefix, src.path)
+    try:
+        data = read_object(target, key, MAX_FILE_BYTES)
+    except S3MissingError as e:
+        # Like a failed listing: the stage waits, the object may still be written.
+        raise ResolveError(f"{field}.fromFile.path: {e}; write it (one item per line) or "
+                           "fix the path") from None
+    except S3TooLargeError as e:
+        raise ResolveError(f"{field}.fromFile.path: {e}; split the stage", invalid=True
+                           ) from None
+    except S3Error as e:
+        raise ResolveError(f"{field}.fromFile: {e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ResolveError(f"{field}.fromFile.path: s3://{target.bucket}/{key} is not UTF-8 "
+                           f"text ({e})", invalid=True) from None
+    return [line.strip() for line in text.split("\n") if line.strip()]
 
 
 def s3_listing_refusal(field: str, storage: str, storage_field: str, endpoint: str | None,

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nightshift.api import names
+from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun import binding
 from nightshift.pipelinerun import runnerparts as runner
 from nightshift.pipelinerun.items import RunRef, job_name
@@ -61,8 +62,15 @@ def render_job(
     runner_image: str,
     rerun: int = 0,
     skip_items: str | None = None,
+    positions: int | None = None,
+    gather_configmaps: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes)."""
+    """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes).
+
+    `positions`: the items this Job runs (its list's length) when the stage is batched;
+    `completions` is then the number of batches, batch.completions(positions, K).
+    `gather_configmaps`: the items ConfigMaps of each stage the inputs gather.
+    """
     name = job_name(run.name, stage.name, attempt)
     labels = {**run.labels(stage.name, "stage"), names.LABEL_ATTEMPT: str(attempt)}
     # Pods carry only the labels that select them; the app.kubernetes.io/* set stays on
@@ -82,11 +90,14 @@ def render_job(
         "suspend": suspend,
         # No ttlSecondsAfterFinished: the run's status is recomputed from its Jobs.
         "template": _pod_template(run, spec, stage, attempt, pod_labels,
-                                  [*item_configmaps, *indexes_configmaps], runner_image),
+                                  [*item_configmaps, *indexes_configmaps], runner_image,
+                                  completions if positions is None else positions,
+                                  gather_configmaps or {}),
     }
     if tolerate is not None:
-        # The API refuses maxFailedIndexes above completions (retry Jobs are smaller).
-        job_spec["maxFailedIndexes"] = min(tolerate, completions)
+        # In whole batches; the API refuses it above completions (retry Jobs are smaller).
+        job_spec["maxFailedIndexes"] = batchmod.max_failed_indexes(tolerate, stage.batch,
+                                                                   completions)
     if stage.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = stage.active_deadline_seconds
     metadata: dict[str, Any] = {
@@ -107,7 +118,8 @@ def render_job(
 
 def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
                   labels: Mapping[str, str], configmaps: Sequence[str],
-                  runner_image: str) -> dict[str, Any]:
+                  runner_image: str, positions: int,
+                  gather_configmaps: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     storage = {s.name: s for s in spec.storage}
     parts = runner.runner_parts(
         run=run.name,
@@ -119,6 +131,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         items_volume=runner.VOLUME_ITEMS,
         node_cache=spec.node_cache,
         sample_processes=spec.process_sampling,
+        gather_configmaps=gather_configmaps,
     ) or runner.RunnerParts()
     last = stage.steps[-1].name
     base_env = [
@@ -128,9 +141,12 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         {"name": names.ENV_ITEMS_FILE, "value": names.ITEMS_FILE},
         {"name": names.ENV_ATTEMPT, "value": str(attempt)},
         {"name": names.ENV_LAST_STEP, "value": last},
+        *batchmod.pod_env(stage.batch, positions, stage.retries.per_item,
+                          stage.retries.permanent_exit_codes),
+        *runner.item_fields_env(stage),
     ]
-    # With a runner, its parts own the work volume (emptyDir, or per-pod local disk);
-    # without one, a plain emptyDir gives the steps their scratch.
+    # With a runner, its parts own the work volume; without one, the same emptyDir
+    # gives the steps their scratch.
     runner_work = any(v["name"] == runner.VOLUME_WORK for v in parts.volumes)
     own_work_mount = [] if any(m["name"] == runner.VOLUME_WORK for m in parts.step_volume_mounts) \
         else [{"name": runner.VOLUME_WORK, "mountPath": names.MOUNT_WORK}]
@@ -147,7 +163,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         c: dict[str, Any] = {
             "name": step.name,
             "image": step.image or stage.image,
-            # The wrapper finds the item; the step's own argv is passed through as-is.
+            # The wrapper finds the item and replaces {item}, {index} and matrix
+            # {<field>} in the step's argv, each argument staying one (never a shell line).
             "command": ["/bin/sh", f"{names.MOUNT_ITEMS}/{names.RUN_SH_KEY}", step.name, "--",
                         *step.command, *step.args],
             "env": merge_env(base_env, parts.step_env, stage.env, step.env),
@@ -158,9 +175,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         }
         if stage.image_pull_policy:
             c["imagePullPolicy"] = stage.image_pull_policy
-        if stage.resources:
-            # Steps run one after another, so each may use the whole stage's share.
-            c["resources"] = copy.deepcopy(stage.resources)
+        if resources := step_resources(stage):
+            c["resources"] = resources
         containers.append(c)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -169,7 +185,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         "volumes": [
             {"name": runner.VOLUME_ITEMS,
              "projected": {"sources": [{"configMap": {"name": n}} for n in configmaps]}},
-            *([] if runner_work else [{"name": runner.VOLUME_WORK, "emptyDir": {}}]),
+            *([] if runner_work else [runner.work_volume(stage)]),
             *parts.volumes,
             *mount_volumes,
         ],
@@ -201,6 +217,22 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
     }
 
 
+def step_resources(stage: Stage) -> dict[str, Any]:
+    """Each step's resources: the stage's (steps run one after another, so each may use
+    the whole share), plus the scratch size as an ephemeral-storage request.
+
+    On every step, not the pod once: a pod's request is the largest of its init
+    containers' and the sum of its regular ones (and sidecars), so one step's request
+    is the pod's. Not a limit: a limit would count the steps' logs and writable layers
+    too, where the emptyDir's sizeLimit bounds the scratch alone.
+    """
+    out = copy.deepcopy(stage.resources)
+    if stage.scratch is not None:
+        requests = out.setdefault("requests", {})
+        requests.setdefault("ephemeral-storage", stage.scratch.size)
+    return out
+
+
 def pod_security(stage: Stage) -> dict[str, Any]:
     """Pod Security "restricted" for every pod: never root (the stage's user, 65532 by
     default), seccomp RuntimeDefault; the group owns what the pod's volumes support."""
@@ -226,7 +258,7 @@ def merge_env(*lists: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     merged: dict[str, dict[str, Any]] = {}
     for lst in lists:
         for e in lst:
-            merged[e["name"]] = dict(e)
+            merged[e["name"]] = copy.deepcopy(dict(e))
     return list(merged.values())
 
 

@@ -26,7 +26,8 @@ from nightshift.api.conditions import parse_rfc3339, rfc3339
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
-from nightshift.pipelinerun import binding, mpijob, references, validate
+from nightshift.pipelinerun import batch as batchmod
+from nightshift.pipelinerun import binding, mpijob, references, runnerparts, validate
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
@@ -66,6 +67,12 @@ class Observed:
     virtual_clusters: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
     # Whether each ServiceAccount the stages name exists (references.service_accounts).
     service_accounts: Mapping[str, bool] = field(default_factory=dict)
+    # The key names of each Secret and ConfigMap the pods reference (references.objects),
+    # by name; None: absent. Never their values.
+    secrets: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    config_maps: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    # Whether each claim `pvc` storages name exists (references.claims).
+    volume_claims: Mapping[str, bool] = field(default_factory=dict)
     # Stages whose items could not be resolved this pass: stage -> (why, invalid).
     # Invalid items fail the run; a source that may still appear (a ConfigMap not yet
     # created) keeps the stage waiting with Progressing=False saying why.
@@ -157,7 +164,8 @@ class _Planner:
         bound = binding.bind(spec, self.obs.shared_storages, self.ref.namespace)
         spec, self.binding = bound.spec, bound
         self.refs = references.check(spec, self.ref.namespace, self.obs.virtual_clusters,
-                                     self.obs.service_accounts)
+                                     self.obs.service_accounts, self.obs.secrets,
+                                     self.obs.config_maps, self.obs.volume_claims)
         spec = self.refs.spec
         self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
         self.problems += [Problem(where, f"refused by the API server: {why}")
@@ -172,7 +180,7 @@ class _Planner:
             total = info.count if info else 0
             views[st.name] = pg.stage_view(by_stage.get(st.name, {}), total,
                                            st.tolerate_failed_items,
-                                           self.old_stages.get(st.name))
+                                           self.old_stages.get(st.name), batch=st.batch)
         rerun_handled = max([int(self.old.get("rerunFailed") or 0)] + [
             int((j.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_RERUN, 0))
             for js in by_stage.values() for j in js.values()])
@@ -287,7 +295,9 @@ class _Planner:
             index_cms = [c["metadata"]["name"] for c in cms]
             completions = len(indexes)
         start = self._start_time(st.name, attempt, None)
-        parallelism = self._parallelism(spec, st, completions, start)
+        # `completions` counts items; a batched Job has one completion per batch of them.
+        batches = batchmod.completions(completions, st.batch)
+        parallelism = self._parallelism(spec, st, batches, start)
         if st.mpi is not None:
             self.requeue = min(self.requeue or MPI_POLL, MPI_POLL)
             self.apply.append(mpijob.render_mpijob(
@@ -295,17 +305,20 @@ class _Planner:
                 suspend=spec.suspend or spec.cancel, rerun=rerun))
         else:
             self.apply.append(jobsmod.render_job(
-                run=self.ref, spec=spec, stage=st, attempt=attempt, completions=completions,
+                run=self.ref, spec=spec, stage=st, attempt=attempt, completions=batches,
                 item_configmaps=item_cms, indexes_configmaps=index_cms,
                 parallelism=parallelism, suspend=spec.suspend or spec.cancel,
-                runner_image=self._runner_image(spec), rerun=rerun, skip_items=skip))
+                runner_image=self._runner_image(spec), rerun=rerun, skip_items=skip,
+                positions=completions if st.batch > 1 else None,
+                gather_configmaps={g: self.obs.items[g].configmaps
+                                   for g in runnerparts.gathered(st) if g in self.obs.items}))
         # Stands in for the Job until the informer sees it, so status says Running now.
         v.attempts.append(pg.AttemptView(
             attempt=attempt, name=itemsmod.job_name(self.ref.name, st.name, attempt),
             completions=completions, succeeded=set(), failed=set(),
             unfinished=list(indexes if indexes is not None else range(completions)),
             active=0, ready=0, state=pg.RUNNING, creation_time=start,
-            parallelism=parallelism, indexes=indexes))
+            parallelism=parallelism, indexes=indexes, batch=st.batch))
 
     def _patch_existing(self, spec: PipelineRunSpec, st: Any, v: pg.StageView) -> None:
         latest = v.latest
@@ -323,7 +336,8 @@ class _Planner:
                 latest.suspended = want_suspend
             return
         start = self._start_time(st.name, latest.attempt, latest.creation_time)
-        want_par = self._parallelism(spec, st, latest.completions, start)
+        want_par = self._parallelism(spec, st,
+                                     batchmod.completions(latest.completions, st.batch), start)
         body: dict[str, Any] = {}
         if latest.suspended != want_suspend:
             body["suspend"] = want_suspend

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nightshift.api import names, ranges
+from nightshift.pipelinerun import batch as batchmod
 
 RUNNING = "Running"
 SUCCEEDED = "Succeeded"
@@ -34,7 +35,7 @@ LOST = "Lost"
 class AttemptView:
     attempt: int
     name: str
-    completions: int
+    completions: int  # items (positions), not pods: a batched Job has fewer completions
     succeeded: set[int]  # original indexes
     failed: set[int]  # original indexes
     unfinished: list[int]  # original indexes neither succeeded nor failed here
@@ -52,6 +53,8 @@ class AttemptView:
     uid: str | None = None
     # The attempt's status entry, when its Job is gone and the entry is all there is.
     record: Mapping[str, Any] | None = None
+    # Items per completion index (stages[].batch).
+    batch: int = 1
 
 
 @dataclass
@@ -128,15 +131,20 @@ def _skip_mapping(job: Mapping[str, Any], total: int) -> list[int] | None:
 
 def stage_view(
     jobs: Mapping[int, Mapping[str, Any]], total: int, tolerate: int | None,
-    record: Mapping[str, Any] | None = None,
+    record: Mapping[str, Any] | None = None, batch: int = 1,
 ) -> StageView:
-    """Fold a stage's attempt Jobs (attempt -> Job) and its status entry into progress."""
+    """Fold a stage's attempt Jobs (attempt -> Job) and its status entry into progress.
+
+    `batch`: the stage's items per pod; a completion index stands for its batch's
+    items (pipelinerun/batch.py), so everything here counts items, not pods.
+    """
     record = record or {}
     if not total:
         total = int(record.get("total") or 0)
     view = StageView(total=total)
     if not total and 0 in jobs:
-        view.total = total = int((jobs[0].get("spec") or {}).get("completions") or 0)
+        view.total = total = batchmod.job_positions(jobs[0]) or int(
+            (jobs[0].get("spec") or {}).get("completions") or 0)
     view.succeeded |= {i for i in _parse(record.get("succeededItems")) if i < total}
     # attempt -> (the original indexes it runs, those it completed), for the rule.
     known: dict[int, tuple[list[int], set[int]]] = {}
@@ -152,14 +160,14 @@ def stage_view(
                 prev = known.get(attempt - 1)
                 # Without the annotation and the Job before it, nothing maps this one.
                 mapping = [i for i in prev[0] if i not in prev[1]] if prev else []
-        done = _originals(ranges.parse(status.get("completedIndexes")), mapping)
-        failed = _originals(ranges.parse(status.get("failedIndexes")), mapping)
-        view.succeeded |= done
         mine = list(range(total)) if mapping is None else mapping
+        done = _originals(ranges.parse(status.get("completedIndexes")), mapping, batch, mine)
+        failed = _originals(ranges.parse(status.get("failedIndexes")), mapping, batch, mine)
+        view.succeeded |= done
         av = AttemptView(
             attempt=attempt,
             name=meta.get("name", ""),
-            completions=int(spec.get("completions") or 0),
+            completions=len(mine) if batch > 1 else int(spec.get("completions") or 0),
             succeeded=done,
             failed=failed,
             unfinished=[i for i in mine if i not in done and i not in failed],
@@ -171,6 +179,7 @@ def stage_view(
             suspended=bool(spec.get("suspend")),
             indexes=mapping,
             uid=meta.get("uid"),
+            batch=batch,
         )
         _finish_state(av, job, view, tolerate)
         view.attempts.append(av)
@@ -212,7 +221,10 @@ def _recorded_latest(view: StageView, record: Mapping[str, Any], last_seen: int)
     view.attempts.append(av)
 
 
-def _originals(local: list[int], mapping: list[int] | None) -> set[int]:
+def _originals(local: list[int], mapping: list[int] | None, batch: int,
+               mine: list[int]) -> set[int]:
+    if batch > 1:
+        return batchmod.items_of(local, batch, len(mine), mine)
     if mapping is None:
         return set(local)
     return {mapping[i] for i in local if i < len(mapping)}

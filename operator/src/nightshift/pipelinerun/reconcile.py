@@ -1,8 +1,10 @@
 """PipelineRun reconcile pass: read observed → plan (pure) → apply → status, once.
 
 The API cost of a pass is O(stages): one GET of the run, one LIST of its Jobs, one
-LIST of its items ConfigMaps, a GET of each SharedStorage it names, and failed-pod
-samples only when a stage's failure count moved. Never a list of all pods.
+LIST of its items ConfigMaps, a GET of each SharedStorage, VirtualCluster,
+ServiceAccount, claim, Secret and ConfigMap it names (references.py; the last three
+only while something of it may start), and failed-pod samples only when a stage's
+failure count moved. Never a list of all pods, nor of all Secrets.
 """
 
 from __future__ import annotations
@@ -87,12 +89,20 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
     accounts = {sa: kube.get("v1", "ServiceAccount", sa, namespace) is not None
                 for sa in (references.service_accounts(spec) if spec else [])}
 
+    # The claims of its pvc storages: one GET each (references.py).
+    claims = {c: kube.get("v1", "PersistentVolumeClaim", c, namespace) is not None
+              for c in (references.claims(spec) if spec and _may_start(run, spec) else [])}
+
+    # The Secrets and ConfigMaps the pods reference: one GET each, key names kept only.
+    secrets, config_maps = _referenced_keys(kube, namespace, run, spec, shared)
+
     def observe() -> Observed:
         return Observed(run=run, jobs=jobs, items=items, failure_samples=samples,
                         now=datetime.now(UTC), runner_image=config.runner_image,
                         runner_images=config.runner_images,
                         live_pods=live, shared_storages=shared, virtual_clusters=vcs,
-                        service_accounts=accounts)
+                        service_accounts=accounts, secrets=secrets, config_maps=config_maps,
+                        volume_claims=claims)
 
     p = plan(observe())
     refused: list[tuple[str, str]] = []
@@ -118,6 +128,48 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
         if refused:
             p = plan(replace(observe(), refused=refused))
     return _finish(kube, config, state, run, p)
+
+
+Keys = dict[str, frozenset[str] | None]
+
+
+def _may_start(run: dict[str, Any], spec: PipelineRunSpec) -> bool:
+    """Whether anything of the run may still start: not when it finished and no rerun
+    is asked (its references would be read for nothing)."""
+    status = run.get("status") or {}
+    return not (status.get("phase") in TERMINAL_PHASES
+                and spec.rerun_failed <= int(status.get("rerunFailed") or 0))
+
+
+def _referenced_keys(kube: Kube, namespace: str, run: dict[str, Any],
+                     spec: PipelineRunSpec | None,
+                     shared: dict[str, dict[str, Any] | None]) -> tuple[Keys, Keys]:
+    """Which keys each referenced Secret and ConfigMap holds (None: it does not exist).
+
+    A Secret's values are dropped here, on read: only key names go on
+    (docs/security.md).
+    """
+    if spec is None or not _may_start(run, spec):
+        return {}, {}
+    # After binding: an s3 SharedStorage's credentialsSecret is referenced too.
+    bound = binding.bind(spec, shared, namespace).spec
+
+    def read(kind: str) -> Keys:
+        out: Keys = {}
+        for name in references.names_of(bound, kind):
+            try:
+                obj = kube.get("v1", kind, name, namespace)
+            except KubeError as e:
+                if e.status != 403:
+                    raise
+                # Secrets are granted only by name or by rbac.readSecrets: one the
+                # operator may not read is not checked (docs/security.md).
+                continue
+            out[name] = None if obj is None else frozenset(
+                [*(obj.get("data") or {}), *(obj.get("binaryData") or {})])
+        return out
+
+    return read(references.SECRET), read(references.CONFIGMAP)
 
 
 def _finish(kube: Kube, config: OperatorConfig, state: LoopState, run: dict[str, Any],

@@ -14,7 +14,7 @@ Pod shape (one pod per item; see docs/data-placement.md for why):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,8 +29,10 @@ from nightshift.api.runnerwire import (
     DataConfig,
     RunnerConfig,
     StorageConfig,
+    gather_dir,
 )
 from nightshift.pipelinerun.binding import cache_max_bytes, mount_propagation, volume_source
+from nightshift.pipelinerun.items import items_configmap_name, matrix_fields
 from nightshift.pipelinerun.spec import Archive, DataRef, Stage, StorageRef
 
 STAGE_IN_CONTAINER = "nightshift-stage-in"
@@ -40,11 +42,9 @@ VOLUME_BIN = "nightshift-bin"
 VOLUME_CACHE = "nightshift-cache"
 VOLUME_STORAGE_PREFIX = "nightshift-storage-"
 VOLUME_ITEMS = "nightshift-items"
-# Node-level paths. The cache outlives pods on purpose (shared by a node's pods); the
-# local-disk scratch is where Karpenter's instanceStorePolicy RAID0 mounts the array on
-# the EKS AMIs.
+VOLUME_GATHER_PREFIX = "nightshift-gather-"
+# The node cache's folder: it outlives pods on purpose (shared by a node's pods).
 CACHE_HOST_PATH = "/var/cache/nightshift"
-LOCAL_DISK_HOST_PATH = "/mnt/k8s-disks/0/nightshift/work"
 # Keys the stage's credentialsSecret must hold.
 SECRET_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"  # noqa: S105  (a key's name, not a secret)
 SECRET_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"  # noqa: S105  (a key's name, not a secret)
@@ -97,12 +97,38 @@ def _used(stage: Stage, archive: Archive | None) -> list[str]:
 
 def _data(d: DataRef, default_mode: str) -> DataConfig:
     return DataConfig(storage=d.storage, path=d.path, mode=d.mode or default_mode,
-                      cache=d.cache, local_path=d.local_path, failed_prefix=d.failed_prefix)
+                      cache=d.cache, local_path=d.local_path, failed_prefix=d.failed_prefix,
+                      gather=d.gather or "")
+
+
+def gathered(stage: Stage) -> list[str]:
+    """The stages whose items this stage's inputs gather, each once, in input order."""
+    return list(dict.fromkeys(d.gather for d in stage.inputs if d.gather))
+
+
+def item_fields_env(stage: Stage) -> list[dict[str, Any]]:
+    """names.ENV_ITEM_FIELDS for a matrix stage: run.sh and the runner split items by it."""
+    fields = matrix_fields(stage.for_each)
+    return [{"name": names.ENV_ITEM_FIELDS, "value": " ".join(fields)}] if fields else []
+
+
+def work_volume(stage: Stage) -> dict[str, Any]:
+    """The item's scratch: an emptyDir, sized when the stage says how much it needs.
+
+    An emptyDir lives under the kubelet's root, which on a localDisk: raid0 pool is the
+    instance-store RAID0 array (Karpenter's instanceStorePolicy RAID0 mounts the
+    kubelet's and containerd's directories there), so no hostPath is needed, Pod
+    Security "restricted" admits it, and the kubelet removes it with the pod.
+    """
+    empty_dir: dict[str, Any] = {}
+    if stage.scratch is not None:
+        empty_dir["sizeLimit"] = stage.scratch.size
+    return {"name": VOLUME_WORK, "emptyDir": empty_dir}
 
 
 def runner_config(*, run: str, namespace: str, stage: Stage,
                   storage: Mapping[str, StorageRef], archive: Archive | None,
-                  local_disk: bool = False, sample_processes: bool = True,
+                  sample_processes: bool = True,
                   ) -> tuple[RunnerConfig, list[dict[str, Any]]]:
     """The runner's config (names.ENV_RUNNER_CONFIG) and the credential env vars it names."""
     storages: dict[str, StorageConfig] = {}
@@ -130,7 +156,7 @@ def runner_config(*, run: str, namespace: str, stage: Stage,
         inputs=[_data(d, INPUT_MODES[0]) for d in stage.inputs],
         outputs=[_data(d, OUTPUT_MODES[0]) for d in stage.outputs],
         archive=ArchiveConfig(archive.storage, archive.prefix) if archive else None,
-        clean_work=local_disk, cache_max_bytes=cache, sample_processes=sample_processes,
+        cache_max_bytes=cache, sample_processes=sample_processes,
     )
     return cfg, cred_env
 
@@ -162,8 +188,10 @@ def runner_problems(stage: Stage, storage: Mapping[str, StorageRef],
             out.append(f"{path}.mode: stream from S3 storage {d.storage!r} is not supported "
                        "yet; use mode: stage (downloaded to local scratch through the node "
                        "cache) or a PVC storage for streaming")
+        fields = matrix_fields(stage.for_each)
         if kind == "outputs" and stage.for_each is not None and "{item}" not in d.path \
-                and "{index}" not in d.path:
+                and "{index}" not in d.path \
+                and not (fields and all(f"{{{f}}}" in d.path for f in fields)):
             out.append(f"{path}.path: {d.path!r} has no {{item}}: every item would commit "
                        "to (and overwrite the _SUCCESS manifest of) the same prefix; put "
                        "{item} in the path, e.g. out/{item}/")
@@ -187,6 +215,7 @@ def _env(run: str, namespace: str, stage: Stage) -> list[dict[str, Any]]:
         {"name": names.ENV_NODE_NAME, "valueFrom": field_ref("spec.nodeName")},
         {"name": names.ENV_POD_NAME, "valueFrom": field_ref("metadata.name")},
         {"name": names.ENV_POD_UID, "valueFrom": field_ref("metadata.uid")},
+        *item_fields_env(stage),
     ]
 
 
@@ -198,16 +227,18 @@ def runner_parts(
     storage: Mapping[str, StorageRef],
     archive: Archive | None,
     runner_image: str,
-    local_disk: bool = False,
     items_volume: str = VOLUME_ITEMS,
     node_cache: bool = False,
     sample_processes: bool = False,
+    gather_configmaps: Mapping[str, Sequence[str]] | None = None,
 ) -> RunnerParts | None:
     """None when the stage needs no runner: no inputs, no outputs, no archive.
 
     Expects runner_problems() to be empty (the Job validator calls it first).
     `items_volume` is the Job renderer's volume holding the items ConfigMap; the runner
-    containers mount it at MOUNT_ITEMS to find their item.
+    containers mount it at MOUNT_ITEMS to find their item. `gather_configmaps` holds,
+    for each stage the inputs gather, that stage's frozen items ConfigMaps (stage-in
+    mounts them at runnerwire.gather_dir(stage)).
     """
     if not stage.inputs and not stage.outputs and archive is None:
         return None
@@ -216,23 +247,22 @@ def runner_parts(
     # the steps see the runner's processes, their environment included).
     share = sample_processes or any(d.mode == "interleave" for d in stage.outputs)
     cfg, cred_env = runner_config(run=run, namespace=namespace, stage=stage, storage=storage,
-                                  archive=archive, local_disk=local_disk,
-                                  sample_processes=share)
-    # hostPath scratch is shared by the node's pods: each pod works in its own subdir.
+                                  archive=archive, sample_processes=share)
     work_mount: dict[str, Any] = {"name": VOLUME_WORK, "mountPath": names.MOUNT_WORK}
-    if local_disk:
-        work_mount["subPathExpr"] = f"$({names.ENV_POD_UID})"
-        work_volume: dict[str, Any] = {"name": VOLUME_WORK, "hostPath": {
-            "path": LOCAL_DISK_HOST_PATH, "type": "DirectoryOrCreate"}}
-    else:
-        work_volume = {"name": VOLUME_WORK, "emptyDir": {}}
-    volumes: list[dict[str, Any]] = [work_volume, {"name": VOLUME_BIN, "emptyDir": {}}]
+    volumes: list[dict[str, Any]] = [work_volume(stage), {"name": VOLUME_BIN, "emptyDir": {}}]
     items_mount = {"name": items_volume, "mountPath": names.MOUNT_ITEMS, "readOnly": True}
     stage_in_mounts = [work_mount, {"name": VOLUME_BIN, "mountPath": names.MOUNT_BIN},
                        items_mount]
     commit_mounts = [work_mount, items_mount]
     step_mounts = [work_mount, {"name": VOLUME_BIN, "mountPath": names.MOUNT_BIN,
                                 "readOnly": True}]
+    for g in gathered(stage):
+        # Frozen since that stage started; a stage it depends on has started by now.
+        cms = (gather_configmaps or {}).get(g) or [items_configmap_name(run, g, 0)]
+        vol = (VOLUME_GATHER_PREFIX + g)[:63].rstrip("-")
+        volumes.append({"name": vol, "projected": {
+            "sources": [{"configMap": {"name": n}} for n in cms]}})
+        stage_in_mounts.append({"name": vol, "mountPath": gather_dir(g), "readOnly": True})
     cached = node_cache and any(
         d.cache and storage[d.storage].s3 is not None and (d.mode or "stage") == "stage"
         for d in stage.inputs)
@@ -291,9 +321,6 @@ def runner_parts(
         {"name": names.ENV_INPUTS, "value": names.MOUNT_INPUTS},
         {"name": names.ENV_OUTPUTS, "value": names.MOUNT_OUTPUTS},
     ]
-    if local_disk:
-        step_env.append({"name": names.ENV_POD_UID, "valueFrom": {
-            "fieldRef": {"fieldPath": "metadata.uid"}}})
     return RunnerParts(
         init_containers=[stage_in, commit],
         volumes=volumes,

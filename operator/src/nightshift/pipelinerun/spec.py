@@ -42,6 +42,14 @@ class S3Source(Spec):
     strip_prefix: bool = True
 
 
+class FileSource(Spec):
+    """One item per non-empty line of one S3 object, read once when the stage is ready."""
+
+    storage: str
+    # The object's key below the storage's prefix, e.g. "tables/images.txt".
+    path: str
+
+
 class ForEach(Spec):
     """Exactly one item source."""
 
@@ -49,6 +57,11 @@ class ForEach(Spec):
     range: RangeSource | None = None
     from_config_map: ConfigMapSource | None = None
     from_s3: S3Source | None = None
+    # {field: [values]}: the cross product, each item its values joined by "/". The API
+    # server keeps an object's keys sorted, so fields run in name order (the first
+    # name varies slowest) whatever order the manifest wrote them in.
+    matrix: dict[str, list[str]] | None = None
+    from_file: FileSource | None = None
 
 
 class Step(Spec):
@@ -69,6 +82,9 @@ class DataRef(Spec):
     mode: str | None = None
     # Inputs only: use the node-level whole-file cache for S3 objects.
     cache: bool = True
+    # Inputs only: an earlier stage; the input is repeated for each of its items, the
+    # item in place of {gather} in path, staged at inputs/<localPath>/<that item>/.
+    gather: str | None = None
     # Subdirectory of the item's inputs/ (or outputs/) directory this ref maps to;
     # "" is the directory itself. Stream inputs are linked at inputs/<localPath or
     # storage name>.
@@ -116,6 +132,14 @@ class Mpi(Spec):
     launcher_resources: dict[str, Any] = {}
 
 
+class Scratch(Spec):
+    """The item's scratch ($NIGHTSHIFT_SCRATCH, the pod's work emptyDir): `size` is the
+    emptyDir's sizeLimit and each step's ephemeral-storage request, so the scheduler
+    (and Karpenter) place the pod on a node with that much local disk free."""
+
+    size: str
+
+
 class Stage(Spec):
     name: str
     depends_on: list[str] = []
@@ -126,6 +150,7 @@ class Stage(Spec):
     steps: list[Step]
     env: list[dict[str, Any]] = []
     resources: dict[str, Any] = {}
+    scratch: Scratch | None = None
     parallelism: int | None = None
     inputs: list[DataRef] = []
     outputs: list[DataRef] = []
@@ -135,6 +160,8 @@ class Stage(Spec):
     # failed items are tolerated (dependents still start); one more stops the stage.
     tolerate_failed_items: int | None = None
     active_deadline_seconds: int | None = None
+    # Items per pod, run one after another (pipelinerun/batch.py); 1: a pod per item.
+    batch: int = 1
     # Free-form pod template annotations (e.g. KWOK's simulated task duration).
     pod_annotations: dict[str, str] = {}
     pod_labels: dict[str, str] = {}

@@ -130,6 +130,9 @@ def _samples(view: pg.StageView, samples: Sequence[Mapping[str, Any]]) -> list[d
         idx = int(s.get("index", -1))
         # The sample's index is local to its Job; retry Jobs map it back to the item.
         av = by_job.get(str(s.get("job"))) or by_attempt.get(int(s.get("attempt") or 0))
+        if av is not None and av.batch > 1 and idx >= 0:
+            # A batch's pod: its first item stands for it (the pod's log says which).
+            idx *= av.batch
         if av is not None and av.indexes is not None:
             idx = av.indexes[idx] if 0 <= idx < len(av.indexes) else -1
         entry: dict[str, Any] = {"index": idx}

@@ -10,7 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from nightshift.api import itemfields
+from nightshift.api.names import ENV_ITEM_FIELD_PREFIX
 from nightshift.api.problems import Problem
+from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun import runnerparts as runner
@@ -28,6 +31,8 @@ MAX_RETRIES = 100
 INPUT_MODES = ("stage", "stream")
 OUTPUT_MODES = ("batch", "interleave")
 RESERVED_CONTAINER_PREFIX = "nightshift-"
+# The most items a pod stages an input for (inputs[].gather): each is one listing.
+MAX_GATHER = 10_000
 
 
 def validate_spec(spec: PipelineRunSpec, run_name: str) -> list[Problem]:
@@ -123,6 +128,7 @@ def _stage(path: str, st: Stage, spec: PipelineRunSpec,
                          "item and fail the stage at the end if any failed"))
     if st.parallelism is not None and st.parallelism < 0:
         p.append(Problem(f"{path}.parallelism", "must be >= 0"))
+    p += batchmod.problems(path, st, spec)
     for kind, refs, modes in (("inputs", st.inputs, INPUT_MODES),
                               ("outputs", st.outputs, OUTPUT_MODES)):
         for j, ref in enumerate(refs):
@@ -136,7 +142,78 @@ def _stage(path: str, st: Stage, spec: PipelineRunSpec,
     if fe is not None and fe.from_s3 is not None and fe.from_s3.storage not in storage:
         p.append(Problem(f"{path}.forEach.fromS3.storage", f"{fe.from_s3.storage!r} is not "
                          "in spec.storage; add it there or fix the name"))
+    if fe is not None and fe.from_file is not None and fe.from_file.storage not in storage:
+        p.append(Problem(f"{path}.forEach.fromFile.storage", f"{fe.from_file.storage!r} is "
+                         "not in spec.storage; add it there or fix the name"))
+    return p + _gather(path, st, spec)
+
+
+def _gather(path: str, st: Stage, spec: PipelineRunSpec) -> list[Problem]:
+    """inputs[].gather names a stage this one (transitively) waits for; {gather} in its
+    path iff it is set; never on outputs."""
+    p: list[Problem] = []
+    stages = {s.name: s for s in spec.stages}
+    upstream = ancestors(spec, st.name)
+    for j, ref in enumerate(st.outputs):
+        fp = f"{path}.outputs[{j}]"
+        if ref.gather is not None:
+            p.append(Problem(f"{fp}.gather", "only inputs gather; remove it (an output is "
+                             "per item: put {item} in its path)"))
+        elif "{gather}" in ref.path:
+            p.append(Problem(f"{fp}.path", f"{ref.path!r} has {{gather}}, which only a "
+                             "gathering input has; use {item}"))
+    for j, ref in enumerate(st.inputs):
+        fp = f"{path}.inputs[{j}]"
+        if ref.gather is None:
+            if "{gather}" in ref.path:
+                p.append(Problem(f"{fp}.path", f"{ref.path!r} has {{gather}} but no gather; "
+                                 "set gather: <earlier stage> or remove {gather}"))
+            continue
+        g = ref.gather
+        if "{gather}" not in ref.path:
+            p.append(Problem(f"{fp}.path", f"{ref.path!r} has no {{gather}}; with gather: "
+                             f"{g} each of {g}'s items goes where {{gather}} is, e.g. "
+                             f"\"{g}/{{gather}}/\""))
+        if g not in stages:
+            p.append(Problem(f"{fp}.gather", f"{g!r} is not a stage of this run; use one of "
+                             f"{', '.join(stages)}"))
+            continue
+        if g not in upstream:
+            p.append(Problem(f"{fp}.gather", f"stage {st.name!r} does not depend on {g!r} "
+                             "(directly or through other stages), so its items may not be "
+                             f"there yet; add {g!r} to dependsOn"))
+        count = static_count(stages[g])
+        if count is not None and count > MAX_GATHER:
+            p.append(Problem(f"{fp}.gather", f"stage {g!r} has {count} items; a pod gathers "
+                             f"at most {MAX_GATHER} (split the gathering, e.g. per range)"))
     return p
+
+
+def ancestors(spec: PipelineRunSpec, stage: str) -> set[str]:
+    """Every stage `stage` waits for, directly or through others (cycles tolerated)."""
+    deps = {s.name: s.depends_on for s in spec.stages}
+    seen: set[str] = set()
+    todo = list(deps.get(stage, []))
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo += deps.get(d, [])
+    return seen
+
+
+def static_count(st: Stage) -> int | None:
+    """A stage's item count when the spec alone gives it; None for I/O sources."""
+    fe = st.for_each
+    if fe is None:
+        return 1
+    if fe.items is not None:
+        return len(fe.items)
+    if fe.range is not None:
+        return itemsmod.range_count(fe.range.from_, fe.range.to, fe.range.step)
+    if fe.matrix is not None:
+        return itemsmod.matrix_count(fe.matrix)
+    return None
 
 
 def _for_each(path: str, st: Stage) -> list[Problem]:
@@ -146,11 +223,21 @@ def _for_each(path: str, st: Stage) -> list[Problem]:
     p: list[Problem] = []
     fp = f"{path}.forEach"
     sources = [n for n, v in (("items", fe.items), ("range", fe.range),
-                              ("fromConfigMap", fe.from_config_map),
-                              ("fromS3", fe.from_s3)) if v is not None]
+                              ("matrix", fe.matrix), ("fromConfigMap", fe.from_config_map),
+                              ("fromS3", fe.from_s3), ("fromFile", fe.from_file))
+               if v is not None]
     if len(sources) != 1:
         p.append(Problem(fp, f"sets {', '.join(sources) or 'no item source'}; set exactly "
-                         "one of items, range, fromConfigMap, fromS3"))
+                         "one of items, range, matrix, fromConfigMap, fromS3, fromFile"))
+        return p
+    if fe.matrix is not None:
+        return p + matrix_problems(f"{fp}.matrix", fe.matrix, st)
+    if fe.from_file is not None:
+        path = fe.from_file.path
+        if not path or path.startswith("/") or path.endswith("/"):
+            p.append(Problem(f"{fp}.fromFile.path", f"{path!r} must name one object below "
+                             "the storage's prefix, e.g. tables/images.txt (no leading or "
+                             "trailing '/')"))
         return p
     if fe.items is not None:
         p += check_items(f"{fp}.items", fe.items, st)
@@ -166,6 +253,54 @@ def _for_each(path: str, st: Stage) -> list[Problem]:
         if r.step >= 1 and r.to >= r.from_:
             p += check_count(f"{fp}.range", itemsmod.range_count(r.from_, r.to, r.step), st)
     return p
+
+
+def matrix_problems(path: str, matrix: Mapping[str, list[str]], st: Stage) -> list[Problem]:
+    """Field names, values, and the product's size (computed, never expanded here)."""
+    if not matrix:
+        return [Problem(path, "has no fields; give at least one, e.g. site: [LAX, SF]")]
+    p: list[Problem] = []
+    for name, values in matrix.items():
+        fp = f"{path}.{name}"
+        if not itemfields.FIELD_NAME.match(name):
+            p.append(Problem(fp, f"field name {name!r} must match "
+                             f"{itemfields.FIELD_NAME.pattern} (it becomes "
+                             f"{ENV_ITEM_FIELD_PREFIX}<NAME> and {{<name>}})"))
+        elif name in itemfields.RESERVED_FIELDS:
+            p.append(Problem(fp, f"{name!r} is reserved ({{{name}}} has its own meaning); "
+                             "rename the field"))
+        if not values:
+            p.append(Problem(fp, "has no values; give at least one"))
+        seen: set[str] = set()
+        for i, v in enumerate(values):
+            why = matrix_value_problem(v)
+            if why is None and v in seen:
+                why = "is listed twice; each value once"
+            seen.add(v)
+            if why:
+                p.append(Problem(f"{fp}[{i}]", f"{v[:60]!r} {why}"))
+    count = itemsmod.matrix_count(matrix)
+    if count:
+        p += check_count(path, count, st)
+    longest = sum(max((len(v.encode()) for v in vs), default=0) for vs in matrix.values())
+    longest += len(matrix) - 1
+    if longest > itemsmod.MAX_ITEM_BYTES:
+        p.append(Problem(path, f"the longest item (its longest values joined by "
+                         f"{itemfields.FIELD_SEP!r}) has {longest} bytes, above "
+                         f"{itemsmod.MAX_ITEM_BYTES}; shorten the values"))
+    return p
+
+
+def matrix_value_problem(value: str) -> str | None:
+    if value == "":
+        return "is empty; a value must name something"
+    if value in (".", ".."):
+        return "is a path step of its own ('.' or '..'); values name places in paths"
+    bad = [c for c in (itemfields.FIELD_SEP, "\t", "\n", "\r", "\0") if c in value]
+    if bad:
+        return (f"contains {bad[0]!r}; matrix values may not contain '/' (it joins the "
+                "fields of an item), tabs, line breaks or NUL")
+    return None
 
 
 def check_items(path: str, values: list[str] | tuple[str, ...], st: Stage) -> list[Problem]:
@@ -193,12 +328,14 @@ def check_count(path: str, count: int, st: Stage) -> list[Problem]:
         return [Problem(path, f"gives {count} items, above Nightshift's limit of "
                         f"{itemsmod.MAX_ITEMS}; split the stage")]
     p: list[Problem] = []
-    if count > JOB_COMPLETIONS_SOFT_LIMIT:
+    # The Job API's limits are on completions: batches of items when batched.
+    k = max(1, st.batch)
+    if batchmod.completions(count, k) > JOB_COMPLETIONS_SOFT_LIMIT:
         if tol is None:
             p.append(Problem(path, f"gives {count} items; above {JOB_COMPLETIONS_SOFT_LIMIT} "
                              "the Job API requires a failed-item limit: set "
                              f"tolerateFailedItems (at most {JOB_HIGH_COMPLETIONS_LIMIT})"))
-        elif tol > JOB_HIGH_COMPLETIONS_LIMIT:
+        elif tol // k > JOB_HIGH_COMPLETIONS_LIMIT:
             p.append(Problem(path, f"gives {count} items; above {JOB_COMPLETIONS_SOFT_LIMIT} "
                              f"tolerateFailedItems must be at most {JOB_HIGH_COMPLETIONS_LIMIT}"))
         if st.parallelism is not None and st.parallelism > JOB_HIGH_COMPLETIONS_LIMIT:

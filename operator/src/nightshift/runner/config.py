@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nightshift.api import names
+from nightshift.api.itemfields import FieldsError, expand, parse_fields
 from nightshift.api.runnerwire import (
     ConfigError,
     DataConfig,
@@ -19,7 +20,9 @@ from nightshift.api.runnerwire import (
     Item,
     RunnerConfig,
     StorageConfig,
+    gather_dir,
     lookup,
+    with_fields,
 )
 
 # The wire types come from api/runnerwire.py; the runner's modules import them here.
@@ -56,6 +59,10 @@ class Paths:
     @property
     def items_file(self) -> Path:
         return _under(self.root, names.ITEMS_FILE)
+
+    def gather(self, stage: str) -> Path:
+        """The items volume of a stage an input gathers over."""
+        return _under(self.root, gather_dir(stage))
 
     @property
     def inputs(self) -> Path:
@@ -94,9 +101,14 @@ def resolve_item(paths: Paths, env: dict[str, str] | None = None) -> Item:
     env = dict(os.environ) if env is None else env
     ci_text = env.get(names.ENV_COMPLETION_INDEX, "")
     ci = int(ci_text) if ci_text.isdigit() else 0
+    try:
+        fields = parse_fields(env.get(names.ENV_ITEM_FIELDS, ""))
+    except FieldsError as e:
+        raise ConfigError(str(e)) from None
     if names.ENV_ITEM in env:
         idx_text = env.get(names.ENV_ITEM_INDEX, "")
-        return Item(env[names.ENV_ITEM], int(idx_text) if idx_text.isdigit() else ci, ci)
+        return with_fields(Item(env[names.ENV_ITEM],
+                                int(idx_text) if idx_text.isdigit() else ci, ci), fields)
     items_file = Path(env.get(names.ENV_ITEMS_FILE) or paths.items_file)
     if not ci_text.isdigit():
         raise ConfigError(
@@ -108,17 +120,19 @@ def resolve_item(paths: Paths, env: dict[str, str] | None = None) -> Item:
             f"items file {items_file} is missing: mount the stage's items ConfigMap at "
             f"{names.MOUNT_ITEMS} in the runner containers"
         )
-    return lookup(DirVolume(items_file.parent), ci, base=items_file.name)
+    return lookup(DirVolume(items_file.parent), ci, base=items_file.name, fields=fields)
 
 
-def fill_template(template: str, cfg: RunnerConfig, item: Item) -> str:
-    """Plain substitution, never str.format: items and paths may hold braces."""
-    return (
-        template.replace("{item}", item.value)
-        .replace("{index}", str(item.index))
-        .replace("{run}", cfg.run)
-        .replace("{stage}", cfg.stage)
-    )
+def fill_template(template: str, cfg: RunnerConfig, item: Item,
+                  gather: str | None = None) -> str:
+    """{item}, {index}, {run}, {stage}, each matrix {<field>} and, for a gathering input,
+    {gather}: one left-to-right pass (itemfields.expand), never str.format, so items
+    and paths may hold braces and a value is never expanded twice."""
+    values = {**dict(item.fields), "item": item.value, "index": str(item.index),
+              "run": cfg.run, "stage": cfg.stage}
+    if gather is not None:
+        values["gather"] = gather
+    return expand(template, values)
 
 
 def as_prefix(path: str) -> str:

@@ -21,9 +21,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from nightshift.api.runnerwire import DirVolume, all_lines
 from nightshift.aws.s3store import S3Store
 from nightshift.runner.cache import NodeCache
-from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, fill_template
+from nightshift.runner.config import (
+    ConfigError,
+    DataConfig,
+    Item,
+    Paths,
+    RunnerConfig,
+    as_prefix,
+    fill_template,
+)
 from nightshift.runner.store import (
     META_SHA256,
     ChecksumError,
@@ -223,26 +232,55 @@ def _link(root: Path, name: str, field: str) -> Path:
     return _local(root, posixpath.dirname(name), field) / leaf
 
 
+def gathered_items(paths: Paths, ref: DataConfig) -> list[str | None]:
+    """The items of the stage `ref` gathers ([None]: the input is not a gathering one)."""
+    if not ref.gather:
+        return [None]
+    folder = paths.gather(ref.gather)
+    found: list[str | None] = [*all_lines(DirVolume(folder))]
+    if not found:
+        raise ConfigError(f"gather {ref.gather!r}: no items at {folder}; mount that stage's "
+                          "items ConfigMaps there (the operator renders them for the "
+                          "stage-in container)")
+    return found
+
+
+def _input_places(cfg: RunnerConfig, paths: Paths, item: Item, i: int, ref: DataConfig
+                  ) -> list[tuple[str, str]]:
+    """(path in the storage, local name under inputs/) of each copy of input i: one, or
+    one per gathered item at <localPath or storage name>/<gathered item> (stream) or
+    <localPath>/<gathered item> (stage)."""
+    st = cfg.storage(ref.storage)
+    local = (ref.local_path or st.name) if ref.mode == "stream" else ref.local_path
+    out = []
+    for g in gathered_items(paths, ref):
+        where = local if g is None else (posixpath.join(local, g) if local else g)
+        out.append((fill_template(ref.path, cfg, item, g), where))
+    return out
+
+
 def check_item_paths(cfg: RunnerConfig, paths: Paths, item: Item) -> None:
     """Every path and key the item's inputs and outputs will use stays under its root.
 
     Run in the init container, before anything is read or written: an item that
     escapes fails its pod before any step runs, and the sidecar never commits it.
+    A gathered item is checked the same way, for its path and its place under inputs/.
     """
     for i, ref in enumerate(cfg.inputs):
         st = cfg.storage(ref.storage)
-        path = fill_template(ref.path, cfg, item)
-        if ref.mode == "stream":
-            _link(paths.inputs, ref.local_path or st.name, f"inputs[{i}]")
-            try:
-                contained_path(Path(st.path), path, "link")
-            except ContainmentError as e:
-                raise ContainmentError(
-                    f"item {item.value!r}: inputs[{i}].path {ref.path!r} gives {path!r}, "
-                    f"which leaves the volume of storage {st.name!r}: {e}") from None
-            continue
-        _local(paths.inputs, ref.local_path, f"inputs[{i}]")
-        _item_key(cfg, item, f"inputs[{i}]", ref, st.prefix + path)
+        for path, where in _input_places(cfg, paths, item, i, ref):
+            if ref.mode == "stream":
+                _link(paths.inputs, where, f"inputs[{i}]")
+                try:
+                    contained_path(Path(st.path), path, "link")
+                except ContainmentError as e:
+                    raise ContainmentError(
+                        f"item {item.value!r}: inputs[{i}].path {ref.path!r} gives "
+                        f"{path!r}, which leaves the volume of storage {st.name!r}: {e}"
+                    ) from None
+                continue
+            _local(paths.inputs, where, f"inputs[{i}]")
+            _item_key(cfg, item, f"inputs[{i}]", ref, st.prefix + path)
     for i, ref in enumerate(cfg.outputs):
         st = cfg.storage(ref.storage)
         path = as_prefix(fill_template(ref.path, cfg, item))
@@ -261,25 +299,25 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
     cache: NodeCache | None = None
     for i, ref in enumerate(cfg.inputs):
         st = cfg.storage(ref.storage)
-        path = fill_template(ref.path, cfg, item)
-        if ref.mode == "stream":
-            # The volume is mounted into the step containers; link the item's part of it.
-            link = _link(paths.inputs, ref.local_path or st.name, f"inputs[{i}]")
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.unlink(missing_ok=True)
-            link.symlink_to(Path(st.path) / path)
-            continue
-        base = _local(paths.inputs, ref.local_path, f"inputs[{i}]")
-        store = stores[ref.storage]
-        full = st.prefix + path
-        log.info("inputs[%d]: staging %s:%s into %s", i, st.name, full, base)
-        if isinstance(store, DirStore):
-            stage_dir(store, full, base, stats)
-            continue
-        use_cache = ref.cache and paths.cache.is_dir()
-        if use_cache and cache is None:
-            cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
-        stage_s3(store, full, base, cache if use_cache else None, stats)
+        for path, where in _input_places(cfg, paths, item, i, ref):
+            if ref.mode == "stream":
+                # The volume is mounted into the step containers; link the item's part.
+                link = _link(paths.inputs, where, f"inputs[{i}]")
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.unlink(missing_ok=True)
+                link.symlink_to(Path(st.path) / path)
+                continue
+            base = _local(paths.inputs, where, f"inputs[{i}]")
+            store = stores[ref.storage]
+            full = st.prefix + path
+            log.info("inputs[%d]: staging %s:%s into %s", i, st.name, full, base)
+            if isinstance(store, DirStore):
+                stage_dir(store, full, base, stats)
+                continue
+            use_cache = ref.cache and paths.cache.is_dir()
+            if use_cache and cache is None:
+                cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
+            stage_s3(store, full, base, cache if use_cache else None, stats)
     if cache:
         stats.cache_hits, stats.cache_misses = cache.stats.hits, cache.stats.misses
     stats.seconds = time.monotonic() - t0

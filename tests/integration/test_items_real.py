@@ -1,0 +1,114 @@
+"""Matrices, argv substitution and gathered inputs in real pods on the real node: run.sh
+in our runner image's /bin/sh, the runner's stage-in against versitygw. The Jobs are
+rendered as the operator renders them (pipelinerun/jobs.py), items frozen as it freezes
+them; skipped without the real node or its images, as test_real_node.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun import jobs
+from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
+from nightshift.pipelinerun.spec import PipelineRunSpec
+from tests.clusterutil import Kubectl
+from tests.integration.test_real_node import (
+    BUCKET,
+    RUNNER_IMAGE,
+    gateway,
+    on_real_node,
+    real_node,
+    s3_on_gateway,
+    wait_job,
+)
+from tests.s3server import VersityGW
+
+__all__ = ["gateway", "real_node", "s3_on_gateway"]  # fixtures, used by name below
+
+# Shell syntax that must reach the step as bytes, never run.
+HOSTILE = "$(touch pwned) `id` 'q' \"d\" * ;x"  # no '/': matrix values may not hold one
+
+
+def _run(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, stage_index: int,
+         frozen: dict[str, list[str]]) -> str:
+    """Freeze each stage's items, render stage `stage_index`'s Job, run it to the end."""
+    run = it.RunRef(f"r{uuid.uuid4().hex[:5]}", namespace, str(uuid.uuid4()))
+    cms: dict[str, list[str]] = {}
+    for stage_name, items in frozen.items():
+        for cm in it.items_configmaps(run, stage_name, items):
+            cm["metadata"].pop("ownerReferences", None)
+            kubectl.apply(cm)
+            cms.setdefault(stage_name, []).append(cm["metadata"]["name"])
+    stage = spec.stages[stage_index]
+    manifest = jobs.render_job(
+        run=run, spec=spec, stage=stage, attempt=0, completions=len(frozen[stage.name]),
+        item_configmaps=cms[stage.name], parallelism=2, suspend=False,
+        runner_image=RUNNER_IMAGE,
+        gather_configmaps={g: cms[g] for g in cms if g != stage.name})
+    manifest["metadata"].pop("ownerReferences")
+    on_real_node(manifest["spec"]["template"]["spec"])
+    kubectl.apply(manifest)
+    name = str(manifest["metadata"]["name"])
+    wait_job(kubectl, name, namespace, timeout=240)
+    return name
+
+
+def test_matrix_fields_and_argv_reach_the_step_as_data(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str) -> None:
+    spec = PipelineRunSpec.model_validate({"stages": [{
+        "name": "bbp", "image": RUNNER_IMAGE,
+        "forEach": {"matrix": {"source": ["northridge", HOSTILE], "site": ["LAX"]}},
+        "steps": [{"name": "sim", "command": ["sh", "-c",
+                                              'printf "%s|%s|%s|%s|%s\\n" "$@" '
+                                              '"$NIGHTSHIFT_ITEM_SOURCE" "$NIGHTSHIFT_ITEM_SITE"',
+                                              "sim"],
+                   "args": ["{source}", "--site={site}", "{item}"]}]}]})
+    items = it.item_list(spec.stages[0].for_each)
+    assert items == ["LAX/northridge", f"LAX/{HOSTILE}"]  # fields in name order
+    name = _run(kubectl, spec, namespace, 0, {"bbp": items})
+    pods = json.loads(kubectl("get", "pods", "-n", namespace, "-l", f"job-name={name}",
+                              "-o", "json").stdout)["items"]
+    lines = sorted(kubectl("logs", p["metadata"]["name"], "-n", namespace).stdout.strip()
+                   for p in pods)
+    assert lines == sorted([
+        "northridge|--site=LAX|LAX/northridge|northridge|LAX",
+        f"{HOSTILE}|--site=LAX|LAX/{HOSTILE}|{HOSTILE}|LAX",
+    ]), lines
+
+
+def test_gathered_inputs_one_per_item_of_an_earlier_stage(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str,
+        s3_on_gateway: VersityGW) -> None:
+    gw = s3_on_gateway
+    s3 = gw.client()
+    days, bands = ["day-01", "day-02", "day-03"], ["b0", "b1"]
+    for d in days:
+        for b in bands:
+            s3.put_object(Bucket=BUCKET, Key=f"proj/split/{d}/{b}/vis.txt",
+                          Body=f"{d}:{b}\n".encode())
+    kubectl("create", "secret", "generic", "s3-creds", "-n", namespace,
+            f"--from-literal={SECRET_ACCESS_KEY_ID}={gw.access_key}",
+            f"--from-literal={SECRET_SECRET_ACCESS_KEY}={gw.secret_key}")
+    spec = PipelineRunSpec.model_validate({
+        "storage": [{"name": "work", "s3": {"bucket": BUCKET, "prefix": "proj/",
+                                            "endpoint": gw.endpoint, "region": "us-east-1",
+                                            "credentialsSecret": "s3-creds"}}],
+        "stages": [
+            {"name": "split", "image": RUNNER_IMAGE, "forEach": {"items": days},
+             "steps": [{"name": "split", "command": ["true"]}]},
+            {"name": "invert", "image": RUNNER_IMAGE, "dependsOn": ["split"],
+             "forEach": {"items": bands},
+             "inputs": [{"storage": "work", "path": "split/{gather}/{item}/",
+                         "gather": "split", "cache": False}],
+             "outputs": [{"storage": "work", "path": "cube/{item}/"}],
+             # Every day's copy of this band, in day order.
+             "steps": [{"name": "invert", "command": [
+                 "sh", "-c", 'cat "$NIGHTSHIFT_INPUTS"/*/vis.txt > "$NIGHTSHIFT_OUTPUTS/cube.txt"'
+             ]}]},
+        ]})
+    _run(kubectl, spec, namespace, 1, {"split": days, "invert": bands})
+    for b in bands:
+        body = s3.get_object(Bucket=BUCKET, Key=f"proj/cube/{b}/cube.txt")["Body"].read()
+        assert body.decode() == "".join(f"{d}:{b}\n" for d in days)
