@@ -20,7 +20,9 @@ layout; what goes is what KWOK pods cannot do:
   SharedStorages are not applied (`nightshift validate` checks them).
 
 sim.yaml beside the manifests: `scale`, `secondsPerItem: {stage: s}`, optional
-`maxPodsPerMinute` (replaces launch pacing too slow for a test), `files` / `objects`
+`maxPodsPerMinute` (replaces launch pacing too slow for a test) and `parallelism:
+{stage: n}` (set as spec.parallelism, the run-time knob, for a stage whose pods one
+after the other would take minutes on KWOK), `files` / `objects`
 (what item sources read) and `expect: {run: {stage: items}}`, counted by hand.
 """
 
@@ -166,6 +168,11 @@ def simulate_run(ex: Example, run: Mapping[str, Any], pool_map: Mapping[str, str
     if "maxPodsPerMinute" in ex.sim:
         out_spec["launch"] = {**out_spec.get("launch", {}),
                               "maxPodsPerMinute": int(ex.sim["maxPodsPerMinute"])}
+    if "parallelism" in ex.sim:
+        # The operations knob (spec.parallelism), not the stage's own value: the stage
+        # stays as written, only this run of it goes wider.
+        out_spec["parallelism"] = {**out_spec.get("parallelism", {}),
+                                   **{k: int(v) for k, v in ex.sim["parallelism"].items()}}
     needed = item_storages(run)
     if needed:
         if s3 is None:

@@ -126,6 +126,8 @@ def test_simulated_durations_follow_the_model() -> None:
     chiles = example("chiles")
     sim = sx.simulate_run(chiles, chiles.runs[0], pool_map(chiles), S3)
     assert sim["spec"]["launch"] == {"maxPodsPerMinute": 600}
+    assert sim["spec"]["parallelism"] == {"copy": 6}
+    assert sim["spec"]["stages"][0]["parallelism"] == 1
 
 
 def test_seeded_objects_land_under_the_storage_prefix() -> None:
