@@ -9,9 +9,8 @@ import json
 import uuid
 from typing import Any
 
-from nightshift.pipelinerun import batch
+from nightshift.pipelinerun import batch, jobs
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun import jobs
 from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.clusterutil import Kubectl
