@@ -88,6 +88,8 @@ k apply --server-side --force-conflicts -f crds/ >/dev/null || die "applying crd
 for crd in pipelineruns virtualclusters sharedstorages; do
   k wait --for=condition=Established --timeout=60s "crd/$crd.nightshift.io" >/dev/null || die "CRD $crd not established"
 done
+# The runs' namespace first: the chart puts the operator's Role for it there.
+k create namespace "$RUNS" >/dev/null 2>&1 || true
 if [ "$OPERATOR" = host ]; then
   step "the operator as a host process, watching $RUNS (E2E_OPERATOR=host)"
   "$venv/bin/nightshift" operator -n "$RUNS" --health-port 0 >"$work/operator.log" 2>&1 &
@@ -101,7 +103,6 @@ fi
 step "simulated runs of examples/ci/manifests in namespace $RUNS"
 "$py" examples/ci/simulate.py examples/ci/manifests "${sim[@]}" -o "$work/sim.yaml" || exit 1
 "$venv/bin/nightshift" validate "$work/sim.yaml" || exit 1
-k create namespace "$RUNS" >/dev/null 2>&1 || true
 k apply -n "$RUNS" -f "$work/sim.yaml" || die "applying the simulated runs failed"
 
 status=0

@@ -3,7 +3,8 @@
 #   1. start the local cluster (left as it was found: a cluster already up stays up);
 #   2. build our images into the real node's containerd when the cluster has one;
 #   3. run pytest tests/integration (with $KUBECONFIG set, steps 1-2 are skipped and the
-#      suite runs against that cluster instead).
+#      suite runs against that cluster instead);
+#   4. after a whole-suite pass, the e2e subset on kind (hack/e2e-kind.sh).
 # pytest's exit code is the script's: 5 (no tests collected) fails make and CI. The
 # `disruptive` tests (tests/integration/test_faults.py) run alone after the rest.
 # NIGHTSHIFT_TEST_WORKERS (default 2) pytest-xdist workers share the cluster: each has
@@ -40,6 +41,7 @@ fi
 was_up=0
 "$lc" status >/dev/null 2>&1 && was_up=1
 "$lc" up || exit 1
+# shellcheck disable=SC2317  # reached through the EXIT trap below
 stop() { [ "$was_up" = 1 ] || [ -n "${NIGHTSHIFT_KEEP_CLUSTER:-}" ] || "$lc" down; }
 trap stop EXIT
 state=${NIGHTSHIFT_LOCALCLUSTER_DIR:-$root/.localcluster}
@@ -49,3 +51,17 @@ else
   echo "integration: no real node in this cluster; its tests will be skipped"
 fi
 suite "$@"
+rc=$?
+# After a whole-suite pass, the e2e subset on kind (hack/e2e-kind.sh: a kind cluster
+# built here, the chart installed with Helm, the simulated examples/ci runs), as a
+# collaboration's CI runs it; `make e2e` runs the same hack/e2e.sh on any KUBECONFIG.
+# Without the real node (the images' source) it runs on the local cluster instead.
+if [ "$rc" = 0 ] && [ $# = 0 ]; then
+  if [ -S "$state/realnode/containerd/containerd.sock" ]; then
+    VENV=$venv bash hack/e2e-kind.sh
+  else
+    VENV=$venv bash hack/e2e.sh
+  fi
+  rc=$?
+fi
+exit "$rc"

@@ -39,7 +39,8 @@ BASE_REV=1  # bump when the recipe below changes
 base_key=$(printf '%s %s %s %s' "$BASE_PKGS" "$KIND_VERSION" "$BASE_REV" "$(date +%G-w%V)" | sha256sum | cut -c1-10)
 BASE_TAR=$CACHE/images/kind-base-$SUITE-$base_key.tar
 BASE_IMAGE=nightshift/kind-base:$base_key
-NODE_IMAGE=nightshift/kind-node:$KUBERNETES_VERSION-$base_key
+NODE_REV=2  # bump when the node recipe below changes
+NODE_IMAGE=nightshift/kind-node:$KUBERNETES_VERSION-$base_key-n$NODE_REV
 REALNODE_SOCK=${NIGHTSHIFT_LOCALCLUSTER_DIR:-$root/.localcluster}/realnode/containerd/containerd.sock
 export GOFLAGS=-mod=mod GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 export PATH=$KIND_DIR/bin:$PATH:/usr/lib/go-1.23/bin
@@ -251,6 +252,30 @@ node_image() {
     docker cp "$b" "$id:/usr/bin/$(basename "$b")"
   done
   docker exec "$id" sh -c "echo $v > /kind/version"
+  # The node container runs without CAP_SYS_RESOURCE (this VM's bounding set lacks it,
+  # see runc-nosysresource), and lowering a process's oom_score_adj needs it: runc's
+  # init died on the critical pods' oomScoreAdj -997/-998 ("can't get final child's PID
+  # from pipe: EOF") and no control-plane pod started. A runc ahead of Debian's on
+  # containerd's PATH clamps a negative oomScoreAdj to 0 before create; nothing else
+  # changes.
+  docker exec -i "$id" sh -c 'cat > /usr/local/sbin/runc && chmod 755 /usr/local/sbin/runc' <<'SH'
+#!/bin/sh
+# Nightshift's kind node: clamp a negative oomScoreAdj (needs CAP_SYS_RESOURCE) to 0.
+bundle=.
+prev=
+for a in "$@"; do
+  [ "$prev" = --bundle ] || [ "$prev" = -b ] && bundle=$a
+  prev=$a
+done
+case " $* " in
+  *" create "*|*" run "*)
+    if [ -f "$bundle/config.json" ]; then
+      jq -c '(.process.oomScoreAdj // 0) as $o | if $o < 0 then .process.oomScoreAdj = 0 else . end' \
+        "$bundle/config.json" > "$bundle/config.json.ns" && mv "$bundle/config.json.ns" "$bundle/config.json"
+    fi ;;
+esac
+exec /usr/sbin/runc "$@"
+SH
   # One node, one bridge: the CNI kind's kindnetd would set up, without its image.
   docker exec -i "$id" sh -c 'cat > /etc/cni/net.d/10-nightshift-bridge.conflist' <<'JSON'
 {"cniVersion": "1.0.0", "name": "nightshift", "plugins": [

@@ -9,8 +9,8 @@ import json
 import uuid
 from typing import Any
 
+from nightshift.pipelinerun import batch, jobs
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun import jobs
 from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.clusterutil import Kubectl
@@ -42,8 +42,11 @@ def _run(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, stage_index: i
             kubectl.apply(cm)
             cms.setdefault(stage_name, []).append(cm["metadata"]["name"])
     stage = spec.stages[stage_index]
+    n = len(frozen[stage.name])
     manifest = jobs.render_job(
-        run=run, spec=spec, stage=stage, attempt=0, completions=len(frozen[stage.name]),
+        run=run, spec=spec, stage=stage, attempt=0,
+        completions=batch.completions(n, stage.batch),
+        positions=n if stage.batch > 1 else None,
         item_configmaps=cms[stage.name], parallelism=2, suspend=False,
         runner_image=RUNNER_IMAGE,
         gather_configmaps={g: cms[g] for g in cms if g != stage.name})
@@ -112,3 +115,33 @@ def test_gathered_inputs_one_per_item_of_an_earlier_stage(
     for b in bands:
         body = s3.get_object(Bucket=BUCKET, Key=f"proj/cube/{b}/cube.txt")["Body"].read()
         assert body.decode() == "".join(f"{d}:{b}\n" for d in days)
+
+
+def test_a_batch_runs_its_items_in_order_and_retries_one_in_place(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str) -> None:
+    """batch: 3 over 7 items: 3 pods; each item runs once in order with its own env and
+    argv; item n-4 fails its first try (a marker in the pod's scratch) and is retried in
+    the pod, so no pod fails."""
+    items = [f"n-{i}" for i in range(7)]
+    script = ('if [ "$1" = n-4 ] && [ ! -e /nightshift/work/tried ]; then '
+              ': > /nightshift/work/tried; exit 3; fi; '
+              'echo "$NIGHTSHIFT_ITEM_INDEX $NIGHTSHIFT_ITEM $1"')
+    spec = PipelineRunSpec.model_validate({"stages": [{
+        "name": "proj", "image": RUNNER_IMAGE, "forEach": {"items": items}, "batch": 3,
+        "retries": {"perItem": 2},
+        "steps": [{"name": "project", "command": ["sh", "-c", script, "project"],
+                   "args": ["{item}"]}]}]})
+    name = _run(kubectl, spec, namespace, 0, {"proj": items})
+    job = json.loads(kubectl("get", "job", name, "-n", namespace, "-o", "json").stdout)
+    assert job["spec"]["completions"] == 3 and job["status"]["succeeded"] == 3
+    assert not job["status"].get("failed"), job["status"]
+    pods = json.loads(kubectl("get", "pods", "-n", namespace, "-l", f"job-name={name}",
+                              "-o", "json").stdout)["items"]
+    assert len(pods) == 3
+    seen: list[str] = []
+    for p in sorted(pods, key=lambda p: int(p["metadata"]["annotations"][
+            "batch.kubernetes.io/job-completion-index"])):
+        out = kubectl("logs", p["metadata"]["name"], "-n", namespace).stdout
+        seen += [line for line in out.splitlines() if line.startswith(("0 ", "1 ", "2 ", "3 ",
+                                                                       "4 ", "5 ", "6 "))]
+    assert seen == [f"{i} n-{i} n-{i}" for i in range(7)], seen

@@ -221,3 +221,12 @@ def test_the_chart_sets_the_variable_the_operator_reads() -> None:
     assert op.peering_from_env(on)["peering_name"] == "nightshift"
     assert "POD_ID" in on  # kopf's identity of the replica (a fieldRef: no value here)
     assert op.peering_from_env(env({"peering.enabled": False})) == {"standalone": True}
+
+
+def test_own_identity_never_needs_a_passwd_entry() -> None:
+    from nightshift.cli.operator import own_identity
+
+    assert own_identity({"POD_ID": "nightshift-abc"}) == "nightshift-abc"
+    # Without POD_ID: host and PID, not getpass.getuser() (which raises KeyError for a
+    # uid without a passwd entry, as the chart's 65532 in the operator image).
+    assert "/" in own_identity({})

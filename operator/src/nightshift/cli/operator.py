@@ -23,11 +23,13 @@ import contextlib
 import logging
 import os
 import random
+import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 import kopf
+from kopf._core.engines.peering import Identity  # a NewType of str: kopf.run's type
 
 from nightshift.engine.loop import Loops
 
@@ -136,6 +138,14 @@ def peering_from_env(environ: dict[str, str] | None = None,
             "priority": peering_priority(start, random.randint(0, 999))}  # noqa: S311  (a tie-break, not a secret)
 
 
+def own_identity(environ: Mapping[str, str] | None = None) -> Identity:
+    """kopf's identity for this process: POD_ID (the chart sets the pod's name), else
+    host and PID. Not kopf's default, which asks the passwd database for the user name
+    and crashes as a non-root uid without an entry (the chart's 65532)."""
+    env = os.environ if environ is None else environ
+    return Identity(env.get("POD_ID") or f"{socket.gethostname()}/{os.getpid()}")
+
+
 def run_operator(namespaces: list[str], health_port: int, health_host: str = "0.0.0.0") -> int:  # noqa: S104  (in a pod: the kubelet probes the pod IP)
     # Importing registers the handlers with kopf's default registry.
     from nightshift.engine.kopfapp import KINDS
@@ -159,6 +169,7 @@ def run_operator(namespaces: list[str], health_port: int, health_host: str = "0.
             clusterwide=not namespaces,
             namespaces=namespaces,
             liveness_endpoint=liveness,
+            identity=own_identity(),
             **peering,
         )
     return 0

@@ -22,12 +22,12 @@ from pydantic import ValidationError
 
 from nightshift.api import conditions as cond
 from nightshift.api import names, ranges
-from nightshift.api.conditions import parse_rfc3339, rfc3339
+from nightshift.api.conditions import rfc3339
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
 from nightshift.pipelinerun import batch as batchmod
-from nightshift.pipelinerun import binding, mpijob, references, runnerparts, validate
+from nightshift.pipelinerun import binding, launch, mpijob, references, runnerparts, validate
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
@@ -95,8 +95,6 @@ class Plan:
     patch: list[dict[str, Any]] = field(default_factory=list)
 
 
-# Seconds between the parallelism raises of a staggered launch.
-LAUNCH_STEP = 10
 # Seconds between looks while a lost Job's pods go away.
 LOST_POD_WAIT = 5.0
 # Seconds between looks at a running MPI stage's MPIJob.
@@ -376,21 +374,11 @@ class _Planner:
         target = spec.parallelism.get(st.name, st.parallelism)
         cap = jobsmod.max_parallelism(max(completions, 1))
         target = cap if target is None else min(target, cap)
-        rate = spec.launch.max_pods_per_minute
-        if not rate or target <= max(1, (rate * LAUNCH_STEP) // 60):
-            return int(target)
-        started = parse_rfc3339(start)
-        now = self.obs.now.replace(tzinfo=None, microsecond=0)
-        elapsed = max(0.0, (now - started.replace(tzinfo=None)).total_seconds()) \
-            if started else 0.0
-        # Raise every LAUNCH_STEP seconds by that share of the per-minute rate, so pods
-        # start in small waves rather than one burst per minute.
-        steps = int(elapsed // LAUNCH_STEP) + 1
-        allowed = max(1, (rate * steps * LAUNCH_STEP) // 60)
-        if allowed < target:
-            wait = LAUNCH_STEP * steps - elapsed
+        allowed, wait = launch.paced(int(target), spec.launch.max_pods_per_minute, start,
+                                     self.obs.now)
+        if wait is not None:
             self.requeue = wait if self.requeue is None else min(self.requeue, wait)
-        return int(min(target, allowed))
+        return allowed
 
     # --- status ------------------------------------------------------------------
 

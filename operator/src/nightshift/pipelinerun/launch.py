@@ -1,0 +1,38 @@
+"""Staggered launches (spec.launch.maxPodsPerMinute): how far a stage Job's parallelism
+may be raised by now. Pure: the start time and `now` come in, the value and when to look
+again go out.
+
+Spot capacity asked for all at once is where partial fulfilment and interruptions
+cluster; raising parallelism in small waves spreads the requests out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from nightshift.api.conditions import parse_rfc3339
+
+# Seconds between the parallelism raises of a staggered launch.
+LAUNCH_STEP = 10
+
+
+def paced(target: int, rate: int | None, start: str, now: datetime) -> tuple[int, float | None]:
+    """The parallelism allowed `now` for a Job started at `start` (RFC 3339) that wants
+    `target`, at `rate` pods per minute; and the seconds until the next raise (None when
+    the target is reached or there is no rate)."""
+    if not rate or target <= max(1, (rate * LAUNCH_STEP) // 60):
+        return target, None
+    try:
+        started = parse_rfc3339(start)
+    except ValueError:
+        started = None  # a damaged record: count from now, never fail the pass
+    now = now.replace(tzinfo=None, microsecond=0)
+    elapsed = max(0.0, (now - started.replace(tzinfo=None)).total_seconds()) \
+        if started else 0.0
+    # Raise every LAUNCH_STEP seconds by that share of the per-minute rate, so pods
+    # start in small waves rather than one burst per minute.
+    steps = int(elapsed // LAUNCH_STEP) + 1
+    allowed = max(1, (rate * steps * LAUNCH_STEP) // 60)
+    if allowed < target:
+        return allowed, LAUNCH_STEP * steps - elapsed
+    return target, None
