@@ -85,7 +85,7 @@ def load(path: Path) -> Example:
         for doc in yaml.safe_load_all(f.read_text(encoding="utf-8")):
             if not isinstance(doc, dict):
                 continue
-            kind, name = doc.get("kind"), (doc.get("metadata") or {}).get("name")
+            kind, name = doc.get("kind"), str((doc.get("metadata") or {}).get("name"))
             if kind == "PipelineRun":
                 ex.runs.append(doc)
             elif kind == "SharedStorage":

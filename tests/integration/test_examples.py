@@ -61,7 +61,9 @@ def _seed_s3(ex: Any, run: dict[str, Any], gw: VersityGW, kubectl: Kubectl,
     objects = sx.seed_objects(ex, run)
     for storage, key, body in objects:
         s3.put_object(Bucket=sx.S3Target.bucket(storage), Key=key, Body=body)
-    b64 = lambda v: base64.b64encode(v.encode()).decode()  # noqa: E731
+    def b64(v: str) -> str:
+        return base64.b64encode(v.encode()).decode()
+
     kubectl.apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET},
                    "data": {"AWS_ACCESS_KEY_ID": b64(gw.access_key),
                             "AWS_SECRET_ACCESS_KEY": b64(gw.secret_key)}}, namespace)
