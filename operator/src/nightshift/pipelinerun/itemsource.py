@@ -114,7 +114,7 @@ def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage,
             config: OperatorConfig) -> list[str]:
     fe = stage.for_each
     field = f"spec.stages[{spec.stages.index(stage)}].forEach"
-    if fe is None or fe.items is not None or fe.range is not None:
+    if fe is None or fe.items is not None or fe.range is not None or fe.matrix is not None:
         return render_items.item_list(fe)
     if fe.from_config_map is not None:
         src = fe.from_config_map
