@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
+from nightshift.api import names
 from nightshift.kube import Kube
 from tests.clusterutil import Kubectl
 from tests.examplesutil import EXAMPLES, SEEDS, simulate_examples
 from tests.integration.conftest import OperatorProcess
-from tests.integration.prutil import kwok_node_pool, stage_status, wait_phase
+from tests.integration.prutil import jobs, kwok_node_pool, stage_status, wait_phase
 from tests.s3server import VersityGW, s3server
 
 __all__ = ["s3server"]  # the fixture, used by name below
@@ -98,10 +99,16 @@ def test_example_simulation_succeeds_with_its_item_counts(
                for s in expect}
         assert got == {s: (n, n) for s, n in expect.items()}, got
         assert done["status"]["total"] == sum(expect.values())
+        for st in run["spec"]["stages"]:
+            if int(st.get("batch", 1)) > 1:
+                [job] = [j for j in jobs(kube, namespace, run_name)
+                         if j["metadata"]["labels"][names.LABEL_STAGE] == st["name"]]
+                # K items a pod: ceil(N/K) completions.
+                assert job["spec"]["completions"] == -(-expect[st["name"]] // st["batch"])
         mpi = [s for s in run["spec"]["stages"] if "mpi" in s]
         if mpi:
-            jobs = kube.list("kubeflow.org/v2beta1", "MPIJob", namespace)
-            workers = sorted(j["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] for j in jobs)
+            mpijobs = kube.list("kubeflow.org/v2beta1", "MPIJob", namespace)
+            workers = sorted(j["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] for j in mpijobs)
             assert workers == sorted(s["mpi"]["workers"] for s in mpi), workers
         print(f"example {name}: run {run_name} Succeeded in {elapsed:.0f} s, items per "
               f"stage {dict(expect)}")
