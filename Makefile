@@ -30,8 +30,8 @@ upstream: venv ## build etcd, Kubernetes, KWOK, Karpenter, versitygw; fetch kube
 	$(VENV)/bin/nightshift-localcluster build
 
 lint: venv ## ruff (with security rules), mypy --strict, the layer contracts, shellcheck, hadolint
-	$(VENV)/bin/ruff check operator localcluster tests bench
-	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src/nightshift localcluster/src/nightshift_localcluster tests bench
+	$(VENV)/bin/ruff check operator localcluster tests bench examples
+	$(VENV)/bin/mypy --config-file operator/pyproject.toml operator/src/nightshift localcluster/src/nightshift_localcluster tests bench examples/simulate_examples.py examples/ci/simulate.py
 	$(VENV)/bin/lint-imports --no-logo
 	shellcheck $$(git ls-files '*.sh' .ci/run)
 	$(VENV)/bin/hadolint Dockerfile images/*/Dockerfile
