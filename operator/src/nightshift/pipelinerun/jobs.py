@@ -197,23 +197,32 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         del pod_spec["initContainers"]
     if parts.share_process_namespace:
         pod_spec["shareProcessNamespace"] = True
+    pod_spec.update(placement(spec, stage, run.namespace))
+    return {"metadata": pod_metadata(stage, labels), "spec": pod_spec}
+
+
+def placement(spec: PipelineRunSpec, stage: Stage, namespace: str) -> dict[str, Any]:
+    """The pod-spec fields that put a stage's pods where they belong: its service
+    account, its pool (node selector and the pool taint's toleration) and, in a
+    VirtualCluster, only that VirtualCluster's nodes. Shared by Jobs and MPIJobs."""
+    out: dict[str, Any] = {}
     if stage.service_account_name:
-        pod_spec["serviceAccountName"] = stage.service_account_name
+        out["serviceAccountName"] = stage.service_account_name
     if stage.pool:
-        pod_spec["nodeSelector"] = {names.LABEL_POOL: stage.pool}
-        pod_spec["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
-                                    "value": stage.pool, "effect": "NoSchedule"}]
+        out["nodeSelector"] = {names.LABEL_POOL: stage.pool}
+        out["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
+                               "value": stage.pool, "effect": "NoSchedule"}]
         if spec.virtual_cluster:
-            pod_spec["affinity"] = virtual_cluster_affinity(spec.virtual_cluster,
-                                                             run.namespace)
+            out["affinity"] = virtual_cluster_affinity(spec.virtual_cluster, namespace)
+    return out
+
+
+def pod_metadata(stage: Stage, labels: Mapping[str, str]) -> dict[str, Any]:
     return {
-        "metadata": {
-            # Ours last: a user label must not detach a pod from its run or stage.
-            "labels": {**stage.pod_labels, **labels},
-            # An item in flight is work lost if Karpenter consolidates its node.
-            "annotations": {**stage.pod_annotations, names.ANNOTATION_DO_NOT_DISRUPT: "true"},
-        },
-        "spec": pod_spec,
+        # Ours last: a user label must not detach a pod from its run or stage.
+        "labels": {**stage.pod_labels, **labels},
+        # An item in flight is work lost if Karpenter consolidates its node.
+        "annotations": {**stage.pod_annotations, names.ANNOTATION_DO_NOT_DISRUPT: "true"},
     }
 
 

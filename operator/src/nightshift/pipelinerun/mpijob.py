@@ -26,8 +26,9 @@ from nightshift.pipelinerun.items import RunRef, job_name
 from nightshift.pipelinerun.jobs import (
     POD_LABELS,
     merge_env,
+    placement,
+    pod_metadata,
     pod_security,
-    virtual_cluster_affinity,
 )
 from nightshift.pipelinerun.spec import Mpi, PipelineRunSpec, Stage
 
@@ -139,20 +140,8 @@ def _template(spec: PipelineRunSpec, stage: Stage, run: RunRef, labels: Mapping[
     }
     if volumes:
         pod["volumes"] = copy.deepcopy(volumes)
-    if stage.service_account_name:
-        pod["serviceAccountName"] = stage.service_account_name
-    if stage.pool:
-        pod["nodeSelector"] = {names.LABEL_POOL: stage.pool}
-        pod["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
-                               "value": stage.pool, "effect": "NoSchedule"}]
-        if spec.virtual_cluster:
-            pod["affinity"] = virtual_cluster_affinity(spec.virtual_cluster, run.namespace)
-    return {
-        "metadata": {"labels": {**stage.pod_labels, **labels},
-                     "annotations": {**stage.pod_annotations,
-                                     names.ANNOTATION_DO_NOT_DISRUPT: "true"}},
-        "spec": pod,
-    }
+    pod.update(placement(spec, stage, run.namespace))
+    return {"metadata": pod_metadata(stage, labels), "spec": pod}
 
 
 def _true(conds: list[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
