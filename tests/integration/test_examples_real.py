@@ -16,7 +16,6 @@ import yaml
 
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun import jobs
-from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift_localcluster.nodeconfig import NODE_NAME
 from tests.clusterutil import Kubectl
@@ -26,6 +25,7 @@ from tests.integration.test_real_node import (
     gateway,
     on_real_node,
     real_node,
+    s3_credentials,
     s3_on_gateway,
     wait_job,
 )
@@ -73,9 +73,7 @@ def test_small_snfactory_run_on_the_real_node(real_node: dict[str, Any], kubectl
         for frame, body in frames.items():
             s3.put_object(Bucket=bucket, Key=f"{prefix}nights/{night}/{frame}",
                           Body=body.encode())
-    kubectl("create", "secret", "generic", s3cfg["credentialsSecret"], "-n", namespace,
-            f"--from-literal={SECRET_ACCESS_KEY_ID}={gw.access_key}",
-            f"--from-literal={SECRET_SECRET_ACCESS_KEY}={gw.secret_key}")
+    s3_credentials(kubectl, namespace, gw, s3cfg["credentialsSecret"])
     spec = PipelineRunSpec.model_validate(manifest["spec"])
     assert [s.name for s in spec.stages] == ["ifu", "summary"]
     run = it.RunRef(name=manifest["metadata"]["name"], namespace=namespace,

@@ -9,7 +9,6 @@ hack/integration.sh runs them alone after the rest; they need the local cluster 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -50,17 +49,15 @@ def _exactly_once(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
     return run
 
 
-def _restart(cluster: Cluster, part: str, down_for: float) -> threading.Thread:
+def _restart(cluster: Cluster, part: str, down_for: float) -> None:
+    """Stop `part`, keep it down, start it again (and revive parts that exit meanwhile).
+    Blocks until it is back: the test's own reads would fail while the part is down."""
     if not cluster.local:
         pytest.skip("restarting a control-plane part needs the local cluster")
     from nightshift_localcluster import faults
     from nightshift_localcluster.paths import Layout
 
-    layout = Layout.discover()
-    t = threading.Thread(target=faults.restart, args=(layout, part, down_for),
-                         kwargs={"say": print, "revive_for": 15.0})
-    t.start()
-    return t
+    faults.restart(Layout.discover(), part, down_for, say=print, revive_for=15.0)
 
 
 @pytest.mark.disruptive
@@ -69,8 +66,7 @@ def test_api_server_then_etcd_restarted_mid_stage(
         namespace: str, pool: str) -> None:
     _start(kube, kubectl, namespace, pool, "restarts")
     for part in ("kube-apiserver", "etcd"):
-        # The test's own reads would fail while the part is down: look once it is back.
-        _restart(cluster, part, down_for=5).join()
+        _restart(cluster, part, down_for=5)
     _exactly_once(kube, namespace, "restarts")
     assert operator.proc is not None and operator.proc.poll() is None, \
         "the operator died with the control plane"

@@ -11,7 +11,6 @@ from typing import Any
 
 from nightshift.pipelinerun import batch, jobs
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.clusterutil import Kubectl
 from tests.integration.test_real_node import (
@@ -20,6 +19,7 @@ from tests.integration.test_real_node import (
     gateway,
     on_real_node,
     real_node,
+    s3_credentials,
     s3_on_gateway,
     wait_job,
 )
@@ -91,9 +91,7 @@ def test_gathered_inputs_one_per_item_of_an_earlier_stage(
         for b in bands:
             s3.put_object(Bucket=BUCKET, Key=f"proj/split/{d}/{b}/vis.txt",
                           Body=f"{d}:{b}\n".encode())
-    kubectl("create", "secret", "generic", "s3-creds", "-n", namespace,
-            f"--from-literal={SECRET_ACCESS_KEY_ID}={gw.access_key}",
-            f"--from-literal={SECRET_SECRET_ACCESS_KEY}={gw.secret_key}")
+    s3_credentials(kubectl, namespace, gw)
     spec = PipelineRunSpec.model_validate({
         "storage": [{"name": "work", "s3": {"bucket": BUCKET, "prefix": "proj/",
                                             "endpoint": gw.endpoint, "region": "us-east-1",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.clusterutil import Kubectl
 from tests.integration.test_real_node import (  # noqa: F401  (fixtures)
@@ -23,6 +22,7 @@ from tests.integration.test_real_node import (  # noqa: F401  (fixtures)
     gateway,
     real_node,
     run_stage,
+    s3_credentials,
     s3_on_gateway,
     stage_job,
 )
@@ -91,9 +91,7 @@ def test_a_stage_runs_in_a_restricted_namespace(
     s3 = gw.client()
     for item in ("a", "b"):
         s3.put_object(Bucket=BUCKET, Key=f"sec/raw/{item}/in.txt", Body=item.encode())
-    kubectl("create", "secret", "generic", "s3-creds", "-n", namespace,
-            f"--from-literal={SECRET_ACCESS_KEY_ID}={gw.access_key}",
-            f"--from-literal={SECRET_SECRET_ACCESS_KEY}={gw.secret_key}")
+    s3_credentials(kubectl, namespace, gw)
     spec = _spec(gw.endpoint)
     run_stage(kubectl, spec, namespace, "sec", ["a", "b"])
     for index, item in enumerate(("a", "b")):

@@ -185,6 +185,14 @@ def s3_on_gateway(gateway: str) -> Iterator[VersityGW]:
             gw.stop()
 
 
+def s3_credentials(kubectl: Kubectl, namespace: str, gw: VersityGW,
+                   name: str = "s3-creds") -> None:
+    """The Secret a storage's credentialsSecret names, holding `gw`'s keys."""
+    kubectl("create", "secret", "generic", name, "-n", namespace,
+            f"--from-literal={SECRET_ACCESS_KEY_ID}={gw.access_key}",
+            f"--from-literal={SECRET_SECRET_ACCESS_KEY}={gw.secret_key}")
+
+
 def test_runner_stage_in_steps_commit_in_real_pods(
         real_node: dict[str, Any], kubectl: Kubectl, namespace: str,
         s3_on_gateway: VersityGW) -> None:
@@ -192,9 +200,7 @@ def test_runner_stage_in_steps_commit_in_real_pods(
     s3 = gw.client()
     for item in ("a", "b"):
         s3.put_object(Bucket=BUCKET, Key=f"proj/raw/{item}/in.txt", Body=f"{item}-data\n".encode())
-    kubectl("create", "secret", "generic", "s3-creds", "-n", namespace,
-            f"--from-literal={SECRET_ACCESS_KEY_ID}={gw.access_key}",
-            f"--from-literal={SECRET_SECRET_ACCESS_KEY}={gw.secret_key}")
+    s3_credentials(kubectl, namespace, gw)
     spec = PipelineRunSpec.model_validate({
         "storage": [{"name": "data", "s3": {"bucket": BUCKET, "prefix": "proj/",
                                             "endpoint": gw.endpoint, "region": "us-east-1",

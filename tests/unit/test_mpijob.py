@@ -115,13 +115,20 @@ def test_planner_creates_the_mpijob_then_follows_it_to_success() -> None:
     assert [o["metadata"]["name"] for o in second.apply if o["kind"] == "Job"]
 
 
-def test_a_failed_mpijob_fails_the_run_with_the_operators_reason() -> None:
-    run = make_run([NPB])
+def _created(stages: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A run named npb after its first pass (status written back) and the MPIJob that
+    pass created, as the API server would show it (uid, creation time)."""
+    run = make_run(stages)
     run["metadata"]["name"] = "npb"
     first = plan(_observe(run, []))
     run["status"] = first.status
     job = next(o for o in first.apply if o["kind"] == "MPIJob")
     job["metadata"].update(uid="m1", creationTimestamp="2025-03-01T12:00:00Z")
+    return run, job
+
+
+def test_a_failed_mpijob_fails_the_run_with_the_operators_reason() -> None:
+    run, job = _created([NPB])
     job["status"] = {"conditions": [{"type": "Failed", "status": "True",
                                      "reason": "BackoffLimitExceeded",
                                      "message": "launcher failed 3 times"}]}
@@ -132,12 +139,7 @@ def test_a_failed_mpijob_fails_the_run_with_the_operators_reason() -> None:
 
 
 def test_suspending_a_run_suspends_its_mpijob() -> None:
-    run = make_run([NPB])
-    run["metadata"]["name"] = "npb"
-    first = plan(_observe(run, []))
-    run["status"] = first.status
-    job = next(o for o in first.apply if o["kind"] == "MPIJob")
-    job["metadata"].update(uid="m1", creationTimestamp="2025-03-01T12:00:00Z")
+    run, job = _created([NPB])
     job["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
     run["spec"]["suspend"] = True
     out = plan(_observe(run, [mpijob.as_job(job)]))
