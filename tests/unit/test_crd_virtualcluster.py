@@ -56,7 +56,7 @@ def test_names_and_columns() -> None:
     assert names["shortNames"] == ["nsvc"] and names["categories"] == ["nightshift"]
     assert crd()["spec"]["scope"] == "Namespaced"
     columns = [c["name"] for c in crd()["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Provider", "Pools", "Nodes", "Per pool", "$/h", "Ready", "Age"]
+    assert columns == ["Provider", "Pools", "Nodes", "Per pool", "$/h", "Cost", "Ready", "Age"]
     # Every column reads a field the status schema declares (none reads an array, whose
     # first element alone kubectl would show).
     status = schema()["properties"]["status"]["properties"]
@@ -64,7 +64,10 @@ def test_names_and_columns() -> None:
         path = col["jsonPath"]
         assert "[*]" not in path, col
         if path.startswith(".status.") and "[" not in path:
-            assert path.removeprefix(".status.") in status, col
+            node: dict[str, Any] = {"properties": status}
+            for part in path.removeprefix(".status.").split("."):
+                assert part in node.get("properties", {}), col
+                node = node["properties"][part]
 
 
 def test_enums_match_models() -> None:

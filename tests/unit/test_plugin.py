@@ -110,21 +110,19 @@ def test_only_conditions_off_their_healthy_value_show() -> None:
         "a", "Pending"]
 
 
-def test_cost_reads_what_the_reporter_wrote() -> None:
-    c = pr.cost_summary({"totalUSD": 12.4, "idleUSD": 0.6, "currency": "USD",
-                         "stages": [{"name": "ifu", "totalUSD": 11.0},
-                                    {"name": "summary", "usd": "0.8"}]})
-    assert c["total"] == 12.4 and c["idle"] == 0.6
-    assert c["stages"] == [{"name": "ifu", "usd": 11.0}, {"name": "summary", "usd": 0.8}]
-    assert c["other"] == {"currency": "USD"}
-    m = pr.cost_summary({"total": 3, "stages": {"a": 1, "b": {"totalUSD": 2}}})
-    assert m["stages"] == [{"name": "a", "usd": 1.0}, {"name": "b", "usd": 2.0}]
-    out = render(pr.cost_view("r", {"totalUSD": 12.4, "idleUSD": 0.6,
-                                    "stages": [{"name": "ifu", "totalUSD": 11.8}]}))
+def test_cost_reads_the_operators_status_cost() -> None:
+    cost = {"billing": "perSecond", "observedAt": "2026-11-24T01:00:00Z", "totalUSD": 12.4,
+            "usedUSD": 11.8, "idleUSD": 0.6, "nodeUSD": 12.4,
+            "stages": [{"name": "ifu", "usedUSD": 11.8, "podSeconds": 7200, "running": 3}]}
+    c = pr.cost_summary(cost)
+    assert (c["total"], c["used"], c["idle"]) == (12.4, 11.8, 0.6)
+    assert c["stages"] == [{"name": "ifu", "usd": 11.8, "podHours": 2.0, "running": 3}]
+    out = render(pr.cost_view("r", cost))
     assert [x.split() for x in out.splitlines()[1:]] == [
-        ["STAGE", "USD"], ["ifu", "11.8000"], ["(idle", "nodes)", "0.6000"],
-        ["total", "12.4000"]]
-    assert "cost is not recorded yet" in render(pr.cost_view("r", None))
+        ["STAGE", "POD-HOURS", "RUNNING", "USD"], ["ifu", "2.000", "3", "11.8000"],
+        ["(idle", "node", "time)", "0.6000"], ["total", "12.4000"]]
+    assert "billed perSecond, as of 2026-11-24T01:00:00Z" in out
+    assert "cost is not recorded" in render(pr.cost_view("r", None))
 
 
 def finished(phase: str = "Failed", **spec: Any) -> dict[str, Any]:

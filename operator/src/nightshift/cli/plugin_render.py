@@ -231,68 +231,48 @@ def failure_lines(s: Mapping[str, Any], max_ranges: int = 120) -> list[Text]:
 
 
 # -- cost -------------------------------------------------------------------------------
-# status.cost is written by the cost reporter (issue 13) and its schema is open
-# (x-kubernetes-preserve-unknown-fields). Read what is there, in the spellings that
-# reporter may use, and show anything else as is rather than guess at it.
-_TOTAL_KEYS = ("totalUSD", "total", "usd", "costUSD")
-_IDLE_KEYS = ("idleUSD", "idle")
+# status.cost as pipelinerun/cost.py writes it (docs/cost.md).
 
 
 def _usd(v: Any) -> float | None:
-    if isinstance(v, bool):
+    if isinstance(v, bool) or not isinstance(v, int | float):
         return None
-    if isinstance(v, int | float):
-        return float(v)
-    if isinstance(v, str):
-        try:
-            return float(v.lstrip("$"))
-        except ValueError:
-            return None
-    if isinstance(v, Mapping):
-        for k in _TOTAL_KEYS:
-            if k in v:
-                return _usd(v[k])
-    return None
+    return float(v)
 
 
 def cost_summary(cost: Mapping[str, Any] | None) -> dict[str, Any]:
-    """{total, idle, stages: [{name, usd}], other: {...}} from whatever status.cost holds."""
+    """{total, used, idle, node, billing, observedAt, stages: [{name, usd, podHours,
+    running}]} from status.cost."""
     cost = cost or {}
-    out: dict[str, Any] = {"total": None, "idle": None, "stages": [], "other": {}}
-    used: set[str] = set()
-    for field, keys in (("total", _TOTAL_KEYS), ("idle", _IDLE_KEYS)):
-        key = next((k for k in keys if k in cost), None)
-        if key is not None:
-            out[field] = _usd(cost[key])
-            used.add(key)
-    stages = cost.get("stages")
-    if stages is not None:
-        used.add("stages")
-        if isinstance(stages, Mapping):
-            stages = [{"name": k, "value": v} for k, v in stages.items()]
-        for entry in stages if isinstance(stages, list) else []:
-            if isinstance(entry, Mapping):
-                value = entry.get("value", entry)
-                out["stages"].append({"name": entry.get("name"), "usd": _usd(value)})
-    out["other"] = {k: v for k, v in cost.items() if k not in used}
-    return out
+    return {
+        "total": _usd(cost.get("totalUSD")), "used": _usd(cost.get("usedUSD")),
+        "idle": _usd(cost.get("idleUSD")), "node": _usd(cost.get("nodeUSD")),
+        "billing": cost.get("billing"), "observedAt": cost.get("observedAt"),
+        "stages": [{"name": st.get("name"), "usd": _usd(st.get("usedUSD")),
+                    "podHours": round(float(st.get("podSeconds") or 0) / 3600, 4),
+                    "running": int(st.get("running") or 0)}
+                   for st in cost.get("stages") or [] if isinstance(st, Mapping)],
+    }
 
 
 def cost_view(name: str, cost: Mapping[str, Any] | None) -> RenderableType:
     if not cost:
-        return Text(f"PipelineRun {name}: cost is not recorded yet (the cost reporter "
-                    "writes status.cost).")
+        return Text(f"PipelineRun {name}: cost is not recorded (the run names no "
+                    "VirtualCluster, or its VirtualCluster has no prices yet).")
     c = cost_summary(cost)
     table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("STAGE")
-    table.add_column("USD", justify="right")
+    for col, right in (("STAGE", False), ("POD-HOURS", True), ("RUNNING", True),
+                       ("USD", True)):
+        table.add_column(col, justify="right" if right else "left")
     for st in c["stages"]:
-        table.add_row(str(st["name"]), "?" if st["usd"] is None else f"{st['usd']:,.4f}")
+        table.add_row(str(st["name"]), f"{st['podHours']:,.3f}", str(st["running"]),
+                      "?" if st["usd"] is None else f"{st['usd']:,.4f}")
     if c["idle"] is not None:
-        table.add_row(Text("(idle nodes)", style="italic"), f"{c['idle']:,.4f}")
+        table.add_row(Text("(idle node time)", style="italic"), "", "", f"{c['idle']:,.4f}")
     if c["total"] is not None:
-        table.add_row(Text("total", style="bold"), Text(f"{c['total']:,.4f}", style="bold"))
-    parts: list[RenderableType] = [Text(f"PipelineRun {name} cost", style="bold"), table]
-    for k, v in c["other"].items():
-        parts.append(Text(f"{k}: {v}"))
-    return Group(*parts)
+        table.add_row(Text("total", style="bold"), "", "",
+                      Text(f"{c['total']:,.4f}", style="bold"))
+    title = f"PipelineRun {name} cost, billed {c['billing'] or 'perSecond'}"
+    if c["observedAt"]:
+        title += f", as of {c['observedAt']}"
+    return Group(Text(title, style="bold"), table)

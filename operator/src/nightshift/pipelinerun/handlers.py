@@ -7,6 +7,7 @@ deleting a run never waits for the operator.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -37,5 +38,14 @@ async def pipelinerun_event(type: str | None, body: kopf.Body, **_: Any) -> None
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_RUN: kopf.PRESENT})
-async def job_event(meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
-    LOOPS.wake(namespace or "", meta["labels"][names.LABEL_RUN])
+async def job_event(meta: kopf.Meta, status: kopf.Status, namespace: str | None,
+                    **_: Any) -> None:
+    run = meta["labels"][names.LABEL_RUN]
+    state = LOOPS.states().get(LOOPS.key(namespace or "", run))
+    if state is not None:
+        # Each change of the Ready count, when it happened: what the stage's cost
+        # integrates (pipelinerun/cost.py), finer than the passes this wakes.
+        state.ready_samples.append((datetime.now(UTC), str(meta["name"]),
+                                    str(meta["labels"].get(names.LABEL_STAGE, meta["name"])),
+                                    int(status.get("ready") or 0)))
+    LOOPS.wake(namespace or "", run)

@@ -22,7 +22,7 @@ from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
-from nightshift.pipelinerun import binding, mpijob, references
+from nightshift.pipelinerun import binding, cost, mpijob, references
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.plan import Observed, Plan, lost_jobs, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
@@ -32,7 +32,7 @@ from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 # throttled with the counters, so a replacement may rerun what finished in the last
 # interval (docs/pipelinerun.md), never skip what did not.
 PROGRESS_KEYS = frozenset(("succeeded", "failed", "running", "ready", "progress",
-                           "succeededItems", "succeededItemsTruncated"))
+                           "succeededItems", "succeededItemsTruncated", "cost"))
 
 
 @dataclass
@@ -43,6 +43,12 @@ class LoopState:
         names.API_VERSION, names.PIPELINERUN, PROGRESS_KEYS))
     failed_seen: dict[str, int] = field(default_factory=dict)
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # The cost integration (pipelinerun/cost.py): Ready counts the Job watch saw since
+    # the last pass, where the integration stands, and the newest status.cost (the
+    # status write is throttled; the figures must not be).
+    ready_samples: list[cost.Sample] = field(default_factory=list)
+    tally: cost.Tally | None = None
+    cost: dict[str, Any] | None = None
 
 
 def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
@@ -114,7 +120,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                 # Nothing frozen: the stage waits, the user sees why, and a fix (say,
                 # creating the ConfigMap) is picked up on a later pass.
                 p = plan(replace(observe(), unresolved={stage: (str(e), e.invalid)}))
-                return _finish(kube, config, state, run, p)
+                return _finish(kube, config, state, run, p, jobs, vcs)
             except KubeError as e:
                 if not refusal(e):
                     raise
@@ -127,7 +133,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
         refused = _apply(kube, namespace, p)
         if refused:
             p = plan(replace(observe(), refused=refused))
-    return _finish(kube, config, state, run, p)
+    return _finish(kube, config, state, run, p, jobs, vcs)
 
 
 Keys = dict[str, frozenset[str] | None]
@@ -173,9 +179,11 @@ def _referenced_keys(kube: Kube, namespace: str, run: dict[str, Any],
 
 
 def _finish(kube: Kube, config: OperatorConfig, state: LoopState, run: dict[str, Any],
-            p: Plan) -> Outcome:
+            p: Plan, jobs: list[dict[str, Any]],
+            vcs: dict[str, dict[str, Any] | None]) -> Outcome:
     """Status once, metrics, the plan's events; when to look again."""
     meta = run["metadata"]
+    _cost(state, run, p, jobs, next(iter(vcs.values()), None))
     state.writer.progress_interval = config.progress_interval
     state.writer.write(kube, run, p.status)
     metrics.observe_run(meta["namespace"], meta["name"], p.status)
@@ -277,3 +285,24 @@ def _sample(pod: dict[str, Any]) -> dict[str, Any]:
         "pod": pod["metadata"]["name"],
         "job": (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name", ""),
     }
+
+
+def _cost(state: LoopState, run: dict[str, Any], p: Plan, jobs: list[dict[str, Any]],
+          vc: dict[str, Any] | None) -> None:
+    """status.cost, advanced to now (pure arithmetic in pipelinerun/cost.py)."""
+    samples, state.ready_samples = state.ready_samples, []
+    vc_status = (vc or {}).get("status")
+    if not (vc_status or {}).get("cost"):
+        return  # no VirtualCluster, or one that records no cost: nothing to price with
+    try:
+        spec = PipelineRunSpec.model_validate(run.get("spec") or {})
+    except ValidationError:
+        return
+    pools = [str(pl.get("name")) for pl in (vc_status or {}).get("pools") or []]
+    pool_of = {st.name: st.pool or (pools[0] if pools else "") for st in spec.stages}
+    frozen = (run.get("status") or {}).get("phase") in TERMINAL_PHASES
+    prev = state.cost or (run.get("status") or {}).get("cost")
+    state.cost, state.tally = cost.advance(
+        prev, state.tally, samples, jobs, cost.stage_rates(jobs, pool_of, vc_status),
+        vc_status, datetime.now(UTC), frozen=frozen)
+    p.status["cost"] = state.cost

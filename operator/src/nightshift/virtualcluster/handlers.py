@@ -8,6 +8,7 @@ runs those deletion passes.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -67,10 +68,18 @@ async def nodepool_event(labels: kopf.Labels, **_: Any) -> None:
 
 @kopf.on.event("karpenter.sh", "v1", "nodeclaims",
                labels={names.LABEL_VIRTUAL_CLUSTER: kopf.PRESENT})
-async def nodeclaim_event(labels: kopf.Labels, **_: Any) -> None:
+async def nodeclaim_event(labels: kopf.Labels, meta: kopf.Meta, type: str | None,
+                          **_: Any) -> None:
     owner = _owner(labels)
-    if owner is not None:
-        LOOPS.wake(*owner)
+    if owner is None:
+        return
+    if type == "DELETED":
+        # Karpenter lets a NodeClaim go once its instance is terminated: billing ends
+        # now, not at the pass this wakes (virtualcluster/cost.py).
+        state = LOOPS.states().get(LOOPS.key(*owner))
+        if state is not None:
+            state.gone_at[str(meta.get("name"))] = datetime.now(UTC)
+    LOOPS.wake(*owner)
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.PIPELINERUNS)

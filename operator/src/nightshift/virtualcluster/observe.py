@@ -24,6 +24,7 @@ from nightshift.kube import Kube
 from nightshift.pipelinerun.spec import TERMINAL_PHASES
 from nightshift.virtualcluster import objectnames as vcnames
 from nightshift.virtualcluster.catalog import InstanceCatalog, parse_quantity
+from nightshift.virtualcluster.cost import price_keys
 from nightshift.virtualcluster.nodeclasses import EC2_API, KWOK_API
 from nightshift.virtualcluster.nodepools import (
     KARPENTER_API,
@@ -114,7 +115,8 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
     claims = nodeclaims(kube, crds, namespace, name)
     node_list = nodes(kube, namespace, name, static)
     price = sources.price_fn(provider)
-    prices = {pair: price(*pair) for pair in sorted(instance_pairs(node_list))}
+    prices = {pair: price(*pair)
+              for pair in sorted(instance_pairs(node_list) | price_keys(claims))}
     return Observed(
         vc=vc, crds=crds, catalog=sources.catalog if provider == "kwok" else None,
         owned=owned(kube, crds, namespace, name, [NODEPOOL, *NODECLASSES]),

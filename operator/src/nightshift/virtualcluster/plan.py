@@ -28,6 +28,7 @@ from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
 from nightshift.virtualcluster import objectnames
 from nightshift.virtualcluster.catalog import InstanceCatalog
+from nightshift.virtualcluster.cost import node_cost
 from nightshift.virtualcluster.nodepools import render_virtualcluster
 from nightshift.virtualcluster.provider import CRD_EC2NODECLASS, detect_provider
 from nightshift.virtualcluster.spec import VirtualClusterSpec
@@ -64,6 +65,8 @@ class Observed:
     # What applying this plan's writes met (refusals, AWS errors), each a sentence naming
     # the object: the reconciler plans once more with them to write the status.
     errors: Sequence[str] = ()
+    # When the NodeClaim watch saw each NodeClaim go: the end of its billing.
+    gone_at: Mapping[str, datetime] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,8 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
         o.vc, choice=choice, nodes=o.nodes, nodeclaims=o.nodeclaims,
         pending_cpu=o.pending_cpu, price=lambda t, c: o.prices.get((t, c)),
         problems=problems, not_ready=not_ready, now=rfc3339(o.now))
+    status["cost"] = node_cost((o.vc.get("status") or {}).get("cost"), o.nodeclaims,
+                               o.prices, spec.billing, o.now, o.gone_at)
     if deleting:
         status["conditions"] = _with_deleting(o, status["conditions"],
                                               blocked(namespace, name, o.running_runs))

@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nightshift.api import names
@@ -23,15 +23,25 @@ from nightshift.virtualcluster.spec import VirtualClusterSpec
 
 log = logging.getLogger("nightshift")
 
+GONE_MEMORY = timedelta(minutes=10)
+# What running nodes accrue moves with the clock: written with other changes, or at
+# most this often on its own (readers extrapolate: api/billing.node_usd_at). Without
+# it every pass would write, and every write would wake the next pass.
+COST_ACCRUAL = frozenset(("totalUSD", "nodeHours", "observedAt"))
+COST_WRITE_INTERVAL = 60.0
+
 
 @dataclass
 class LoopState:
     """What one VirtualCluster's loop remembers between passes."""
 
     writer: StatusWriter = field(default_factory=lambda: StatusWriter(
-        names.API_VERSION, names.VIRTUALCLUSTER))
+        names.API_VERSION, names.VIRTUALCLUSTER, COST_ACCRUAL, COST_WRITE_INTERVAL))
     # Pools served by hand-labeled nodes (static mode): node events find us by them.
     static_pools: tuple[str, ...] = ()
+    # When the watch saw each NodeClaim go (the end of its billing), kept a while:
+    # a pass that fails settles it on the next one.
+    gone_at: dict[str, datetime] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,9 @@ def reconcile(ctx: Context, namespace: str, name: str, state: LoopState) -> Outc
     obs = observe(kube, ctx.sources, namespace, name, datetime.now(UTC))
     if obs is None:
         return Outcome(gone=True)
+    cutoff = obs.now - GONE_MEMORY
+    state.gone_at = {k: t for k, t in state.gone_at.items() if t > cutoff}
+    obs = replace(obs, gone_at=dict(state.gone_at))
     state.static_pools = _static(obs.vc, obs.crds)
     p = plan(obs)
     vc = dict(obs.vc)

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from nightshift.api.billing import DEFAULT_BILLING, Billing
 from nightshift.api.models import Spec
 
 PoolClass = Literal["compute", "memory", "general", "storage", "cluster-compute", "gpu"]
@@ -110,6 +111,7 @@ class VirtualClusterSpec(Spec):
     pools: list[Pool]
     node_class: NodeClass = NodeClass()
     provider: ProviderName = "auto"
+    billing: Billing = DEFAULT_BILLING
 
 
 DEFAULT_AMI_ALIAS = "al2023@latest"

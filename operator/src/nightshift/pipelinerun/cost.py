@@ -1,0 +1,183 @@
+"""What a run's stages used of their pools' nodes, in dollars: O(stages), pure.
+
+No pod is listed: each stage's Job says how many of its pods are Ready
+(`status.ready`), and the watch delivers every change of it. Integrating that count
+over time gives the stage's pod-seconds exactly to the Job controller's update delay,
+which delays a pod's start and its end alike. A pod-second is priced at the pod's
+dominant requested share of its pool's allocatable CPU or memory, times what the
+pool's nodes cost per second (the VirtualCluster's status): a pool-wide average,
+exact for a pool of one instance type.
+
+What the run used is apportioned; the rest of the node time of its VirtualCluster
+while the run was active is idle (`idleUSD`, which includes other runs' work when
+several share one VirtualCluster). A pod counts from Ready, so an init container's
+stage-in counts as idle, not as the stage's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nightshift.api import names
+from nightshift.api.billing import DEFAULT_BILLING, node_usd_at
+from nightshift.api.conditions import parse_rfc3339, rfc3339
+from nightshift.virtualcluster.catalog import parse_quantity
+
+# A Job's Ready count as the watch saw it: (when, Job name, stage, ready).
+Sample = tuple[datetime, str, str, int]
+
+
+@dataclass
+class Tally:
+    """Where the integration stands: up to `at`, with each Job's last Ready count.
+    Kept by the run's loop between passes; rebuilt from status.cost after a restart."""
+
+    at: datetime
+    ready: dict[str, int] = field(default_factory=dict)
+    stage_of: dict[str, str] = field(default_factory=dict)
+
+
+def pod_requests(pod_spec: Mapping[str, Any]) -> tuple[float, float]:
+    """(CPU cores, memory bytes) as the scheduler counts a pod: containers and sidecars
+    together, a plain init container alone before them."""
+    def req(c: Mapping[str, Any], key: str) -> float:
+        return parse_quantity(((c.get("resources") or {}).get("requests") or {}).get(key, 0))
+
+    out = []
+    for key in ("cpu", "memory"):
+        inits = pod_spec.get("initContainers") or []
+        side = sum(req(c, key) for c in inits if c.get("restartPolicy") == "Always")
+        main = sum(req(c, key) for c in pod_spec.get("containers") or []) + side
+        first = max((req(c, key) for c in inits if c.get("restartPolicy") != "Always"),
+                    default=0.0)
+        out.append(max(main, first + side))
+    return out[0], out[1]
+
+
+def pool_rates(vc_status: Mapping[str, Any] | None) -> dict[str, tuple[float, float]]:
+    """Per pool, USD per second of one allocatable CPU core and of one memory byte."""
+    out = {}
+    for p in (vc_status or {}).get("pools") or []:
+        cpu, mem = float(p.get("cpu") or 0), parse_quantity(p.get("memory") or 0)
+        usd_s = float(p.get("hourlyUSD") or 0) / 3600.0
+        if cpu > 0 and mem > 0 and usd_s > 0:
+            out[str(p["name"])] = (usd_s / cpu, usd_s / mem)
+    return out
+
+
+def stage_rates(jobs: Sequence[Mapping[str, Any]], pool_of: Mapping[str, str],
+                vc_status: Mapping[str, Any] | None) -> dict[str, float]:
+    """USD per Ready pod-second of each stage whose pool has a known price."""
+    rates, out = pool_rates(vc_status), {}
+    for job in jobs:
+        stage = _stage(job)
+        template = ((job.get("spec") or {}).get("template") or {}).get("spec")
+        rate = rates.get(pool_of.get(stage, ""))
+        if template is None or rate is None:
+            continue
+        cpu, mem = pod_requests(template)
+        out[stage] = max(cpu * rate[0], mem * rate[1])
+    return out
+
+
+def _stage(job: Mapping[str, Any]) -> str:
+    meta = job.get("metadata") or {}
+    return str((meta.get("labels") or {}).get(names.LABEL_STAGE) or meta.get("name"))
+
+
+def restore(prev: Mapping[str, Any] | None) -> Tally | None:
+    """The tally status.cost implies: each stage's last Ready count since observedAt."""
+    at = parse_rfc3339((prev or {}).get("observedAt"))
+    if prev is None or at is None:
+        return None
+    tally = Tally(at)
+    for st in prev.get("stages") or []:
+        key = f"stage:{st['name']}"
+        tally.ready[key] = int(st.get("running") or 0)
+        tally.stage_of[key] = str(st["name"])
+    return tally
+
+
+def advance(prev: Mapping[str, Any] | None, tally: Tally | None,
+            samples: Sequence[Sample], jobs: Sequence[Mapping[str, Any]],
+            rates: Mapping[str, float], vc_status: Mapping[str, Any] | None,
+            now: datetime, *, frozen: bool = False) -> tuple[dict[str, Any], Tally]:
+    """status.cost and the tally as of `now`. `frozen`: the run has ended; nothing
+    accrues any more and the figures stay as they are."""
+    prev = dict(prev or {})
+    tally = tally or restore(prev) or Tally(now)
+    stages: dict[str, dict[str, Any]] = {str(s["name"]): dict(s) for s in prev.get("stages") or []}
+    if frozen:
+        return prev, Tally(now)
+    seconds: dict[str, float] = {}
+
+    def run_to(t: datetime) -> None:
+        dt = (t - tally.at).total_seconds()
+        if dt <= 0:
+            return
+        for key, n in tally.ready.items():
+            stage = tally.stage_of[key]
+            seconds[stage] = seconds.get(stage, 0.0) + n * dt
+        tally.at = t
+
+    for t, job_name, stage, ready in sorted(samples):
+        if t <= tally.at or t > now:
+            continue
+        run_to(t)
+        tally.ready[job_name], tally.stage_of[job_name] = ready, stage
+    run_to(now)
+    tally.at = now
+    tally.ready = {}
+    tally.stage_of = {}
+    running: dict[str, int] = {}
+    for job in jobs:
+        name, stage = str(job["metadata"]["name"]), _stage(job)
+        ready = int((job.get("status") or {}).get("ready") or 0)
+        tally.ready[name], tally.stage_of[name] = ready, stage
+        running[stage] = running.get(stage, 0) + ready
+    for stage in sorted(set(seconds) | set(running) | set(stages)):
+        st = stages.setdefault(stage, {"name": stage, "usedUSD": 0.0, "podSeconds": 0.0,
+                                       "pricedSeconds": 0.0})
+        st["podSeconds"] = float(st.get("podSeconds", 0.0)) + seconds.get(stage, 0.0)
+        st["running"] = running.get(stage, 0)
+        if stage in rates:
+            # Seconds seen before the pool had a price are priced at the first one known.
+            unpriced = st["podSeconds"] - float(st.get("pricedSeconds", 0.0))
+            st["usedUSD"] = float(st.get("usedUSD", 0.0)) + unpriced * rates[stage]
+            st["pricedSeconds"] = st["podSeconds"]
+            st["usdPerPodSecond"] = rates[stage]
+    return _totals(prev, list(stages.values()), vc_status, now), tally
+
+
+def _totals(prev: Mapping[str, Any], stages: list[dict[str, Any]],
+            vc_status: Mapping[str, Any] | None, now: datetime) -> dict[str, Any]:
+    used = sum(float(s.get("usedUSD", 0.0)) for s in stages)
+    out: dict[str, Any] = {
+        "billing": ((vc_status or {}).get("cost") or {}).get("billing") or DEFAULT_BILLING,
+        "observedAt": rfc3339(now),
+        "usedUSD": round(used, 9),
+        "stages": [_rounded(s) for s in sorted(stages, key=lambda s: str(s["name"]))],
+    }
+    nodes_now = node_usd_at(vc_status, now)
+    start = prev.get("nodeUSDAtStart")
+    if start is None and nodes_now is not None:
+        start = nodes_now
+    if start is not None and nodes_now is not None:
+        node = max(0.0, nodes_now - float(start))
+        out.update(nodeUSDAtStart=round(float(start), 9), nodeUSD=round(node, 9),
+                   idleUSD=round(max(0.0, node - used), 9))
+    out["totalUSD"] = round(used + float(out.get("idleUSD", 0.0)), 9)
+    return out
+
+
+def _rounded(s: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(s)
+    for k in ("usedUSD", "usdPerPodSecond"):
+        if k in out:
+            out[k] = round(float(out[k]), 9)
+    for k in ("podSeconds", "pricedSeconds"):
+        out[k] = round(float(out.get(k, 0.0)), 3)
+    return out

@@ -1,0 +1,137 @@
+"""Cost arithmetic against hand-computed cases: billing, the VirtualCluster's node
+ledger, and a run's stages integrated from Job Ready counts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from nightshift.api.billing import billed_seconds, charge, node_usd_at
+from nightshift.api.conditions import rfc3339
+from nightshift.pipelinerun import cost
+from nightshift.virtualcluster.cost import node_cost
+
+T0 = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def test_billing_minimums() -> None:
+    assert billed_seconds(10, "perSecond") == 60
+    assert billed_seconds(61.5, "perSecond") == 61.5
+    assert billed_seconds(1, "perHour") == 3600
+    assert billed_seconds(3601, "perHour") == 7200
+    # 0.17 $/h for 90 s: 90 * 0.17 / 3600
+    assert charge(90, 0.17, "perSecond") == pytest.approx(0.00425)
+    assert charge(90, 0.17, "perHour") == pytest.approx(0.17)
+
+
+def claim(name: str, launched: float | None, itype: str = "c5.large", cap: str = "spot",
+          pool: str = "work") -> dict[str, Any]:
+    conds = ([{"type": "Launched", "status": "True", "lastTransitionTime": rfc3339(at(launched))}]
+             if launched is not None else [])
+    return {"metadata": {"name": name, "labels": {
+        "nightshift.io/pool": pool, "node.kubernetes.io/instance-type": itype,
+        "karpenter.sh/capacity-type": cap}}, "status": {"conditions": conds}}
+
+
+PRICES = {("c5.large", "spot"): 0.036, ("c5.large", "on-demand"): 0.085}
+
+
+def test_node_ledger_by_hand() -> None:
+    # a: launched at 0, gone at 300 (watch time 299.5). b: launched at 100, still up at
+    # 400. c: not launched yet (no price, no charge).
+    first = node_cost(None, [claim("a", 0), claim("b", 100, cap="on-demand"), claim("c", None)],
+                      PRICES, "perSecond", at(200))
+    assert [n["name"] for n in first["open"]] == ["a", "b"]
+    assert first["totalUSD"] == pytest.approx(200 * 0.036 / 3600 + 100 * 0.085 / 3600)
+    later = node_cost(first, [claim("b", 100, cap="on-demand")], PRICES, "perSecond", at(400),
+                      gone_at={"a": at(299.5)})
+    want = 299.5 * 0.036 / 3600 + 300 * 0.085 / 3600
+    assert later["totalUSD"] == pytest.approx(want, abs=1e-6)
+    assert later["pools"][0]["endedUSD"] == pytest.approx(299.5 * 0.036 / 3600, abs=1e-6)
+    assert [n["name"] for n in later["open"]] == ["b"]
+    assert later["since"] == first["since"]
+    # Between passes, the running node accrues: node_usd_at extrapolates.
+    assert node_usd_at({"cost": later}, at(500)) == pytest.approx(want + 100 * 0.085 / 3600,
+                                                                  abs=1e-6)
+
+
+def test_short_node_pays_the_minimum_and_per_hour_rounds_up() -> None:
+    first = node_cost(None, [claim("a", 0)], PRICES, "perHour", at(10))
+    done = node_cost(first, [], PRICES, "perHour", at(30))
+    assert done["totalUSD"] == pytest.approx(0.036)
+    first = node_cost(None, [claim("a", 0)], PRICES, "perSecond", at(10))
+    done = node_cost(first, [], PRICES, "perSecond", at(30))
+    assert done["totalUSD"] == pytest.approx(60 * 0.036 / 3600)
+
+
+def test_unknown_price_is_counted_not_guessed() -> None:
+    out = node_cost(None, [claim("a", 0, itype="x9.huge")], PRICES, "perSecond", at(60))
+    assert out["totalUSD"] == 0 and out["unpricedNodes"] == 1
+
+
+def job(name: str, stage: str, ready: int, cpu: str = "1", mem: str = "1Gi") -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"nightshift.io/stage": stage}},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "main", "resources": {"requests": {"cpu": cpu, "memory": mem}}}]}}},
+            "status": {"ready": ready}}
+
+
+VC = {"pools": [{"name": "work", "cpu": 8, "memory": "32Gi", "hourlyUSD": 0.72}],
+      # One node, up for 600 s when the run starts.
+      "cost": {"billing": "perSecond", "totalUSD": 0.12, "observedAt": rfc3339(T0),
+               "open": [{"name": "n", "hourlyUSD": 0.72, "since": rfc3339(at(-600))}]}}
+
+
+def test_stage_integrates_ready_counts_by_hand() -> None:
+    # 1 CPU of 8 on a 0.72 $/h pool: 0.72/8/3600 = 2.5e-5 $ per pod-second (CPU dominant:
+    # 1 GiB of 32 is 1/32 < 1/8).
+    rates = cost.stage_rates([job("j", "a", 0)], {"a": "work"}, VC)
+    assert rates == {"a": pytest.approx(2.5e-5)}
+    c, tally = cost.advance(None, None, [], [job("j", "a", 0)], rates, VC, at(0))
+    # The watch saw 4 Ready at 10 s, 6 at 20 s, 0 at 50 s; the pass runs at 60 s.
+    samples = [(at(10), "j", "a", 4), (at(20), "j", "a", 6), (at(50), "j", "a", 0)]
+    c, tally = cost.advance(c, tally, samples, [job("j", "a", 0)], rates, VC, at(60))
+    pod_s = 4 * 10 + 6 * 30
+    (st,) = c["stages"]
+    assert st["podSeconds"] == pytest.approx(pod_s)
+    assert st["usedUSD"] == pytest.approx(pod_s * 2.5e-5)
+    # The VirtualCluster's one node ran the 60 s at 0.72 $/h: node 0.012 $, idle the rest.
+    assert c["nodeUSD"] == pytest.approx(0.012)
+    assert c["idleUSD"] == pytest.approx(0.012 - pod_s * 2.5e-5)
+    assert c["totalUSD"] == pytest.approx(0.012)
+
+
+def test_restart_carries_on_from_status() -> None:
+    rates = {"a": 2.5e-5}
+    c, _ = cost.advance(None, None, [], [job("j", "a", 3)], rates, VC, at(0))
+    # The operator restarts: no tally, no samples; status.cost says 3 were Ready at 0.
+    c2, _ = cost.advance(c, None, [], [job("j", "a", 3)], rates, VC, at(20))
+    assert c2["stages"][0]["podSeconds"] == pytest.approx(60)
+
+
+def test_seconds_before_a_price_are_priced_once_one_is_known() -> None:
+    c, t = cost.advance(None, None, [], [job("j", "a", 2)], {}, None, at(0))
+    c, t = cost.advance(c, t, [], [job("j", "a", 2)], {}, None, at(10))
+    assert c["stages"][0]["usedUSD"] == 0 and c["stages"][0]["podSeconds"] == 20
+    c, t = cost.advance(c, t, [], [job("j", "a", 2)], {"a": 1e-3}, VC, at(15))
+    assert c["stages"][0]["usedUSD"] == pytest.approx(30 * 1e-3)
+
+
+def test_ended_run_is_frozen() -> None:
+    c, t = cost.advance(None, None, [], [job("j", "a", 2)], {"a": 1e-3}, VC, at(0))
+    c, t = cost.advance(c, t, [], [job("j", "a", 2)], {"a": 1e-3}, VC, at(10))
+    frozen, _ = cost.advance(c, t, [], [job("j", "a", 2)], {"a": 1e-3}, VC, at(100),
+                             frozen=True)
+    assert frozen == c
+
+
+def test_memory_dominant_share() -> None:
+    # 8 GiB of 32 (1/4) outweighs 1 CPU of 8: priced at a quarter of the pool.
+    rates = cost.stage_rates([job("j", "a", 0, mem="8Gi")], {"a": "work"}, VC)
+    assert rates["a"] == pytest.approx(0.72 / 4 / 3600)
