@@ -126,8 +126,11 @@ def test_cost_in_status_equals_the_hand_computation(
     pods = kube.list("v1", "Pod", namespace, label_selector=f"{names.LABEL_RUN}=priced")
     assert len(pods) == ITEMS
 
-    wait_for("the pool's nodes to go", lambda: (look(), claims and all(
-        r["gone"] for r in claims.values()))[1], 180, interval=0.25)
+    def all_gone() -> bool:
+        look()
+        return bool(claims) and all(r["gone"] for r in claims.values())
+
+    wait_for("the pool's nodes to go", all_gone, 180, interval=0.25)
     assert len(claims) >= 2, claims  # 6 x 1 CPU on 4-vCPU nodes
 
     # By hand: each node from launch to gone, at least 60 s, at the catalog's price.
