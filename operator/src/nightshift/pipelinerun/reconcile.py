@@ -305,4 +305,5 @@ def _cost(state: LoopState, run: dict[str, Any], p: Plan, jobs: list[dict[str, A
     state.cost, state.tally = cost.advance(
         prev, state.tally, samples, jobs, cost.stage_rates(jobs, pool_of, vc_status),
         vc_status, datetime.now(UTC), frozen=frozen)
-    p.status["cost"] = state.cost
+    if state.cost:  # a run that ended before anything was priced has no cost
+        p.status["cost"] = state.cost
