@@ -136,7 +136,8 @@ def kwok_stage_files(layout: Layout) -> list[Path]:
         stage / "node" / "heartbeat-with-lease" / "node-heartbeat-with-lease.yaml",
     ]
     files += sorted((stage / "pod" / "general").glob("pod-*.yaml"))
-    files.append(layout.root / "hack" / "kwok" / "pod-exit-code.yaml")
+    files += [layout.root / "hack" / "kwok" / f for f in ("pod-exit-code.yaml",
+                                                          "pod-sim-duration.yaml")]
     return files
 
 
