@@ -34,10 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     from nightshift.cli import validate
 
     validate.add_command(sub)
+    from nightshift.cli import simulate
+
+    simulate.add_command(sub)
     args = ap.parse_args(argv)
 
     if args.cmd == "validate":
         return int(args.run_validate(args))
+    if args.cmd == "simulate":
+        return int(args.run_simulate(args))
 
     if args.cmd == "operator":
         from nightshift.cli.operator import run_operator
