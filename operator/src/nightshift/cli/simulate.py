@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 SUFFIXES = (".yaml", ".yml", ".json")
+VARIANT_FIELDS = {"virtualCluster", "pipelineRun", "spotInterruptionsPerHour", "description"}
 
 
 def add_command(sub: Any) -> None:
@@ -81,10 +82,14 @@ def variants(path: str | None, only: Sequence[str]) -> list[tuple[str, Mapping[s
                               "`on-demand: {virtualCluster: {pools: {\"*\": {capacity: "
                               "on-demand}}}}`")
     for name, v in raw.items():
-        extra = set(v or {}) - {"virtualCluster", "pipelineRun", "description"}
+        extra = set(v or {}) - VARIANT_FIELDS
         if extra:
             raise SimulationError(f"{path}: {name}: unknown field(s) {sorted(extra)}; a "
-                                  "variant has virtualCluster, pipelineRun, description")
+                                  f"variant has {', '.join(sorted(VARIANT_FIELDS))}")
+        rate = (v or {}).get("spotInterruptionsPerHour", 0)
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate < 0:
+            raise SimulationError(f"{path}: {name}.spotInterruptionsPerHour: {rate!r} is "
+                                  "not a number >= 0")
     missing = set(only) - set(raw)
     if missing:
         raise SimulationError(f"--variant {sorted(missing)}: not in {path} (it has "

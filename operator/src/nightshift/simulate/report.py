@@ -13,7 +13,7 @@ time frames.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,7 @@ class Outcome:
     nodes: Sequence[Node] = ()
     run_cost: Mapping[str, Any] = field(default_factory=dict)  # the run's status.cost
     interruptions: int = 0
+    stage_seconds: Mapping[str, float] = field(default_factory=dict)  # real, first to last
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Result:
     utilisation: float | None
     interruptions: int
     billing: Billing
+    stage_hours: tuple[tuple[str, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"variant": self.variant, "phase": self.phase,
@@ -77,7 +79,7 @@ class Result:
                 "nodeMix": dict(self.node_mix), "nodeHours": self.node_hours,
                 "costUSD": self.cost_usd, "unpricedNodes": self.unpriced_nodes,
                 "utilisation": self.utilisation, "interruptions": self.interruptions,
-                "billing": self.billing}
+                "billing": self.billing, "stageHours": dict(self.stage_hours)}
 
 
 def peak(nodes: Sequence[Node], end: float) -> int:
@@ -113,7 +115,8 @@ def result(o: Outcome, model: Model, end: float) -> Result:
         cost_usd=cost, unpriced_nodes=len(o.nodes) - len(priced),
         utilisation=(min(1.0, float(used) / raw_usd) if used is not None and raw_usd > 0
                      else None),
-        interruptions=o.interruptions, billing=model.billing)
+        interruptions=o.interruptions, billing=model.billing,
+        stage_hours=tuple((k, model.modelled(v) / 3600.0) for k, v in o.stage_seconds.items()))
 
 
 def run_items(status: Mapping[str, Any]) -> dict[str, int]:
@@ -125,6 +128,17 @@ def run_items(status: Mapping[str, Any]) -> dict[str, int]:
     return out
 
 
+def stage_seconds(status: Mapping[str, Any], epoch: Callable[[Any], float | None]
+                  ) -> dict[str, float]:
+    """Each finished stage's real seconds, from its first Job's start to its end."""
+    out = {}
+    for s in status.get("stages") or []:
+        start, end = epoch(s.get("startTime")), epoch(s.get("completionTime"))
+        if start is not None and end is not None:
+            out[str(s.get("name"))] = end - start
+    return out
+
+
 def _hours(h: float | None) -> str:
     return "-" if h is None else f"{h:.2f}"
 
@@ -132,7 +146,7 @@ def _hours(h: float | None) -> str:
 def table_rows(results: Sequence[Result]) -> list[list[str]]:
     """Header and rows of the comparison table."""
     head = ["VARIANT", "RESULT", "MAKESPAN h", "ITEMS", "NODES (PEAK)", "NODE h",
-            "COST USD", "UTILISATION", "INTERRUPTIONS", "NODE MIX"]
+            "COST USD", "UTILISATION", "INTERRUPTIONS", "STAGE h", "NODE MIX"]
     rows = [head]
     for r in results:
         mix = ", ".join(f"{n}x {k}" for k, n in r.node_mix)
@@ -143,5 +157,6 @@ def table_rows(results: Sequence[Result]) -> list[list[str]]:
                      + (f" ({r.items_failed} failed)" if r.items_failed else ""),
                      f"{r.nodes} ({r.peak_nodes})", f"{r.node_hours:.1f}", cost,
                      "-" if r.utilisation is None else f"{100 * r.utilisation:.0f}%",
-                     str(r.interruptions), mix])
+                     str(r.interruptions),
+                     " ".join(f"{k}={v:.1f}" for k, v in r.stage_hours) or "-", mix])
     return rows

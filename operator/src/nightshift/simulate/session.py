@@ -13,6 +13,7 @@ so the next variant starts on an empty test bed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -35,7 +36,14 @@ from nightshift.aws.prices import PriceFn, catalog_prices, load_kwok_catalog
 from nightshift.kube import Kube
 from nightshift.simulate import convert
 from nightshift.simulate.model import Model
-from nightshift.simulate.report import Node, Outcome, Result, result, run_items
+from nightshift.simulate.report import (
+    Node,
+    Outcome,
+    Result,
+    result,
+    run_items,
+    stage_seconds,
+)
 from nightshift.virtualcluster.cost import billable
 
 NODECLAIM = ("karpenter.sh/v1", "NodeClaim")
@@ -54,6 +62,7 @@ class Simulation:
     variant: str
     vc: dict[str, Any]
     run: dict[str, Any]
+    model: Model
     nodes: dict[str, Node] = field(default_factory=dict)
     interruptions: int = 0
 
@@ -130,8 +139,11 @@ class Runner:
     def prepare(self, variant: str, vc: Mapping[str, Any], run: Mapping[str, Any],
                 patch: Mapping[str, Any] | None) -> Simulation:
         ns = f"sim-{self.session}-{dns_label(variant)}"
-        return Simulation(variant, convert.virtual_cluster(vc, self.model, ns, patch),
-                          convert.pipeline_run(run, self.model, ns, patch))
+        rate = (patch or {}).get("spotInterruptionsPerHour")
+        m = self.model if rate is None else dataclasses.replace(
+            self.model, spot_interruptions_per_hour=float(rate))
+        return Simulation(variant, convert.virtual_cluster(vc, m, ns, patch),
+                          convert.pipeline_run(run, m, ns, patch), m)
 
     def simulate(self, sim: Simulation, check: Callable[[], None] = lambda: None) -> Result:
         ns = sim.namespace
@@ -143,8 +155,8 @@ class Runner:
             self.kube.apply(sim.run)
             outcome = self._watch(sim, created, check)
         finally:
-            self._clean(sim)
-        return result(outcome, self.model, self.clock())
+            self._clean(sim, check)
+        return result(outcome, sim.model, self.clock())
 
     def _watch(self, sim: Simulation, created: float, check: Callable[[], None]) -> Outcome:
         out = Outcome(sim.variant, created)
@@ -165,13 +177,14 @@ class Runner:
                 out.phase = str(status.get("phase") or "Pending")
                 out.items = run_items(status)
                 out.run_cost = status.get("cost") or {}
-                hours = self.model.modelled(now - created) / 3600.0
+                hours = sim.model.modelled(now - created) / 3600.0
                 open_nodes = sum(1 for n in sim.nodes.values() if n.gone is None)
                 bar.update(task, total=out.items["total"] or None,
                            completed=out.items["succeeded"] + out.items["failed"],
                            info=f"{out.phase}, {hours:.1f} h modelled, {open_nodes} nodes")
                 if out.phase in TERMINAL:
                     out.finished = _epoch(status.get("completionTime")) or now
+                    out.stage_seconds = stage_seconds(status, _epoch)
                     break
                 if now - created > self.timeout:
                     out.phase = f"TimedOut ({_why(status)})"
@@ -209,10 +222,10 @@ class Runner:
                 n.gone = now
 
     def _interrupt(self, sim: Simulation, real_dt: float) -> None:
-        rate = self.model.spot_interruptions_per_hour
+        rate = sim.model.spot_interruptions_per_hour
         if rate <= 0:
             return
-        p = 1.0 - math.exp(-rate * self.model.modelled(real_dt) / 3600.0)
+        p = 1.0 - math.exp(-rate * sim.model.modelled(real_dt) / 3600.0)
         for n in list(sim.nodes.values()):
             if n.gone is None and n.capacity_type == "spot" and self.rng.random() < p:
                 self.kube.delete(*NODECLAIM, n.name)
@@ -220,19 +233,27 @@ class Runner:
                 n.gone = self.clock()
                 sim.interruptions += 1
 
-    def _clean(self, sim: Simulation) -> None:
+    def _clean(self, sim: Simulation, check: Callable[[], None]) -> None:
         """Delete the run and the VirtualCluster and wait until their nodes are gone."""
         self.kube.delete(names.API_VERSION, names.PIPELINERUN, sim.run["metadata"]["name"],
                          sim.namespace)
         self.kube.delete(names.API_VERSION, "VirtualCluster", sim.vc["metadata"]["name"],
                          sim.namespace)
+        # The VirtualCluster goes only once the operator has removed its NodePools and
+        # node classes (a finalizer): the operator must outlive this wait, and the
+        # namespace is deleted after it, or its deletion would hang on that finalizer.
         deadline = self.clock() + DRAIN_TIMEOUT
-        with self.err.status(f"{sim.variant}: waiting for its nodes to go"):
-            while self.kube.list(*NODECLAIM, label_selector=sim.selector):
+        with self.err.status(f"{sim.variant}: waiting for its nodes and pools to go"):
+            while (self.kube.list(*NODECLAIM, label_selector=sim.selector)
+                   or self.kube.get(names.API_VERSION, "VirtualCluster",
+                                    sim.vc["metadata"]["name"], sim.namespace)):
                 if self.clock() > deadline:
-                    self.err.print(f"[yellow]{sim.variant}: NodeClaims ({sim.selector}) "
-                                   "still there after 5 min; delete them by hand.[/]")
-                    break
+                    self.err.print(f"{sim.variant}: the VirtualCluster or its NodeClaims "
+                                   f"({sim.selector}) are still there after "
+                                   f"{DRAIN_TIMEOUT:.0f} s; `kubectl describe` them.",
+                                   markup=False, style="yellow")
+                    return
+                check()
                 time.sleep(POLL_SECONDS)
         self.kube.delete("v1", "Namespace", sim.namespace)
 
