@@ -177,8 +177,8 @@ def test_converted_manifests_pass_validate(tmp_path: Path,
 
 def test_pick_needs_the_virtual_cluster() -> None:
     run, _ = convert.pick(cli.documents([str(CHILES)]), None)
-    with pytest.raises(convert.SimulationError, match="spec.virtualCluster 'chiles', which "
-                       "is not in the manifests"):
+    with pytest.raises(convert.SimulationError, match=r"spec\.virtualCluster 'chiles', "
+                       r"which is not in the manifests"):
         convert.pick([run], None)
 
 
