@@ -10,7 +10,6 @@ status (which never lists a pod) must agree within 1%.
 from __future__ import annotations
 
 import json
-import os
 import time
 from datetime import datetime
 from typing import Any
@@ -22,6 +21,7 @@ from nightshift.api.conditions import parse_rfc3339
 from nightshift.kube import Kube
 from nightshift.virtualcluster.catalog import parse_quantity
 from tests.clusterutil import Kubectl, wait_for
+from tests.integration.conftest import Cluster
 from tests.integration.test_virtualcluster import (
     TERMINAL,
     cleanup,  # noqa: F401  (fixture)
@@ -40,8 +40,8 @@ SECONDS = 60
 ITEMS = 6
 
 
-def catalog_price(itype: str, capacity: str, zone: str) -> float:
-    with open(os.environ["NIGHTSHIFT_INSTANCE_CATALOG"], encoding="utf-8") as f:
+def catalog_price(path: str, itype: str, capacity: str, zone: str) -> float:
+    with open(path, encoding="utf-8") as f:
         catalog = json.load(f)
     for entry in catalog:
         if entry["name"] != itype:
@@ -75,10 +75,11 @@ def pod_seconds(pods: list[dict[str, Any]]) -> float:
     return total
 
 
-@pytest.mark.skipif("NIGHTSHIFT_INSTANCE_CATALOG" not in os.environ,
-                    reason="needs the KWOK catalog the local cluster's Karpenter reads")
 def test_cost_in_status_equals_the_hand_computation(
-        kube: Kube, kubectl: Kubectl, namespace: str, cleanup: list[str]) -> None:  # noqa: F811
+        cluster: Cluster, kube: Kube, kubectl: Kubectl, namespace: str, cleanup: list[str]) -> None:  # noqa: F811
+    if not cluster.instance_catalog:
+        pytest.skip("needs the KWOK catalog the cluster's Karpenter reads "
+                    "(NIGHTSHIFT_INSTANCE_CATALOG)")
     pool = f"cost-{suffix()}"
     create_vc(kubectl, cleanup, namespace, {
         "apiVersion": names.API_VERSION, "kind": names.VIRTUALCLUSTER,
@@ -134,7 +135,8 @@ def test_cost_in_status_equals_the_hand_computation(
     assert len(claims) >= 2, claims  # 6 x 1 CPU on 4-vCPU nodes
 
     # By hand: each node from launch to gone, at least 60 s, at the catalog's price.
-    prices = {name: catalog_price(ITYPE, r["capacity"], r["zone"]) for name, r in claims.items()}
+    prices = {name: catalog_price(cluster.instance_catalog, ITYPE, r["capacity"], r["zone"])
+              for name, r in claims.items()}
     node_usd = sum(max(60.0, r["gone"] - r["launched"]) * prices[name] / 3600
                    for name, r in claims.items())
     # The stage: each pod's seconds x its CPU share of a node x the node's price (one type,

@@ -254,3 +254,19 @@ def test_stage_hours_from_status_times() -> None:
     assert [k for k, _ in r.stage_hours] == ["a"]
     assert r.stage_hours[0][1] == pytest.approx(1.0)
     assert report.table_rows([r])[1][-2] == "a=1.0"
+
+
+def test_spot_fraction_and_interrupted_spot_by_the_hour() -> None:
+    m = model.parse({"stages": {"a": {"fixed": 1}}, "spotFraction": 0.12, "billing": "perHour",
+                     "scale": 0.01})
+    spot = report.Node("s", "p", "r3.4xlarge", "spot", launched=0, gone=90, hourly_usd=1.176,
+                       on_demand_usd=1.68)
+    # 2.5 modelled hours -> 3 started hours at 12% of on-demand.
+    assert report.node_usd(spot, m, 9000) == pytest.approx(3 * 0.12 * 1.68)
+    spot.interrupted = True  # EC2 did not bill the hour it interrupted
+    assert report.node_usd(spot, m, 9000) == pytest.approx(2 * 0.12 * 1.68)
+    od = report.Node("o", "p", "r3.4xlarge", "on-demand", launched=0, hourly_usd=1.68,
+                     on_demand_usd=1.68)
+    assert report.node_usd(od, m, 9000) == pytest.approx(3 * 1.68)
+    with pytest.raises(model.ModelError, match=r"spotFraction: 2 is not a number in \(0, 1\]"):
+        model.parse({"stages": {"a": {"fixed": 1}}, "spotFraction": 2})

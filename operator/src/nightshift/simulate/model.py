@@ -6,6 +6,7 @@ MODEL.yaml (docs/simulate.md):
     bootSeconds: 90              # an instance's launch-to-Ready time, modelled
     spotInterruptionsPerHour: 0  # per spot node per modelled hour
     billing: perSecond           # or perHour (the seeds' era)
+    spotFraction: 0.12           # price spot at this fraction of on-demand (optional)
     seed: 1
     items: {stage: count}        # for item sources a simulation cannot read (fromS3, fromFile)
     stages:
@@ -41,6 +42,8 @@ MIN_REAL_SECONDS = 0.5
 DEFAULT_SCALE = 0.01
 DEFAULT_BOOT_SECONDS = 90.0
 DISTRIBUTIONS = ("fixed", "normal", "lognormal", "fromCSV")
+FIELDS = {"scale", "bootSeconds", "spotInterruptionsPerHour", "billing", "spotFraction",
+          "seed", "items", "stages"}
 
 
 class ModelError(ValueError):
@@ -54,6 +57,9 @@ class Model:
     spot_interruptions_per_hour: float = 0.0
     billing: Billing = DEFAULT_BILLING
     seed: int = 1
+    # Spot at this fraction of the on-demand price instead of the catalog's spot price
+    # (Karpenter's KWOK catalog makes every spot price 70% of on-demand).
+    spot_fraction: float | None = None
     items: Mapping[str, int] = field(default_factory=dict)
     stages: Mapping[str, Sequence[float]] = field(default_factory=dict)  # item quantiles
 
@@ -150,12 +156,15 @@ def parse(raw: Any, base: Path = Path(".")) -> Model:
     if not isinstance(raw, Mapping):
         raise ModelError("durations: the file must be a mapping with `stages:` "
                          "(docs/simulate.md has an example).")
-    unknown = set(raw) - {"scale", "bootSeconds", "spotInterruptionsPerHour", "billing",
-                          "seed", "items", "stages"}
+    unknown = set(raw) - FIELDS
     if unknown:
         raise ModelError(f"durations: unknown field(s) {sorted(unknown)}; the fields are "
-                         "scale, bootSeconds, spotInterruptionsPerHour, billing, seed, items, "
-                         "stages.")
+                         f"{', '.join(sorted(FIELDS))}.")
+    fraction = raw.get("spotFraction")
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(
+            fraction, (int, float)) or not 0 < fraction <= 1):
+        raise ModelError(f"durations: spotFraction: {fraction!r} is not a number in (0, 1]; "
+                         "e.g. 0.12 for 2015's spot prices (seed 002, Table 1).")
     billing = raw.get("billing", DEFAULT_BILLING)
     if billing not in BILLINGS:
         raise ModelError(f"durations: billing: {billing!r} is not one of {list(BILLINGS)}.")
@@ -173,6 +182,7 @@ def parse(raw: Any, base: Path = Path(".")) -> Model:
         boot_seconds=_num(raw, "bootSeconds", "", default=DEFAULT_BOOT_SECONDS),
         spot_interruptions_per_hour=_num(raw, "spotInterruptionsPerHour", "", default=0.0),
         billing=billing, seed=int(_num(raw, "seed", "", default=1)),
+        spot_fraction=None if fraction is None else float(fraction),
         items={str(k): int(v) for k, v in items.items()},
         stages={str(k): item_quantiles(v, f"stages.{k}", base) for k, v in stages.items()})
 

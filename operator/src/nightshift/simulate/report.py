@@ -12,6 +12,7 @@ time frames.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,9 @@ class Node:
     launched: float
     gone: float | None = None
     hourly_usd: float | None = None
+    on_demand_usd: float | None = None  # the same type on demand (for spotFraction)
     interrupted: bool = False
+    registered: bool = False  # its Node joined (only then can it be interrupted)
 
     def seconds(self, end: float) -> float:
         return max(0.0, (self.gone if self.gone is not None else end) - self.launched)
@@ -93,12 +96,22 @@ def peak(nodes: Sequence[Node], end: float) -> int:
     return best
 
 
+def node_usd(n: Node, model: Model, seconds: float) -> float:
+    """A node's bill for `seconds` of modelled life, the model's way. In the per-hour
+    era EC2 did not charge the partial hour of a spot instance it interrupted."""
+    hourly = float(n.hourly_usd or 0.0)
+    if model.spot_fraction is not None and n.capacity_type == "spot" and n.on_demand_usd:
+        hourly = n.on_demand_usd * model.spot_fraction
+    if model.billing == "perHour" and n.interrupted:
+        return math.floor(seconds / 3600.0) * hourly
+    return charge(seconds, hourly, model.billing)
+
+
 def result(o: Outcome, model: Model, end: float) -> Result:
     """`end`: when the simulation stopped watching (nodes still up are cut there)."""
     stop = o.finished if o.finished is not None else end
     priced = [n for n in o.nodes if n.hourly_usd is not None]
-    cost = sum(charge(model.modelled(n.seconds(stop)), float(n.hourly_usd or 0.0),
-                      model.billing) for n in priced)
+    cost = sum(node_usd(n, model, model.modelled(n.seconds(stop))) for n in priced)
     raw_usd = sum(n.seconds(stop) * float(n.hourly_usd or 0.0) / 3600.0 for n in priced)
     used = o.run_cost.get("usedUSD")
     mix = Counter(f"{n.pool}: {n.instance_type} {n.capacity_type}" for n in o.nodes)

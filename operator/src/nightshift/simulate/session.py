@@ -211,10 +211,14 @@ class Runner:
                     entry["name"], entry["pool"], entry["instanceType"],
                     entry["capacityType"], _epoch(entry["since"]) or now)
             seen.add(n.name)
+            n.registered = n.registered or _condition(c, "Registered")
             if n.hourly_usd is None:
                 n.hourly_usd = priced.get(n.name)
-            if n.hourly_usd is None and self.prices is not None:
-                n.hourly_usd = self.prices(n.instance_type, n.capacity_type)
+            if self.prices is not None:
+                if n.hourly_usd is None:
+                    n.hourly_usd = self.prices(n.instance_type, n.capacity_type)
+                if n.on_demand_usd is None:
+                    n.on_demand_usd = self.prices(n.instance_type, "on-demand")
             if n.gone is None and c["metadata"].get("deletionTimestamp") and not n.interrupted:
                 n.gone = _epoch(c["metadata"]["deletionTimestamp"]) or now
         for n in sim.nodes.values():
@@ -227,7 +231,11 @@ class Runner:
             return
         p = 1.0 - math.exp(-rate * sim.model.modelled(real_dt) / 3600.0)
         for n in list(sim.nodes.values()):
-            if n.gone is None and n.capacity_type == "spot" and self.rng.random() < p:
+            # A NodeClaim deleted before its node registers leaves that Node behind on
+            # the KWOK provider (it creates the Node after the registration delay
+            # regardless), and EC2 interrupts running instances: only registered ones.
+            if (n.gone is None and n.registered and n.capacity_type == "spot"
+                    and self.rng.random() < p):
                 self.kube.delete(*NODECLAIM, n.name)
                 n.interrupted = True
                 n.gone = self.clock()
@@ -263,6 +271,11 @@ def _epoch(ts: Any) -> float | None:
 
     t = parse_rfc3339(str(ts)) if ts else None
     return t.timestamp() if t else None
+
+
+def _condition(obj: Mapping[str, Any], type_: str) -> bool:
+    return any(c.get("type") == type_ and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 def _why(status: Mapping[str, Any]) -> str:
