@@ -18,11 +18,12 @@ from tests.clusterutil import ROOT
 from tests.golden_util import check_golden
 
 CHILES = ROOT / "examples" / "chiles"
+DURATIONS, VARIANTS = CHILES / "simulate" / "durations.yaml", CHILES / "simulate" / "variants.yaml"
 
 
 def chiles() -> tuple[dict[str, Any], dict[str, Any], model.Model]:
     run, vc = convert.pick(cli.documents([str(CHILES)]), None)
-    m = model.parse(yaml.safe_load((CHILES / "durations.yaml").read_text()), CHILES)
+    m = model.parse(yaml.safe_load((DURATIONS).read_text()), CHILES)
     return run, vc, m
 
 
@@ -185,9 +186,9 @@ def test_pick_needs_the_virtual_cluster() -> None:
 # -- variants file -----------------------------------------------------------------------
 
 def test_variants_file(tmp_path: Path) -> None:
-    names = [n for n, _ in cli.variants(str(CHILES / "variants.yaml"), [])]
+    names = [n for n, _ in cli.variants(str(VARIANTS), [])]
     assert names[:2] == ["spot", "on-demand"]
-    assert [n for n, _ in cli.variants(str(CHILES / "variants.yaml"), ["on-demand"])] == [
+    assert [n for n, _ in cli.variants(str(VARIANTS), ["on-demand"])] == [
         "on-demand"]
     assert cli.variants(None, []) == [("as-written", {})]
     bad = tmp_path / "v.yaml"
@@ -196,7 +197,7 @@ def test_variants_file(tmp_path: Path) -> None:
                        r"\['virtualClusters'\]"):
         cli.variants(str(bad), [])
     with pytest.raises(convert.SimulationError, match=r"--variant \['y'\]: not in"):
-        cli.variants(str(CHILES / "variants.yaml"), ["y"])
+        cli.variants(str(VARIANTS), ["y"])
 
 
 # -- report ------------------------------------------------------------------------------

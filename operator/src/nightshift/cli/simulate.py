@@ -57,7 +57,7 @@ def documents(paths: Sequence[str]) -> list[dict[str, Any]]:
 
     files: list[Path] = []
     for p in map(Path, paths):
-        files += (sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES) if p.is_dir()
+        files += (sorted(f for f in p.glob("*") if f.suffix in SUFFIXES) if p.is_dir()
                   else [p])
     out = []
     for f in files:
