@@ -109,6 +109,13 @@ def add_commands(sub: Any) -> None:
     c.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     _output(cmd("cost", "what the run cost, per stage, total and idle (status.cost)",
                 cmd_cost))
+    rc = cmd("records", "task records from the run's archive, one row per item (CSV: "
+                        "times, node, exit code, usage, cost)", cmd_records)
+    rc.add_argument("--stage", help="only this stage (default: all)")
+    rc.add_argument("-o", "--output", choices=("csv", "json"), default="csv")
+    rc.add_argument("--credentials-from-secret", action="store_true",
+                    help="read the archive's keys from the Secret the runner uses (needs "
+                    "`get secrets`); default: your own AWS credentials")
 
 
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -183,6 +190,18 @@ def cmd_cost(ctx: Ctx, args: argparse.Namespace) -> int:
     else:
         ctx.out.print(pr.cost_view(args.run, cost), highlight=False)
     return 0
+
+
+def cmd_records(ctx: Ctx, args: argparse.Namespace) -> int:
+    from nightshift.cli import plugin_archive
+    from nightshift.cli.plugin_records import RecordsError
+
+    run = ctx.run(args.run)
+    try:
+        return plugin_archive.records(ctx.kube, ctx.namespace, run,
+                                      _records(run, args.stage), args, ctx.err)
+    except RecordsError as e:
+        raise PluginError(str(e)) from e
 
 
 # -- items and logs -------------------------------------------------------------------
