@@ -2,7 +2,7 @@
 # Builds the local cluster's upstream binaries from the Go module proxy, once,
 # into a cache outside the repo keyed by version:
 #   $NIGHTSHIFT_CACHE/bin/<name>-<version>/<binary>
-# Usage: hack/build-upstream.sh [all|etcd|kubernetes|kwok|karpenter|mpi-operator|versitygw|crds]...
+# Usage: hack/build-upstream.sh [all|etcd|kubernetes|kwok|karpenter|mpi-operator|versitygw|crds|argo]...
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -100,6 +100,19 @@ build_versitygw() {
     || die "building versitygw $VERSITYGW_VERSION failed (see above)"
 }
 
+# Argo Workflows' controller, for bench/argo.py only (not in `all`: CI never needs it).
+# Its go.mod replaces tablewriter; a dependent module must repeat that replace.
+build_argo() {
+  built argo-workflows "$ARGO_VERSION" workflow-controller && return
+  step "argo workflow-controller $ARGO_VERSION (bench only; ~10 min cold on 2 cores)"
+  local w="$CACHE/src/argo-workflows-$ARGO_VERSION"
+  wrapper "$w" "require github.com/argoproj/argo-workflows/v3 $ARGO_VERSION" \
+    "replace github.com/olekukonko/tablewriter => github.com/olekukonko/tablewriter v0.0.5" \
+    "tool github.com/argoproj/argo-workflows/v3/cmd/workflow-controller"
+  (cd "$w" && go mod tidy && go build -trimpath -ldflags '-s -w' -o "$CACHE/bin/argo-workflows-$ARGO_VERSION/workflow-controller" github.com/argoproj/argo-workflows/v3/cmd/workflow-controller) \
+    || die "building argo workflow-controller $ARGO_VERSION failed (see above)"
+}
+
 # CRDs and data files come from module sources; download them into the module cache.
 fetch_crds() {
   step "karpenter CRDs (core $KARPENTER_VERSION, AWS $KARPENTER_AWS_VERSION), the MPIJob CRD and kwok stages"
@@ -115,6 +128,7 @@ for t in "${targets[@]}"; do
     all) build_etcd; fetch_crds; build_kwok; build_karpenter; build_mpioperator; build_kubernetes; build_versitygw ;;
     etcd) build_etcd ;; kubernetes) build_kubernetes ;; kwok) build_kwok ;;
     karpenter) build_karpenter ;; mpi-operator) build_mpioperator ;; versitygw) build_versitygw ;; crds) fetch_crds ;;
-    *) die "unknown target '$t' (all|etcd|kubernetes|kwok|karpenter|mpi-operator|versitygw|crds)" ;;
+    argo) build_argo ;;
+    *) die "unknown target '$t' (all|etcd|kubernetes|kwok|karpenter|mpi-operator|versitygw|crds|argo)" ;;
   esac
 done
