@@ -62,7 +62,7 @@ def rendered_job(n: int, namespace: str, task_s: float, virtual_cluster: str | N
     spec = PipelineRunSpec.model_validate(body)
     st = spec.stages[0]
     run = it.RunRef(name="fan", namespace=namespace, uid="bench")
-    cms = it.items_configmaps(run, st.name, it.item_list(st.for_each))
+    cms = it.items_configmaps(run, st.name, it.item_list(st.for_each), last_step=st.steps[-1].name)
     job = jobs.render_job(
         run=run, spec=spec, stage=st, attempt=0, completions=n,
         item_configmaps=[c["metadata"]["name"] for c in cms],
@@ -81,14 +81,14 @@ def _containers(job: dict[str, Any]) -> list[dict[str, Any]]:
     return [*pod.get("initContainers", []), *pod["containers"]]
 
 
-def _drop_volume(kind: str) -> Callable[[dict[str, Any]], None]:
-    """Remove the pod's volumes of this kind ("projected", "emptyDir") and their mounts.
+def _drop_volume(*kinds: str) -> Callable[[dict[str, Any]], None]:
+    """Remove the pod's volumes of these kinds ("projected", "emptyDir") and their mounts.
 
     By kind, not name: the volume names are the renderer's to change.
     """
     def drop(job: dict[str, Any]) -> None:
         pod = _pod(job)
-        gone = {v["name"] for v in pod.get("volumes", []) if kind in v}
+        gone = {v["name"] for v in pod.get("volumes", []) if any(k in v for k in kinds)}
         pod["volumes"] = [v for v in pod.get("volumes", []) if v["name"] not in gone]
         if not pod["volumes"]:
             del pod["volumes"]
@@ -171,8 +171,8 @@ FEATURES = [
             _drop_failure_policy),
     Feature("replacement", "podReplacementPolicy: Failed", _drop_replacement),
     Feature("perIndex", "backoffLimitPerIndex + maxFailedIndexes", _drop_per_index),
-    Feature("itemsVolume", "items ConfigMap (projected) volume + mount",
-            _drop_volume("projected")),
+    Feature("itemsVolume", "items ConfigMap volume (configMap or projected) + mount",
+            _drop_volume("projected", "configMap")),
     Feature("workVolume", "emptyDir work volume + mount", _drop_volume("emptyDir")),
     Feature("labels", "Job and pod labels", _drop_labels),
     Feature("annotations", "do-not-disrupt annotation", _drop_annotations),

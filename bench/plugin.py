@@ -143,7 +143,8 @@ def create(kube: Kube, namespace: str, n: int) -> str:
     kube.patch_status(names.API_VERSION, names.PIPELINERUN, name, namespace, status)
     ref = it.RunRef.of(created)
     for stage in ("split", "invert"):
-        for cm in it.items_configmaps(ref, stage, [f"night-{i:06d}" for i in range(n)]):
+        items = [f"night-{i:06d}" for i in range(n)]
+        for cm in it.items_configmaps(ref, stage, items, last_step="main"):
             kube.apply(cm)
     return name
 

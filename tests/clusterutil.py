@@ -50,8 +50,9 @@ class Kubectl:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60,
-             interval: float = 0.5) -> Any:
-    """Poll until check() is truthy; fail with a message naming what never happened."""
+             interval: float = 0.5, explain: Callable[[], str] | None = None) -> Any:
+    """Poll until check() is truthy; fail with a message naming what never happened and,
+    with `explain`, the state that shows why (a timeout alone is not a diagnosis)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -59,7 +60,8 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60,
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    state = f"\n{explain()}" if explain else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r}){state}")
 
 
 def job_complete(kube: Kube, namespace: str, name: str) -> bool:

@@ -43,7 +43,7 @@ def _run_stage(kubectl: Kubectl, spec: PipelineRunSpec, run: it.RunRef, index: i
                namespace: str) -> float:
     stage = spec.stages[index]
     items = it.item_list(stage.for_each)
-    for cm in it.items_configmaps(run, stage.name, items):
+    for cm in it.items_configmaps(run, stage.name, items, last_step=stage.steps[-1].name):
         cm["metadata"].pop("ownerReferences", None)
         kubectl.apply(cm)
     job = jobs.render_job(

@@ -37,7 +37,8 @@ def _run(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, stage_index: i
     run = it.RunRef(f"r{uuid.uuid4().hex[:5]}", namespace, str(uuid.uuid4()))
     cms: dict[str, list[str]] = {}
     for stage_name, items in frozen.items():
-        for cm in it.items_configmaps(run, stage_name, items):
+        last = next(s for s in spec.stages if s.name == stage_name).steps[-1].name
+        for cm in it.items_configmaps(run, stage_name, items, last_step=last):
             cm["metadata"].pop("ownerReferences", None)
             kubectl.apply(cm)
             cms.setdefault(stage_name, []).append(cm["metadata"]["name"])

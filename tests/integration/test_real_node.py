@@ -93,7 +93,8 @@ def run_stage(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, run_name:
               items: list[str], timeout: float = 240) -> str:
     """Freeze `items` (two) as the operator would, run stage_job to completion; its name."""
     run, manifest = stage_job(spec, namespace, run_name)
-    for cm in it.items_configmaps(run, spec.stages[0].name, items):
+    first = spec.stages[0]
+    for cm in it.items_configmaps(run, first.name, items, last_step=first.steps[-1].name):
         cm["metadata"].pop("ownerReferences", None)
         kubectl.apply(cm)
     kubectl.apply(manifest)

@@ -72,6 +72,25 @@ def phase(kube: Kube, ns: str, run: str) -> str:
     return str((obj.get("status") or {}).get("phase", ""))
 
 
+def run_state(kube: Kube, ns: str, run: str, vc: str, pool: str) -> str:
+    """The run's status, its pods and the pool's NodeClaims, for a timeout's message."""
+    def conds(obj: dict[str, Any]) -> list[tuple[Any, ...]]:
+        return [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+                for c in (obj.get("status") or {}).get("conditions") or []]
+
+    obj = kube.get(names.API_VERSION, names.PIPELINERUN, run, ns) or {}
+    lines = [f"run {run}: phase={(obj.get('status') or {}).get('phase')!r} {conds(obj)}"]
+    for p in kube.list("v1", "Pod", ns, label_selector=f"{names.LABEL_RUN}={run}"):
+        lines.append(f"pod {p['metadata']['name']}: {(p.get('status') or {}).get('phase')} "
+                     f"on {(p.get('spec') or {}).get('nodeName')!r} {conds(p)}")
+    for c in pool_objects(kube, "NodeClaim", ns, vc, pool):
+        meta = c["metadata"]
+        lines.append(f"nodeclaim {meta['name']} {meta.get('labels', {}).get(CAPACITY_TYPE)} "
+                     f"node={(c.get('status') or {}).get('nodeName')!r} "
+                     f"deleting={bool(meta.get('deletionTimestamp'))} {conds(c)}")
+    return "\n".join(lines)
+
+
 def owner(ns: str, vc: str) -> str:
     return f"{names.LABEL_VIRTUAL_CLUSTER}={vc},{vcnames.LABEL_VC_NAMESPACE}={ns}"
 
@@ -207,8 +226,12 @@ def test_spot_then_on_demand_shares_one_limit(
              ondemand_limit_follows_spot, 60)
     nodes = pool_objects(kube, "Node", namespace, "reduce", pool)
     assert nodes and all(n["metadata"]["labels"][CAPACITY_TYPE] == "spot" for n in nodes)
-    wait_for("run r to finish", lambda: phase(kube, namespace, "r") in TERMINAL, 90)
-    assert phase(kube, namespace, "r") == "Succeeded"
+    # Generous: under CI's two workers the control plane is shared with the heaviest
+    # tests; the message carries the pods and NodeClaims if it still times out.
+    wait_for("run r to finish", lambda: phase(kube, namespace, "r") in TERMINAL, 180,
+             explain=lambda: run_state(kube, namespace, "r", "reduce", pool))
+    assert phase(kube, namespace, "r") == "Succeeded", run_state(kube, namespace, "r",
+                                                                 "reduce", pool)
 
 
 @pytest.fixture
@@ -252,8 +275,12 @@ def test_static_mode_uses_labeled_nodes(kube: Kube, kubectl: Kubectl, namespace:
     assert not kube.list("karpenter.sh/v1", "NodePool", label_selector=owner(namespace,
                                                                              "onprem"))
     kubectl.apply(run_manifest("r", "onprem", [stage("s", pool, 3, "1")]), namespace)
-    wait_for("run r to finish", lambda: phase(kube, namespace, "r") in TERMINAL, 90)
-    assert phase(kube, namespace, "r") == "Succeeded"
+    # Generous: under CI's two workers the control plane is shared with the heaviest
+    # tests; the message carries the pods and NodeClaims if it still times out.
+    wait_for("run r to finish", lambda: phase(kube, namespace, "r") in TERMINAL, 180,
+             explain=lambda: run_state(kube, namespace, "r", "reduce", pool))
+    assert phase(kube, namespace, "r") == "Succeeded", run_state(kube, namespace, "r",
+                                                                 "reduce", pool)
 
 
 @pytest.mark.parametrize("case", BAD, ids=[b[0] for b in BAD])

@@ -237,7 +237,7 @@ class Pod:
         self.plans = tmp / "plans"
         for d in (self.dir, self.work, self.plans):
             d.mkdir()
-        cms = it.items_configmaps(RUN, "s", items)
+        cms = it.items_configmaps(RUN, "s", items, last_step=steps[-1])
         if indexes is not None:
             cms += it.indexes_configmaps(RUN, "s", 1, indexes)
         for cm in cms:
@@ -398,7 +398,7 @@ def test_each_item_of_a_batch_gets_its_own_fields_and_argv(
     items = [f"{site}/{src}" for site in ("LAX", "PAS", "USC") for src in ("nr", "lp", "la")]
     folder = tmp_path / "items"
     folder.mkdir()
-    cms = it.items_configmaps(RUN, "s", items, 24)
+    cms = it.items_configmaps(RUN, "s", items, 24, last_step="main")
     assert len(cms) > 2
     for cm in cms:
         for key, value in cm["data"].items():

@@ -106,7 +106,7 @@ def _agree(configmaps: list[dict[str, Any]], indexes: range,
 @pytest.mark.parametrize("budget", [render_items.CHUNK_BYTES, 64])
 def test_first_attempt_agrees(budget: int) -> None:
     values = [f"night {i:04d} {{x}} $HOME" for i in range(40)]
-    cms = render_items.items_configmaps(RUN, "s", values, budget)
+    cms = render_items.items_configmaps(RUN, "s", values, budget, last_step="main")
     if budget == 64:
         assert len(cms) > 3, "the small budget should split the list into chunks"
     found = _agree(cms, range(41))
@@ -116,7 +116,7 @@ def test_first_attempt_agrees(budget: int) -> None:
 def test_rerun_maps_to_original_indexes() -> None:
     values = [f"item-{i}" for i in range(30)]
     failed = [3, 17, 29]
-    cms = (render_items.items_configmaps(RUN, "s", values, 50)
+    cms = (render_items.items_configmaps(RUN, "s", values, 50, last_step="main")
            + render_items.indexes_configmaps(RUN, "s", 1, failed, 4))
     assert len({k for cm in cms for k in cm["data"] if k.startswith(names.INDEXES_KEY)}) > 1
     found = _agree(cms, range(4))
@@ -158,7 +158,7 @@ ITEM = st.text(
        rerun=st.booleans(), sed=st.booleans(), data=st.data())
 def test_shell_and_python_agree_on_any_layout(values: list[str], budget: int, rerun: bool,
                                               sed: bool, data: st.DataObject) -> None:
-    cms = render_items.items_configmaps(RUN, "s", values, budget)
+    cms = render_items.items_configmaps(RUN, "s", values, budget, last_step="main")
     expected = {i: Item(v, i, i) for i, v in enumerate(values)}
     if rerun:
         failed = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=1,
@@ -193,7 +193,7 @@ def test_matrix_fields_agree(matrix: dict[str, list[str]], budget: int, sed: boo
     fe = ForEach.model_validate({"matrix": matrix})
     fields = render_items.matrix_fields(fe)
     values = render_items.item_list(fe)
-    cms = render_items.items_configmaps(RUN, "s", values, budget)
+    cms = render_items.items_configmaps(RUN, "s", values, budget, last_step="main")
     if rerun:
         # A retry Job: its completion indexes map to the original items, fields and all.
         failed = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=1,
@@ -221,12 +221,13 @@ def test_matrix_fields_sorted_and_env_names() -> None:
 
 @pytest.mark.parametrize("value", ["a", "a/b/c"])
 def test_an_item_that_does_not_split_fails_both_sides(value: str) -> None:
-    cms = render_items.items_configmaps(RUN, "s", [value])
+    cms = render_items.items_configmaps(RUN, "s", [value], last_step="main")
     found = _agree(cms, range(1), True, ("x", "y"))
     assert found == {0: None}
 
 
 def test_an_empty_part_is_an_empty_field_on_both_sides() -> None:
     # The validator refuses empty matrix values; should one reach a pod, both agree.
-    found = _agree(render_items.items_configmaps(RUN, "s", ["a/"]), range(1), True, ("x", "y"))
+    found = _agree(render_items.items_configmaps(RUN, "s", ["a/"], last_step="main"), range(1),
+                   True, ("x", "y"))
     assert found == {0: Item("a/", 0, 0, (("x", "a"), ("y", "")))}

@@ -38,7 +38,7 @@ def test_format_problem(fmt: str, ok: bool) -> None:
 
 def test_chunks_stay_under_the_configmap_limit_at_100k_items() -> None:
     items = [f"day-{i:06d}/band-{i % 7:02d}" for i in range(100_000)]  # ~2.4 MB
-    cms = it.items_configmaps(RUN, "split", items)
+    cms = it.items_configmaps(RUN, "split", items, last_step="main")
     assert len(cms) == 3
     lines: list[str] = []
     for cm in cms:
@@ -54,7 +54,7 @@ def test_chunks_stay_under_the_configmap_limit_at_100k_items() -> None:
 
 
 def test_configmap_metadata() -> None:
-    cm = it.items_configmaps(RUN, "ifu", ["a"])[0]
+    cm = it.items_configmaps(RUN, "ifu", ["a"], last_step="main")[0]
     meta = cm["metadata"]
     assert meta["name"] == it.items_configmap_name("nightly", "ifu", 0)
     assert meta["ownerReferences"] == [{
@@ -98,7 +98,7 @@ def sh(script: Path, index: int, path: str | None = None) -> dict[str, str]:
 
 def test_run_sh_maps_index_to_item(tmp_path: Path) -> None:
     items = ["night-0001", "two words; $(rm -rf /) `x` 'q' \"d\"", "night-0003"]
-    script = install(tmp_path, it.items_configmaps(RUN, "ifu", items))
+    script = install(tmp_path, it.items_configmaps(RUN, "ifu", items, last_step="main"))
     for i, item in enumerate(items):
         env = sh(script, i)
         assert env[names.ENV_ITEM] == item
@@ -107,14 +107,14 @@ def test_run_sh_maps_index_to_item(tmp_path: Path) -> None:
 
 def test_run_sh_pure_sh_fallback_without_sed(tmp_path: Path) -> None:
     items = ["a", "b  ", "c\\n"]
-    script = install(tmp_path, it.items_configmaps(RUN, "ifu", items))
+    script = install(tmp_path, it.items_configmaps(RUN, "ifu", items, last_step="main"))
     for i, item in enumerate(items):
         assert sh(script, i, path="/nonexistent")[names.ENV_ITEM] == item
 
 
 def test_run_sh_across_chunks_and_retry_indexes(tmp_path: Path) -> None:
     items = [f"item-{i:05d}-" + "x" * 40 for i in range(40_000)]  # ~2.1 MB
-    cms = it.items_configmaps(RUN, "ifu", items)
+    cms = it.items_configmaps(RUN, "ifu", items, last_step="main")
     assert len(cms) == 3
     starts = [int(c["metadata"]["annotations"][names.ANNOTATION_ITEM_START]) for c in cms]
     second = starts[1]
@@ -132,7 +132,7 @@ def test_run_sh_across_chunks_and_retry_indexes(tmp_path: Path) -> None:
 
 
 def test_run_sh_fails_for_an_index_without_item(tmp_path: Path) -> None:
-    script = install(tmp_path, it.items_configmaps(RUN, "ifu", ["a"]))
+    script = install(tmp_path, it.items_configmaps(RUN, "ifu", ["a"], last_step="main"))
     out = subprocess.run(["/bin/sh", str(script), "main", "--", "/usr/bin/env"],
                          env={"JOB_COMPLETION_INDEX": "5", "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, timeout=60, check=False)

@@ -128,7 +128,8 @@ def gather_run(count: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
             storage=[{"name": "raw", "s3": {"bucket": BUCKET}}])
     m["metadata"]["uid"] = "u1"
     ref = render_items.RunRef.of(m)
-    return m, render_items.items_configmaps(ref, "split", [str(i) for i in range(count)])
+    return m, render_items.items_configmaps(ref, "split", [str(i) for i in range(count)],
+                                            last_step="main")
 
 
 def test_gathering_a_frozen_stage_of_10000_items() -> None:

@@ -60,7 +60,8 @@ def test_golden_retry_job_and_its_indexes() -> None:
 
 
 def test_golden_items_configmap() -> None:
-    cms = it.items_configmaps(RUN, "ifu", it.item_list(spec(**NIGHTLY).stages[0].for_each)[:5])
+    cms = it.items_configmaps(RUN, "ifu", it.item_list(spec(**NIGHTLY).stages[0].for_each)[:5],
+                              last_step="reduce")
     check_golden("pipelinerun/items-configmap.yaml", cms)
 
 
@@ -83,8 +84,14 @@ def test_job_fields() -> None:
         "/bin/sh", f"{names.MOUNT_ITEMS}/run.sh", "reduce", "--", "reduce", "--all"]
     env = {e["name"]: e["value"] for e in pod["initContainers"][0]["env"]}
     assert env["MODE"] == "fast" and env["OMP_NUM_THREADS"] == "1"
-    assert env[names.ENV_RUN] == "nightly" and env[names.ENV_STAGE] == "ifu"
-    assert env[names.ENV_NAMESPACE] == "physics" and env[names.ENV_LAST_STEP] == "reduce"
+    # A first attempt's identity is in the items volume's stage.env, not in each pod.
+    assert not any(k.startswith("NIGHTSHIFT_") for k in env)
+    retry = render(spec(**NIGHTLY), attempt=2)
+    renv = {e["name"]: e["value"]
+            for e in retry["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert renv[names.ENV_RUN] == "nightly" and renv[names.ENV_STAGE] == "ifu"
+    assert renv[names.ENV_NAMESPACE] == "physics" and renv[names.ENV_LAST_STEP] == "reduce"
+    assert renv[names.ENV_ATTEMPT] == "2"
     assert pod["nodeSelector"] == {names.LABEL_POOL: "workers"}
     assert pod["tolerations"] == [{"key": names.TAINT_POOL, "operator": "Equal",
                                    "value": "workers", "effect": "NoSchedule"}]

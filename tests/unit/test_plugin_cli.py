@@ -128,7 +128,7 @@ def cluster() -> FakeKube:
     run = advance(run, p)
     ref = it.RunRef.of(run)
     cms = [cm for stage in ("split", "invert") for cm in it.items_configmaps(
-        ref, stage, [f"{stage}-{i:06d}" for i in range(N)])]
+        ref, stage, [f"{stage}-{i:06d}" for i in range(N)], last_step="main")]
     pods = [pod(split_done, 10, "2025-03-01T12:01:00Z", 3),
             pod(split_done, 10, "2025-03-01T12:02:00Z", 3),
             pod(split_done, 11, "2025-03-01T12:02:00Z", 0)]

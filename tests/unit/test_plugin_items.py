@@ -37,7 +37,7 @@ def job(stage: str, attempt: int, completions: int, done: str = "", bad: str = "
 
 
 def test_100k_items_decode_from_the_real_chunks() -> None:
-    cms = it.items_configmaps(REF, "split", values(N))
+    cms = it.items_configmaps(REF, "split", values(N), last_step="main")
     assert len(cms) >= 2, "100k items of 13 bytes must span more than one 900 KB chunk"
     retry = it.indexes_configmaps(REF, "split", 1, [5, 7])
     chunks = pi.item_chunks(metas(cms + retry), "nightly", "split")
@@ -65,7 +65,7 @@ def test_100k_items_decode_from_the_real_chunks() -> None:
 
 def test_a_stage_without_chunks_yet_has_none() -> None:
     assert pi.item_chunks([], "nightly", "split") == []
-    other = it.items_configmaps(REF, "invert", values(3))
+    other = it.items_configmaps(REF, "invert", values(3), last_step="main")
     assert pi.item_chunks(metas(other), "nightly", "split") == []
 
 
@@ -120,7 +120,7 @@ def test_failed_from_status_unless_truncated() -> None:
 
 
 def test_rows_carry_samples_and_format_plainly() -> None:
-    cms = it.items_configmaps(REF, "split", values(20))
+    cms = it.items_configmaps(REF, "split", values(20), last_step="main")
     rec = {"failureSamples": [{"index": 17, "exitCode": 2, "reason": "Error",
                                "message": "no such file: night-000017.fits"}]}
     rows = pi.item_rows(pi.ItemList(cms), [3, 17], None, rec)

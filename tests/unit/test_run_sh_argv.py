@@ -27,7 +27,7 @@ def run_sh(tmp: Path, items: list[str], ci: int, args: list[str],
            fields: tuple[str, ...] = ()) -> list[str]:
     folder = tmp / "items"
     folder.mkdir(exist_ok=True)
-    for cm in render_items.items_configmaps(RUN, "s", items):
+    for cm in render_items.items_configmaps(RUN, "s", items, last_step="main"):
         for key, value in cm["data"].items():
             (folder / key).write_text(value, encoding="utf-8")
     out = tmp / "argv"
@@ -83,7 +83,7 @@ def test_the_command_itself_is_expanded(tmp_path: Path) -> None:
     (tmp_path / "tool-a").chmod(0o755)
     folder = tmp_path / "items"
     folder.mkdir()
-    for cm in render_items.items_configmaps(RUN, "s", ["a", "b c"]):
+    for cm in render_items.items_configmaps(RUN, "s", ["a", "b c"], last_step="main"):
         for key, value in cm["data"].items():
             (folder / key).write_text(value)
     out = tmp_path / "argv"
@@ -126,7 +126,7 @@ def test_shell_and_python_expand_alike(tmp_path: Path, args: list[str], site: st
 def test_a_bad_field_name_stops_the_pod(tmp_path: Path, fields: str) -> None:
     folder = tmp_path / "items"
     folder.mkdir()
-    for cm in render_items.items_configmaps(RUN, "s", ["a"]):
+    for cm in render_items.items_configmaps(RUN, "s", ["a"], last_step="main"):
         for key, value in cm["data"].items():
             (folder / key).write_text(value)
     (tmp_path / "abc").write_text("")  # a glob of the field list would find this name
@@ -135,3 +135,38 @@ def test_a_bad_field_name_stops_the_pod(tmp_path: Path, fields: str) -> None:
                             names.ENV_ITEM_FIELDS: fields},
                        cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 2, r.stderr
+
+
+def test_the_stage_env_file_reaches_the_step_and_retries_keep_their_attempt(
+        tmp_path: Path) -> None:
+    """First-attempt pods carry no NIGHTSHIFT_* identity in their env: run.sh exports it
+    from stage.env, as data (a hostile value is never run), and the attempt defaults to
+    0; a retry pod's own NIGHTSHIFT_ATTEMPT stays."""
+    folder = tmp_path / "items"
+    folder.mkdir()
+    for cm in render_items.items_configmaps(RUN, "s", ["a"], last_step="main"):
+        for key, value in cm["data"].items():
+            (folder / key).write_text(value, encoding="utf-8")
+    # What an older or tampered file could hold: only NIGHTSHIFT_* keys are exported.
+    with (folder / names.STAGE_ENV_KEY).open("a") as f:
+        f.write("PATH=/nowhere\nNIGHTSHIFT_X=$(touch PWNED) `id`\n")
+    show = ["/bin/sh", "-c", 'env | grep "^NIGHTSHIFT_" | sort > "$OUT"; echo "$PATH" >> "$OUT"']
+
+    def env_of(**extra: str) -> dict[str, str]:
+        out = tmp_path / "env"
+        env = {"PATH": "/usr/bin:/bin", names.ENV_COMPLETION_INDEX: "0", "OUT": str(out),
+               **extra}
+        subprocess.run(["/bin/sh", str(folder / names.RUN_SH_KEY), "main", "--", *show],
+                       env=env, cwd=tmp_path, check=True)
+        lines = out.read_text().splitlines()
+        assert lines[-1] == "/usr/bin:/bin"
+        return dict(line.split("=", 1) for line in lines[:-1])
+
+    first = env_of()
+    assert not (tmp_path / "PWNED").exists()
+    assert first[names.ENV_RUN] == "r" and first[names.ENV_NAMESPACE] == "ns"
+    assert first[names.ENV_STAGE] == "s" and first[names.ENV_LAST_STEP] == "main"
+    assert first[names.ENV_ITEMS_FILE] == names.ITEMS_FILE
+    assert first[names.ENV_ATTEMPT] == "0" and first[names.ENV_ITEM] == "a"
+    assert first["NIGHTSHIFT_X"] == "$(touch PWNED) `id`"
+    assert env_of(**{names.ENV_ATTEMPT: "2"})[names.ENV_ATTEMPT] == "2"

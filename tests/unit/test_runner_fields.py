@@ -51,7 +51,7 @@ def test_a_value_is_never_expanded_twice() -> None:
 def test_all_lines_reads_chunks_in_index_order() -> None:
     values = [f"day-{i:02d}" for i in range(42)]
     cms = render_items.items_configmaps(render_items.RunRef("r", "ns", "u"), "split", values,
-                                        budget=40)
+                                        budget=40, last_step="main")
     assert len(cms) > 5
     data = {k: v for cm in cms for k, v in cm["data"].items()}
     assert all_lines(DataVolume(data)) == values

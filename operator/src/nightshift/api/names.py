@@ -125,6 +125,10 @@ STEP_BINARY = f"{MOUNT_BIN}/step"
 ITEMS_KEY = "items"
 INDEXES_KEY = "indexes"  # retry Jobs: completion index -> original item index
 RUN_SH_KEY = "run.sh"
+# The stage's constant NIGHTSHIFT_* values (ENV_RUN, ENV_STAGE, ...), KEY=value lines in
+# the first chunk, which run.sh exports: in every pod's env they would be bytes the API
+# server and each watcher pay on every write of every pod (docs/performance.md).
+STAGE_ENV_KEY = "stage.env"
 ITEMS_FILE = f"{MOUNT_ITEMS}/{ITEMS_KEY}"
 # SharedStorage: its PersistentVolumes are cluster-scoped, so they say whose they are.
 LABEL_STORAGE_NAMESPACE = f"{GROUP}/storage-namespace"

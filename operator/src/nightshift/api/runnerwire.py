@@ -9,8 +9,8 @@ The strings of the wire live in api/names.py, one definition each:
            ENV_COMPLETION_INDEX (set by the Job controller), ENV_LAST_STEP, ENV_ITEM,
            ENV_ITEM_INDEX, ENV_ITEMS_FILE, ENV_ATTEMPT
   mounts   MOUNT_ROOT and the paths below it (MOUNT_ITEMS, MOUNT_WORK, MOUNT_BIN, ...)
-  items    ITEMS_KEY, INDEXES_KEY, RUN_SH_KEY (keys of the items volume) and the
-           ANNOTATION_ITEM_* annotations on each chunk ConfigMap
+  items    ITEMS_KEY, INDEXES_KEY, RUN_SH_KEY, STAGE_ENV_KEY (keys of the items volume)
+           and the ANNOTATION_ITEM_* annotations on each chunk ConfigMap
 
 Item lookup. A stage's list is frozen in ConfigMap chunks whose keys are `items` (from
 index 0) and `items.<start>` (from index <start>, zero-padded to CHUNK_DIGITS so that a

@@ -8,6 +8,7 @@ ConfigMaps, each contributing its own keys (the rules are api/runnerwire.py):
   items            items 0..k-1, one per line (the only file below ~900 KB)
   items.0050000    items from index 50000 on (zero-padded start index), and so on
   run.sh           the step wrapper (in the first chunk)
+  stage.env        the stage's NIGHTSHIFT_* constants, run.sh exports them (first chunk)
   indexes[.NNN]    retry Jobs only: the original index of each completion index
 """
 
@@ -191,14 +192,32 @@ def chunk(lines: Sequence[str], budget: int = CHUNK_BYTES) -> list[tuple[int, li
     return chunks
 
 
+def stage_env(run: RunRef, stage: str, last_step: str) -> dict[str, str]:
+    """The NIGHTSHIFT_* values that are the same in every pod of every attempt of a
+    stage; run.sh exports them from names.STAGE_ENV_KEY (the attempt is not here: a
+    retry Job's pods get it in their env, and run.sh defaults it to 0)."""
+    return {
+        names.ENV_RUN: run.name,
+        names.ENV_STAGE: stage,
+        names.ENV_NAMESPACE: run.namespace,
+        names.ENV_ITEMS_FILE: names.ITEMS_FILE,
+        names.ENV_LAST_STEP: last_step,
+    }
+
+
 def items_configmaps(run: RunRef, stage: str, items: Sequence[str],
-                     budget: int = CHUNK_BYTES) -> list[dict[str, Any]]:
-    """The ConfigMaps that freeze a stage's items; the first also carries run.sh."""
+                     budget: int = CHUNK_BYTES, *, last_step: str) -> list[dict[str, Any]]:
+    """The ConfigMaps that freeze a stage's items; the first also carries run.sh and
+    the stage's env file. `last_step`: the name of the stage's last step."""
     out = []
     for n, (start, lines) in enumerate(chunk(items, budget)):
         data = {chunk_key(names.ITEMS_KEY, start): "".join(f"{x}\n" for x in lines)}
         if n == 0:
             data[names.RUN_SH_KEY] = RUN_SH
+            # Names are DNS labels and step names too (the CRD's patterns): no "=" and
+            # no newline can break a line.
+            data[names.STAGE_ENV_KEY] = "".join(
+                f"{k}={v}\n" for k, v in stage_env(run, stage, last_step).items())
         out.append(_configmap(run, stage, items_configmap_name(run.name, stage, n), data,
                               start, len(lines), len(items)))
     return out
@@ -252,6 +271,15 @@ step=$1
 shift
 if [ "${{1-}}" = "--" ]; then shift; fi
 dir=${{0%/*}}
+# The stage's constants: KEY=value lines, exported as data (read, never sourced).
+if [ -r "$dir/{names.STAGE_ENV_KEY}" ]; then
+while IFS='=' read -r key value; do
+case $key in NIGHTSHIFT_*) export "$key=$value" ;; esac
+done < "$dir/{names.STAGE_ENV_KEY}"
+fi
+# First attempts carry no attempt in their env (retry Jobs do).
+{names.ENV_ATTEMPT}=${{{names.ENV_ATTEMPT}:-0}}
+export {names.ENV_ATTEMPT}
 # item_env: the item of position ${names.ENV_COMPLETION_INDEX}, exported with its fields.
 item_env() {{
 {runnerwire.SH_LOOKUP}\

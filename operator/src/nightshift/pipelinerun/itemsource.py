@@ -88,7 +88,8 @@ def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str,
         check_gathered(frozen_items(kube, namespace, run["metadata"]["name"], spec),
                        stage, f"spec.stages[{index}]")
     ref = render_items.RunRef.of(run)
-    for cm in render_items.items_configmaps(ref, stage.name, items):
+    for cm in render_items.items_configmaps(
+            ref, stage.name, items, last_step=stage.steps[-1].name):
         with naming("ConfigMap", cm["metadata"]["name"], "applying"):
             kube.apply(cm)
 

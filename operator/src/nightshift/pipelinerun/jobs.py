@@ -12,7 +12,7 @@ from typing import Any
 
 from nightshift.api import names
 from nightshift.pipelinerun import batch as batchmod
-from nightshift.pipelinerun import binding
+from nightshift.pipelinerun import binding, items
 from nightshift.pipelinerun import runnerparts as runner
 from nightshift.pipelinerun.items import RunRef, job_name
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
@@ -133,14 +133,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         sample_processes=spec.process_sampling,
         gather_configmaps=gather_configmaps,
     ) or runner.RunnerParts()
-    last = stage.steps[-1].name
     base_env = [
-        {"name": names.ENV_RUN, "value": run.name},
-        {"name": names.ENV_STAGE, "value": stage.name},
-        {"name": names.ENV_NAMESPACE, "value": run.namespace},
-        {"name": names.ENV_ITEMS_FILE, "value": names.ITEMS_FILE},
-        {"name": names.ENV_ATTEMPT, "value": str(attempt)},
-        {"name": names.ENV_LAST_STEP, "value": last},
+        *attempt_env(run, stage, attempt),
         *batchmod.pod_env(stage.batch, positions, stage.retries.per_item,
                           stage.retries.permanent_exit_codes),
         *runner.item_fields_env(stage),
@@ -153,7 +147,9 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
     # stages[].mounts: what the steps see themselves (CVMFS at /cvmfs, a shared volume).
     mount_volumes, stage_mounts = binding.stage_mounts(stage, storage)
     mounts = [
-        {"name": runner.VOLUME_ITEMS, "mountPath": names.MOUNT_ITEMS, "readOnly": True},
+        # No readOnly: the kubelet mounts configMap and projected volumes read-only
+        # whatever the mount says, and each field is bytes in every pod.
+        {"name": runner.VOLUME_ITEMS, "mountPath": names.MOUNT_ITEMS},
         *own_work_mount,
         *parts.step_volume_mounts,
         *stage_mounts,
@@ -183,8 +179,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         "initContainers": [*parts.init_containers, *containers[:-1]],
         "containers": containers[-1:],
         "volumes": [
-            {"name": runner.VOLUME_ITEMS,
-             "projected": {"sources": [{"configMap": {"name": n}} for n in configmaps]}},
+            items_volume(configmaps),
             *([] if runner_work else [runner.work_volume(stage)]),
             *parts.volumes,
             *mount_volumes,
@@ -199,6 +194,27 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         pod_spec["shareProcessNamespace"] = True
     pod_spec.update(placement(spec, stage, run.namespace))
     return {"metadata": pod_metadata(stage, labels), "spec": pod_spec}
+
+
+def items_volume(configmaps: Sequence[str]) -> dict[str, Any]:
+    """The items volume: the one ConfigMap itself, or a projection of the chunks (and a
+    retry's indexes), each contributing its own keys to the same directory."""
+    if len(configmaps) == 1:
+        return {"name": runner.VOLUME_ITEMS, "configMap": {"name": configmaps[0]}}
+    return {"name": runner.VOLUME_ITEMS,
+            "projected": {"sources": [{"configMap": {"name": n}} for n in configmaps]}}
+
+
+def attempt_env(run: RunRef, stage: Stage, attempt: int) -> list[dict[str, Any]]:
+    """The NIGHTSHIFT_* run identity in a step's env: none on a first attempt, whose
+    run.sh exports it from the items volume's stage.env (items.stage_env), so no pod of
+    the fan-out carries it; all of it on a retry, whose few pods may run with items
+    ConfigMaps an older operator froze before run.sh read that file."""
+    if not attempt:
+        return []
+    env = items.stage_env(run, stage.name, stage.steps[-1].name)
+    env[names.ENV_ATTEMPT] = str(attempt)
+    return [{"name": k, "value": v} for k, v in env.items()]
 
 
 def placement(spec: PipelineRunSpec, stage: Stage, namespace: str) -> dict[str, Any]:
