@@ -79,7 +79,7 @@ def test_golden_batched_job() -> None:
 
 
 def _env(container: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
 
 
 def test_batched_job_fields() -> None:

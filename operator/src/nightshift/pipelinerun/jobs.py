@@ -169,6 +169,8 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
             # Steps keep a writable root: user images write where they were built to.
             "securityContext": runner.container_security(),
         }
+        if not c["env"]:
+            del c["env"]
         if stage.image_pull_policy:
             c["imagePullPolicy"] = stage.image_pull_policy
         if resources := step_resources(stage):
