@@ -4,7 +4,7 @@ Not part of CI. On the local cluster (`.venv/bin/nightshift-localcluster up` fir
 reads the API server's audit log):
 
     .venv/bin/python bench/fanout.py                  # 3,000 and 10,000 items of 1 s
-    .venv/bin/python bench/fanout.py --sizes 100000 --pairs 1
+    .venv/bin/python bench/fanout.py --sizes 1000 10000 100000 --run-only
 
 For each size, in the same cluster, `--pairs` alternating pairs (bare then run, run
 then bare, ...), the namespace drained between runs (bench/jobbench.py):
@@ -60,10 +60,10 @@ WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 OPERATOR = "nightshift-operator"
 
 
-def pipelinerun(n: int, task_s: float) -> dict[str, Any]:
+def pipelinerun(n: int, task_s: float, **stage_extra: Any) -> dict[str, Any]:
     return {"apiVersion": names.API_VERSION, "kind": names.PIPELINERUN,
             "metadata": {"name": "fan", "namespace": NS_RUN},
-            "spec": {"stages": [stage(n, task_s)]}}
+            "spec": {"stages": [stage(n, task_s, **stage_extra)]}}
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -87,18 +87,20 @@ def start_operator(bench: Bench) -> subprocess.Popen[bytes]:
     return op
 
 
-def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str,
-                    timeout: float) -> tuple[Timed, dict[str, Any]]:
-    """Create the PipelineRun, time it to Succeeded; its Job's completion on the way."""
+def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: float,
+                    pods: int | None = None, **stage_extra: Any
+                    ) -> tuple[Timed, dict[str, Any]]:
+    """Create the PipelineRun, time it to Succeeded; its Job's completion on the way.
+    `pods`: the Job's completions when they are not one per item (a batched stage)."""
     kube = bench.kube
     load_start = loadavg()
     mark = bench.audit.mark()
     cpu0 = bench.cpu()
     t0 = time.time()
-    bench.create(pipelinerun(n, task_s))
+    bench.create(pipelinerun(n, task_s, **stage_extra))
     t_job_done = None
     run: dict[str, Any] = {}
-    with progress(label, n) as update:
+    with progress(label, pods or n) as update:
         while True:
             js = kube.list("batch/v1", "Job", NS_RUN, label_selector=f"{names.LABEL_RUN}=fan")
             done, cond = job_state(js[0] if js else None)
@@ -169,10 +171,11 @@ def _kinds(writes: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0
-             ) -> dict[str, Any]:
-    console.print(f"[bold]{n:,} items of {task_s:g} s[/], {pairs} alternating pairs; "
-                  f"load average now {loadavg()}")
+def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
+             run_only: bool = False) -> dict[str, Any]:
+    console.print(f"[bold]{n:,} items of {task_s:g} s[/], "
+                  + ("the PipelineRun once" if run_only else f"{pairs} alternating pairs")
+                  + f"; load average now {loadavg()}")
     bare, _ = rendered_job(n, NS_JOB, task_s)
     bare = only(bare, [])
     timeout = max(600.0, n / 5)
@@ -184,8 +187,10 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0
     try:
         bench.drain(NS_JOB)
         drain_run(bench)
-        for p in range(pairs):
-            order = ("bare", "run") if p % 2 == 0 else ("run", "bare")
+        for p in range(1 if run_only else pairs):
+            order: tuple[str, ...] = ("bare", "run") if p % 2 == 0 else ("run", "bare")
+            if run_only:
+                order = ("run",)
             for side in order:
                 label = f"pair {p + 1}/{pairs} {side}"
                 if side == "bare":
@@ -216,6 +221,13 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0
     run_s = [r["done_s"] for r in runs if r["side"] == "run"]
     job_s = [r["job_done_s"] for r in runs if r["side"] == "run"]
     last_run = [r for r in runs if r["side"] == "run"][-1]
+    if run_only:
+        return {"items": n, "task_s": task_s, "runs": runs, "run_only": True,
+                "pipelinerun_s": stats(run_s), "pipelinerun_job_s": stats(job_s),
+                "operator_writes": last_run["operator_writes"],
+                "writes_per_item": last_run["writes_per_item"],
+                "write_kinds": last_run["write_kinds"],
+                "operator_peak_rss_mb": round(rss, 1), "status_bytes": last_run["status_bytes"]}
     return {
         "items": n, "task_s": task_s, "pairs": pairs, "runs": runs,
         "bare_s": stats(bare_s), "pipelinerun_s": stats(run_s), "pipelinerun_job_s": stats(job_s),
@@ -241,6 +253,9 @@ def main() -> int:
     ap.add_argument("--task-seconds", type=float, default=1.0)
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--nodes", type=int, default=20)
+    ap.add_argument("--run-only", action="store_true",
+                    help="only the PipelineRun, once per size (its time, the operator's "
+                         "writes, peak RSS and status size; no bare Job, no ratio)")
     ap.add_argument("--renice", type=int, default=0,
                     help="run the cluster's parts at this nice value meanwhile (e.g. -10 on "
                          "a shared machine; put back to 0 at the end)")
@@ -261,10 +276,26 @@ def main() -> int:
     path = out / f"fanout-{time.strftime('%Y%m%d-%H%M%S')}.json"
     results = []
     for n in args.sizes:
-        results.append(one_size(bench, n, args.task_seconds, args.pairs, args.renice))
+        results.append(one_size(bench, n, args.task_seconds, args.pairs, args.renice,
+                                args.run_only))
         path.write_text(json.dumps({"results": results, "nodes": args.nodes, "pool": POOL,
                                     "renice": args.renice}, indent=2))
 
+    if args.run_only:
+        table = Table(title="PipelineRun alone: time to done and the operator's cost")
+        for col in ("items", "PipelineRun s", "its Job done s", "writes", "writes/item",
+                    "peak RSS MB", "status bytes"):
+            table.add_column(col, justify="right")
+        for r in results:
+            table.add_row(f"{r['items']:,}", f"{r['pipelinerun_s'][1]:.1f}",
+                          f"{r['pipelinerun_job_s'][1]:.1f}", str(r["operator_writes"]),
+                          str(r["writes_per_item"]), str(r["operator_peak_rss_mb"]),
+                          f"{r['status_bytes']:,}")
+        console.print(table)
+        for r in results:
+            console.print(f"{r['items']:,} items: operator writes {r['write_kinds']}")
+        console.print(f"results: {path}")
+        return 0
     table = Table(title="bare Indexed Job vs PipelineRun: time to done, "
                         f"median of {args.pairs} alternating pairs")
     for col in ("items", "bare Job s (min/med/max)", "PipelineRun s (min/med/max)",
