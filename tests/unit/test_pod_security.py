@@ -95,7 +95,13 @@ def test_a_stage_with_the_runner_is_restricted() -> None:
 
 def test_user_and_group_per_stage() -> None:
     sc = pod_of({}, runAsUser=1000, runAsGroup=100)["securityContext"]
-    assert (sc["runAsUser"], sc["runAsGroup"], sc["fsGroup"]) == (1000, 100, 100)
+    assert (sc["runAsUser"], sc["runAsGroup"]) == (1000, 100)
+    # Only configMap and emptyDir volumes: nothing for an fsGroup to own.
+    assert "fsGroup" not in sc and "fsGroupChangePolicy" not in sc
+    # The runner (its containers may write the work volume as another user) or a
+    # claim: the stage's group owns them.
+    sc = pod_of({"storage": [S3]}, runAsUser=1000, runAsGroup=100, **DATA)["securityContext"]
+    assert (sc["fsGroup"], sc["fsGroupChangePolicy"]) == (100, "OnRootMismatch")
 
 
 def test_the_node_cache_is_an_opt_in_that_costs_restricted() -> None:
@@ -176,3 +182,11 @@ def test_the_runner_is_told_whether_it_can_sample() -> None:
 
     assert cfg().sample_processes is False
     assert cfg(processSampling=True).sample_processes is True
+
+
+def test_claims_and_csi_volumes_get_the_group_configmaps_and_emptydirs_do_not() -> None:
+    assert not jobs.owns_files([{"name": "i", "configMap": {"name": "cm"}},
+                                {"name": "w", "emptyDir": {}}])
+    for v in ({"persistentVolumeClaim": {"claimName": "c"}}, {"csi": {"driver": "d"}},
+              {"ephemeral": {"volumeClaimTemplate": {}}}):
+        assert jobs.owns_files([{"name": "x", **v}])

@@ -61,8 +61,11 @@ def test_scratch_on_a_raid0_pool_is_a_sized_empty_dir_and_a_request() -> None:
     # The runner's containers ask for none: the steps' request is the pod's.
     assert [ephemeral(c) for c in reduce["initContainers"][:2]] == [None, None]
     assert not [v for v in reduce["volumes"] if "hostPath" in v]
-    # A stage without scratch, on a pool without local disk: nothing added.
-    assert work(count) == {"name": "nightshift-work", "emptyDir": {}}
+    # A one-step stage without scratch or runner, on a pool without local disk: no work
+    # volume at all (jobs.work_volume_needed), and nothing requested.
+    assert not [v for v in count["volumes"] if v["name"] == "nightshift-work"]
+    assert all(m["name"] != "nightshift-work" for c in steps(count)
+               for m in c.get("volumeMounts", []))
     assert [ephemeral(c) for c in steps(count)] == [None]
     assert all("resources" not in c for c in steps(count))
 

@@ -140,10 +140,12 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         *runner.item_fields_env(stage),
     ]
     # With a runner, its parts own the work volume; without one, the same emptyDir
-    # gives the steps their scratch.
+    # gives the steps their scratch where a stage has a use for it (work_volume_needed).
     runner_work = any(v["name"] == runner.VOLUME_WORK for v in parts.volumes)
-    own_work_mount = [] if any(m["name"] == runner.VOLUME_WORK for m in parts.step_volume_mounts) \
-        else [{"name": runner.VOLUME_WORK, "mountPath": names.MOUNT_WORK}]
+    own_work = not runner_work and work_volume_needed(stage)
+    own_work_mount = [{"name": runner.VOLUME_WORK, "mountPath": names.MOUNT_WORK}] \
+        if own_work and not any(m["name"] == runner.VOLUME_WORK
+                                for m in parts.step_volume_mounts) else []
     # stages[].mounts: what the steps see themselves (CVMFS at /cvmfs, a shared volume).
     mount_volumes, stage_mounts = binding.stage_mounts(stage, storage)
     mounts = [
@@ -182,14 +184,15 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         "containers": containers[-1:],
         "volumes": [
             items_volume(configmaps),
-            *([] if runner_work else [runner.work_volume(stage)]),
+            *([runner.work_volume(stage)] if own_work else []),
             *parts.volumes,
             *mount_volumes,
         ],
         # Thousands of pods in a namespace with many Services need no service env vars.
         "enableServiceLinks": False,
-        "securityContext": pod_security(stage),
     }
+    pod_spec["securityContext"] = pod_security(
+        stage, fs_group=bool(parts.init_containers) or owns_files(pod_spec["volumes"]))
     if not pod_spec["initContainers"]:
         del pod_spec["initContainers"]
     if parts.share_process_namespace:
@@ -260,20 +263,41 @@ def step_resources(stage: Stage) -> dict[str, Any]:
     return out
 
 
-def pod_security(stage: Stage) -> dict[str, Any]:
+def work_volume_needed(stage: Stage) -> bool:
+    """Whether a stage without the runner gets the /nightshift/work emptyDir: steps
+    that hand files to each other, a declared scratch size (the emptyDir's sizeLimit),
+    or a batch's per-item markers. A single step needs none (its container's writable
+    layer is on the same disk), and every volume is bytes in every pod."""
+    return len(stage.steps) > 1 or stage.scratch is not None or stage.batch > 1
+
+
+# Volume kinds whose ownership the kubelet sets to the pod's fsGroup. A configMap's
+# files are world-readable and an emptyDir is created 0777: neither needs it.
+FS_GROUP_VOLUMES = ("persistentVolumeClaim", "ephemeral", "csi")
+
+
+def owns_files(volumes: Sequence[Mapping[str, Any]]) -> bool:
+    return any(kind in v for v in volumes for kind in FS_GROUP_VOLUMES)
+
+
+def pod_security(stage: Stage, fs_group: bool = True) -> dict[str, Any]:
     """Pod Security "restricted" for every pod: never root (the stage's user, 65532 by
-    default), seccomp RuntimeDefault; the group owns what the pod's volumes support."""
+    default), seccomp RuntimeDefault. `fs_group`: the group also owns what the pod's
+    volumes support (shared storage; the runner, whose containers may write the work
+    volume as another user)."""
     group = stage.run_as_group if stage.run_as_group is not None else stage.run_as_user
-    return {
+    out: dict[str, Any] = {
         "runAsNonRoot": True,
         "runAsUser": stage.run_as_user,
         "runAsGroup": group,
-        "fsGroup": group,
+    }
+    if fs_group:
+        out["fsGroup"] = group
         # Only when the volume's root is not the group's already: no recursive chown of
         # a large PVC on every pod start.
-        "fsGroupChangePolicy": "OnRootMismatch",
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+        out["fsGroupChangePolicy"] = "OnRootMismatch"
+    out["seccompProfile"] = {"type": "RuntimeDefault"}
+    return out
 
 
 def merge_env(*lists: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
