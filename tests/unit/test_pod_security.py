@@ -187,6 +187,8 @@ def test_the_runner_is_told_whether_it_can_sample() -> None:
 def test_claims_and_csi_volumes_get_the_group_configmaps_and_emptydirs_do_not() -> None:
     assert not jobs.owns_files([{"name": "i", "configMap": {"name": "cm"}},
                                 {"name": "w", "emptyDir": {}}])
-    for v in ({"persistentVolumeClaim": {"claimName": "c"}}, {"csi": {"driver": "d"}},
-              {"ephemeral": {"volumeClaimTemplate": {}}}):
+    owned: list[dict[str, Any]] = [{"persistentVolumeClaim": {"claimName": "c"}},
+                                   {"csi": {"driver": "d"}},
+                                   {"ephemeral": {"volumeClaimTemplate": {}}}]
+    for v in owned:
         assert jobs.owns_files([{"name": "x", **v}])
