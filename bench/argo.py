@@ -40,7 +40,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
 from fanout import NS_JOB, NS_RUN, OPERATOR, WRITES, drain_run, peak_rss_mb, start_operator
-from jobbench import POOL, ROOT, Bench, console, loadavg, pod_writes, progress, stats, testbed
+from jobbench import (
+    POOL,
+    Bench,
+    console,
+    loadavg,
+    pod_writes,
+    prepared,
+    progress,
+    results_path,
+    stats,
+    testbed,
+)
 from jobvariants import only, rendered_job, stage
 from rich.table import Table
 
@@ -343,19 +354,10 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=20)
     ap.add_argument("--task-seconds", type=float, default=1.0)
     args = ap.parse_args()
-    bench = Bench()
-    for f in sorted((ROOT / "crds").glob("*.yaml")):
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc:
-                bench.kube.apply(doc)
-    bench.ensure_nodes(args.nodes)
-    for ns in (NS_JOB, NS_RUN, NS_ARGO):
-        bench.ensure_namespace(ns)
+    bench = prepared(args.nodes, (NS_JOB, NS_RUN, NS_ARGO))
     argo_crds(bench)
     argo_kc = argo_kubeconfig(bench)
-    out_dir = ROOT / "bench" / "results"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"argo-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path = results_path("argo")
     # Smallest first, the single big runs last: a bench cut short still has the rest.
     plan = sorted([(1, n, args.reps) for n in args.fanout]
                   + ([(3, args.pipeline, args.reps)] if args.pipeline else []),

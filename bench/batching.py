@@ -21,19 +21,16 @@ Results: bench/results/batching-<time>.json.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import yaml
 from fanout import NS_RUN, cluster_cpu, drain_run, peak_rss_mb, run_pipelinerun, start_operator
-from jobbench import POOL, ROOT, Bench, console, loadavg, stats
+from jobbench import POOL, console, loadavg, prepared, results_path, stats
 from jobvariants import kwok_task
 from rich.table import Table
 
@@ -59,19 +56,8 @@ def main() -> int:
     if (n // 10) % k:
         ap.error(f"--items / 10 ({n // 10}, the stage's tolerateFailedItems) must be a "
                  f"multiple of --batch ({k})")
-    bench = Bench()
-    if args.renice:
-        bench.renice(args.renice)
-        atexit.register(bench.renice, 0)
-    for f in sorted((ROOT / "crds").glob("*.yaml")):
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc:
-                bench.kube.apply(doc)
-    bench.ensure_nodes(args.nodes)
-    bench.ensure_namespace(NS_RUN)
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"batching-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    bench = prepared(args.nodes, (NS_RUN,), args.renice)
+    path = results_path("batching")
     console.print(f"[bold]{n:,} tasks of {task_s:g} s[/]: one pod per task vs {k} per pod, "
                   f"{args.rounds} alternating rounds; load average now {loadavg()}")
     op = start_operator(bench)

@@ -22,7 +22,6 @@ Results go to bench/results/fanout-<time>.json.
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
 import os
 import signal
@@ -34,10 +33,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import yaml
 from jobbench import (
     POOL,
-    ROOT,
     Bench,
     Timed,
     console,
@@ -45,7 +42,9 @@ from jobbench import (
     job_state,
     loadavg,
     pod_writes,
+    prepared,
     progress,
+    results_path,
     run_job,
     stats,
     ts,
@@ -187,12 +186,11 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
     try:
         bench.drain(NS_JOB)
         drain_run(bench)
-        for p in range(1 if run_only else pairs):
-            order: tuple[str, ...] = ("bare", "run") if p % 2 == 0 else ("run", "bare")
-            if run_only:
-                order = ("run",)
+        rounds = 1 if run_only else pairs
+        for p in range(rounds):
+            order = ("run",) if run_only else ("bare", "run") if p % 2 == 0 else ("run", "bare")
             for side in order:
-                label = f"pair {p + 1}/{pairs} {side}"
+                label = f"pair {p + 1}/{rounds} {side}"
                 if side == "bare":
                     t = run_job(bench, json.loads(json.dumps(bare)), [], label, timeout)
                     extra: dict[str, Any] = {}
@@ -221,16 +219,17 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
     run_s = [r["done_s"] for r in runs if r["side"] == "run"]
     job_s = [r["job_done_s"] for r in runs if r["side"] == "run"]
     last_run = [r for r in runs if r["side"] == "run"][-1]
+    run_side = {
+        "items": n, "task_s": task_s, "runs": runs,
+        "pipelinerun_s": stats(run_s), "pipelinerun_job_s": stats(job_s),
+        "operator_writes": last_run["operator_writes"],
+        "writes_per_item": last_run["writes_per_item"], "write_kinds": last_run["write_kinds"],
+        "operator_peak_rss_mb": round(rss, 1), "status_bytes": last_run["status_bytes"],
+    }
     if run_only:
-        return {"items": n, "task_s": task_s, "runs": runs, "run_only": True,
-                "pipelinerun_s": stats(run_s), "pipelinerun_job_s": stats(job_s),
-                "operator_writes": last_run["operator_writes"],
-                "writes_per_item": last_run["writes_per_item"],
-                "write_kinds": last_run["write_kinds"],
-                "operator_peak_rss_mb": round(rss, 1), "status_bytes": last_run["status_bytes"]}
-    return {
-        "items": n, "task_s": task_s, "pairs": pairs, "runs": runs,
-        "bare_s": stats(bare_s), "pipelinerun_s": stats(run_s), "pipelinerun_job_s": stats(job_s),
+        return run_side | {"run_only": True}
+    return run_side | {
+        "pairs": pairs, "bare_s": stats(bare_s),
         # Per pair, then the median: a slow stretch of the machine hits both sides of a
         # pair, not one side of the whole comparison.
         "speed_ratio": stats([round(b / r, 3) for b, r in zip(bare_s, run_s, strict=True)])[1],
@@ -241,9 +240,6 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
         "cpu_ratio": round(stats([cluster_cpu(r) for r in runs if r["side"] == "bare"])[1]
                            / stats([cluster_cpu(r) for r in runs if r["side"] == "run"])[1], 3),
         "pair_speed_ratio": [round(b / r, 3) for b, r in zip(bare_s, run_s, strict=True)],
-        "operator_writes": last_run["operator_writes"],
-        "writes_per_item": last_run["writes_per_item"], "write_kinds": last_run["write_kinds"],
-        "operator_peak_rss_mb": round(rss, 1), "status_bytes": last_run["status_bytes"],
     }
 
 
@@ -260,20 +256,8 @@ def main() -> int:
                     help="run the cluster's parts at this nice value meanwhile (e.g. -10 on "
                          "a shared machine; put back to 0 at the end)")
     args = ap.parse_args()
-    bench = Bench()
-    if args.renice:
-        bench.renice(args.renice)
-        atexit.register(bench.renice, 0)
-    for f in sorted((ROOT / "crds").glob("*.yaml")):
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc:
-                bench.kube.apply(doc)
-    bench.ensure_nodes(args.nodes)
-    for ns in (NS_JOB, NS_RUN):
-        bench.ensure_namespace(ns)
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"fanout-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    bench = prepared(args.nodes, (NS_JOB, NS_RUN), args.renice)
+    path = results_path("fanout")
     results = []
     for n in args.sizes:
         results.append(one_size(bench, n, args.task_seconds, args.pairs, args.renice,

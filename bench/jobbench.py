@@ -12,13 +12,14 @@ server are idle again, so a run never pays for the previous one's clean-up.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -286,6 +288,31 @@ class Bench:
         self.delete_all("v1", "Event", namespace)
         self.quiet()
         return time.monotonic() - t0
+
+
+def prepared(nodes: int, namespaces: Sequence[str], renice: int = 0) -> Bench:
+    """The bench on the local cluster: Nightshift's CRDs applied, `nodes` KWOK nodes of
+    the bench pool, the namespaces; with `renice`, the cluster's parts at that nice
+    value until the bench exits."""
+    bench = Bench()
+    if renice:
+        bench.renice(renice)
+        atexit.register(bench.renice, 0)
+    for f in sorted((ROOT / "crds").glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc:
+                bench.kube.apply(doc)
+    bench.ensure_nodes(nodes)
+    for ns in namespaces:
+        bench.ensure_namespace(ns)
+    return bench
+
+
+def results_path(name: str) -> Path:
+    """bench/results/<name>-<time>.json (the directory made if missing)."""
+    out = ROOT / "bench" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    return out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
 
 
 @dataclass

@@ -139,13 +139,12 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
                           stage.retries.permanent_exit_codes),
         *runner.item_fields_env(stage),
     ]
-    # With a runner, its parts own the work volume; without one, the same emptyDir
-    # gives the steps their scratch where a stage has a use for it (work_volume_needed).
+    # With a runner, its parts own the work volume and its mount; without one, the same
+    # emptyDir gives the steps their scratch where a stage has a use for it.
     runner_work = any(v["name"] == runner.VOLUME_WORK for v in parts.volumes)
     own_work = not runner_work and work_volume_needed(stage)
-    own_work_mount = [{"name": runner.VOLUME_WORK, "mountPath": names.MOUNT_WORK}] \
-        if own_work and not any(m["name"] == runner.VOLUME_WORK
-                                for m in parts.step_volume_mounts) else []
+    own_work_mount = ([{"name": runner.VOLUME_WORK, "mountPath": names.MOUNT_WORK}]
+                      if own_work else [])
     # stages[].mounts: what the steps see themselves (CVMFS at /cvmfs, a shared volume).
     mount_volumes, stage_mounts = binding.stage_mounts(stage, storage)
     mounts = [
