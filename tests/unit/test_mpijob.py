@@ -33,7 +33,8 @@ def test_golden_npb_mpijob() -> None:
 def test_ranks_threads_and_the_launchers_command_line() -> None:
     job = render(NPB)
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
-    assert launcher["command"] == ["mpirun", "-n", "32", "--bind-to", "none",
+    assert launcher["command"] == ["sh", "-c", mpijob.DNS_WAIT, "nightshift-wait-for-workers",
+                                   "mpirun", "-n", "32", "--bind-to", "none",
                                    "-x", "OMP_NUM_THREADS", "ep", "A"]
     assert {"name": "OMP_NUM_THREADS", "value": "2"} in launcher["env"]
     assert job["spec"]["slotsPerWorker"] == 8
@@ -144,3 +145,40 @@ def test_suspending_a_run_suspends_its_mpijob() -> None:
     run["spec"]["suspend"] = True
     out = plan(_observe(run, [mpijob.as_job(job)]))
     assert out.patch == [mpijob.suspend_patch(job["metadata"]["name"], "physics", True)]
+
+
+def _wrapper_run(tmp_path: Any, getent: str | None) -> tuple[str, int]:
+    """Run the launcher's wrapper under dash with a hostfile of two workers and a fake
+    getent (a script) that fails until its count file reaches two lookups per name."""
+    import subprocess
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("w-0.j.ns.svc slots=2\nw-1.j.ns.svc slots=2\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sleep",):  # only what the wrapper calls besides getent and builtins
+        (bin_dir / tool).symlink_to(f"/bin/{tool}")
+    if getent is not None:
+        (bin_dir / "getent").write_text(getent)
+        (bin_dir / "getent").chmod(0o755)
+    script = mpijob.DNS_WAIT.replace(mpijob.HOSTFILE, str(hostfile))
+    out = subprocess.run(["/bin/dash", "-c", script, "wrapper", "/bin/echo", "mpirun", "ran"],
+                         env={"PATH": str(bin_dir), "LOG": str(tmp_path / "log")},
+                         capture_output=True, text=True, timeout=30, check=True)
+    log = tmp_path / "log"
+    return out.stdout, len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_launcher_waits_until_every_workers_name_resolves(tmp_path: Any) -> None:
+    # Each name fails its first lookup and resolves on the second.
+    fake = ('#!/bin/dash\necho "$2" >> "$LOG"\n'
+            'n=0; while read -r l; do [ "$l" = "$2" ] && n=$((n+1)); done < "$LOG"\n'
+            '[ "$n" -ge 2 ]\n')
+    out, lookups = _wrapper_run(tmp_path, fake)
+    assert out == "mpirun ran\n"
+    assert lookups == 4  # two names, one failed and one good lookup each
+
+
+def test_launcher_without_getent_runs_mpirun_at_once(tmp_path: Any) -> None:
+    out, lookups = _wrapper_run(tmp_path, None)
+    assert out == "mpirun ran\n" and lookups == 0

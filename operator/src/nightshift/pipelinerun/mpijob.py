@@ -36,6 +36,21 @@ API_VERSION = "kubeflow.org/v2beta1"
 KIND = "MPIJob"
 LAUNCHER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}}
 WORKER_CONTAINER = "worker"
+# The MPI Operator mounts the hostfile here (one "name slots=N" line per worker).
+HOSTFILE = "/etc/mpi/hostfile"
+# Workers Ready is not the same as their names resolving: the headless Service's DNS
+# records follow the EndpointSlice a moment later, and an ssh that races them fails the
+# whole mpirun ("Could not resolve hostname", kubeflow/mpi-operator#481). So the launcher
+# waits, up to two minutes per worker, until each worker's name resolves, then execs
+# mpirun unchanged. Plain POSIX sh; an image without getent skips the wait.
+DNS_WAIT_SECONDS = 120
+DNS_WAIT = (
+    "if command -v getent >/dev/null 2>&1 && [ -r " + HOSTFILE + " ]; then"
+    " while read -r h _; do i=0;"
+    ' until getent hosts "$h" >/dev/null 2>&1 || [ "$i" -ge ' + str(DNS_WAIT_SECONDS) + " ];"
+    " do i=$((i+1)); sleep 1; done;"
+    " done < " + HOSTFILE + "; fi;"
+    ' exec "$@"')
 
 
 def ranks(mpi: Mpi) -> int:
@@ -56,6 +71,12 @@ def mpirun_argv(mpi: Mpi, command: list[str], args: list[str]) -> list[str]:
         head = ["mpirun", "-n", n, "-ppn", str(mpi.processes_per_worker),
                 "-genv", "OMP_NUM_THREADS", str(mpi.threads_per_process)]
     return [*head, *mpi.mpirun_args, *command, *args]
+
+
+def launcher_argv(mpi: Mpi, command: list[str], args: list[str]) -> list[str]:
+    """mpirun behind the wait for the workers' DNS names ($0 names the wrapper in ps)."""
+    return ["sh", "-c", DNS_WAIT, "nightshift-wait-for-workers",
+            *mpirun_argv(mpi, command, args)]
 
 
 def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
@@ -94,7 +115,7 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
     # worker is Ready) never races the workers' start.
     worker["readinessProbe"] = {"tcpSocket": {"port": mpi.ssh_port},
                                 "periodSeconds": 2, "failureThreshold": 60}
-    launcher = container(step.name, mpirun_argv(mpi, step.command, step.args),
+    launcher = container(step.name, launcher_argv(mpi, step.command, step.args),
                          mpi.launcher_resources or LAUNCHER_RESOURCES)
     metadata: dict[str, Any] = {"name": name, "namespace": run.namespace, "labels": labels,
                                 "ownerReferences": [run.owner_reference()]}
