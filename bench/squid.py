@@ -3,18 +3,20 @@ image on the local cluster's real node, with the rendered squid.conf, Deployment
 Service, in front of an HTTP origin on the host that stands in for a stratum-1
 (a repository-shaped tree: a manifest, many small content-addressed objects and some
 10 MB ones). Client pods on the real node fetch the whole tree through the Service,
-shuffled, with many threads each, for several rounds; the first round is cold.
+shuffled, with many threads each; the first pass through squid is cold.
 
 Not part of CI. Needs the real node and `make images`:
 
     KUBECONFIG=.localcluster/kubeconfig .venv/bin/python bench/squid.py
     ... --small 2000 --large 20 --clients 2 --threads 32 --rounds 3
 
-Reports requests per minute, bytes per second, errors, latency percentiles per round
-(client side), the origin's fetches (each object once: collapsed forwarding and the
-cache), and squid's own hit ratio and request rate from its cache manager. The baseline,
-measured in the same run just before: the same clients fetching the tree straight from
-the origin (one round, no squid); warm rounds are reported as ratios against it.
+After the cold pass, `--rounds` (3) pairs alternate the warm squid with the baseline, the
+same clients fetching the tree straight from the origin (direct then warm, warm then
+direct, ...), one client Job per run, each deleted before the next. Reports requests per
+minute, bytes per second, errors and latency percentiles per run (client side),
+min/median/max per side and warm/direct ratios of the medians, the origin's fetches
+(each object once: collapsed forwarding and the cache), and squid's own hit ratio and
+request rate from its cache manager.
 Results go to bench/results/squid-<time>.json.
 """
 
@@ -32,6 +34,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from jobbench import stats
 
 from nightshift.api import names
 from nightshift.sharedstorage import squid
@@ -175,35 +180,59 @@ def run(kubectl: Kubectl, ns: str, gateway: str, origin: Origin, tree: dict[str,
                                   "json").stdout)["items"]
         per_pod = [json.loads(kubectl("-n", ns, "logs", p["metadata"]["name"]).stdout)
                    for p in pods]
+        # Drained before the next run: the Job and its pods gone.
+        kubectl("-n", ns, "delete", "job", name, "--cascade=foreground", "--timeout=120s",
+                check=False)
         return [summarize(r + 1, [pp[r] for pp in per_pod]) for r in range(rounds)]
 
-    (direct,) = clients("direct", "", 1)
-    origin.hits.clear()
+    # Cold: the first pass through squid fills its cache from the origin.
     t0 = time.time()
-    rounds = clients("clients", squid.proxy_url(st), args.rounds)
+    origin.hits.clear()
+    (cold,) = clients("cold", squid.proxy_url(st), 1)
+    data = {p: n for p, n in origin.hits.items() if "/data/" in p}  # squid's fills
+
+    def origin_total() -> int:
+        return sum(n for p, n in origin.hits.items() if "/data/" in p)
+    # Then warm squid against the baseline (the same clients straight to the origin),
+    # alternating which goes first, one client Job each, drained between runs.
+    direct: list[dict[str, Any]] = []
+    warm: list[dict[str, Any]] = []
+    for rnd in range(args.rounds):
+        sides = [("direct", "", direct), ("warm", squid.proxy_url(st), warm)]
+        for label, proxy, into in sides if rnd % 2 == 0 else sides[::-1]:
+            before = origin_total()
+            (res,) = clients(f"{label}-{rnd + 1}", proxy, 1)
+            into.append({**res, "round": rnd + 1, "origin_fetches": origin_total() - before})
+            print(f"round {rnd + 1} {label}: {res['requests_per_minute']} req/min, "
+                  f"p50 {res['p50_ms']} ms, errors {res['errors']}", flush=True)
     wall = time.time() - t0
-    warm = rounds[1:] or rounds
-    best = max(warm, key=lambda r: r["requests_per_minute"])
+    spread = {name: {k: dict(zip(("min", "median", "max"),
+                                 stats([float(r[k]) for r in runs]), strict=True))
+                     for k in ("requests_per_minute", "p50_ms", "MB_per_second")}
+              for name, runs in (("direct", direct), ("warm", warm))}
+    med = {name: {k: v["median"] for k, v in sides.items()} for name, sides in spread.items()}
     squids = json.loads(kubectl("-n", ns, "get", "pods", "-l",
                                 f"{names.LABEL_COMPONENT}=squid", "-o", "json").stdout)["items"]
     samples = SquidSampler().samples(ns, "sw", squids)
     req = sum(s.requests_per_second for s in samples)
     hits = sum(s.hits_per_second for s in samples)
-    data = {p: n for p, n in origin.hits.items() if "/data/" in p}
     return {
         "config": {"small": args.small, "large": args.large, "clients": args.clients,
                    "threads": args.threads, "rounds": args.rounds,
                    "squid": {"memoryCache": "512Mi", "diskCache": "4Gi", "cpu": "500m"}},
         "objects": len(tree),
-        "baseline_direct_to_origin": direct,
-        "rounds": rounds, "wall_seconds": round(wall, 1),
+        "cold": cold, "direct": direct, "warm": warm, "min_median_max": spread,
+        "wall_seconds": round(wall, 1),
         "warm_vs_direct": {
-            "requests_per_minute": round(best["requests_per_minute"] /
-                                         direct["requests_per_minute"], 2),
-            "p50_latency": round(best["p50_ms"] / direct["p50_ms"], 2) if direct["p50_ms"]
-            else None},
+            "requests_per_minute": round(med["warm"]["requests_per_minute"] /
+                                         med["direct"]["requests_per_minute"], 2),
+            "p50_latency": round(med["warm"]["p50_ms"] / med["direct"]["p50_ms"], 2)
+            if med["direct"]["p50_ms"] else None},
+        # The cold pass's fetches (each object once: collapsed forwarding) and the warm
+        # runs' (none when everything stayed cached); the direct runs fetch all of them.
         "origin_fetches": {"objects": len(data), "max_per_object": max(data.values(), default=0),
-                           "total": sum(data.values())},
+                           "total": sum(data.values()),
+                           "during_warm_runs": sum(r["origin_fetches"] for r in warm)},
         "squid_cache_manager": {"requests_per_minute": round(req * 60, 1),
                                 "hit_ratio": round(hits / req, 4) if req else None},
     }

@@ -18,9 +18,13 @@ the runner's own stage-in (parallel GETs, verified) through its node cache
 - Broadband-like (reuse): `--inputs` files of 2 MB that every task reads.
 - `--brick-kill`: a brick process killed mid-write, and what the writer sees.
 
-Timings are wall seconds of each phase with `--tasks` workers in parallel; ratios are
-against local disk. Results go to bench/results/storage-<time>.json. Not part of CI;
-numbers from a shared 2-CPU machine are only ratios.
+Timings are wall seconds of each phase with `--tasks` workers in parallel. Every side is
+set up from nothing for each run (a fresh volume, gateway and cache) and torn down after;
+between runs the page cache is written back and dropped. `--rounds` (3) runs every side
+once per round, the order rotated each round; the result gives min/median/max per phase
+and ratios of medians against local disk. Results go to
+bench/results/storage-<time>.json. Not part of CI; numbers from a shared 2-CPU machine
+are only ratios.
 """
 
 from __future__ import annotations
@@ -36,13 +40,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from jobbench import stats
 
 from nightshift.aws import s3store as s3io
 from nightshift.runner.cache import NodeCache
@@ -256,11 +264,66 @@ def brick_kill(work: Path) -> dict[str, Any]:
         vol.stop()
 
 
+SIDES = ("local disk", "gluster distribute", "gluster nufa", "s3 + node cache")
+PHASES = ("montage_write_s", "montage_read_s", "broadband_read_s")
+
+
+@contextmanager
+def side(name: str, work: Path) -> Iterator[tuple[Target, Callable[[], dict[str, Any]]]]:
+    """One side set up from nothing (a fresh volume, gateway or cache), torn down after:
+    the target and what to record about it once its workloads ran."""
+    root = work / name.replace(" ", "-")
+    if name == "local disk":
+        yield FileTarget(root), dict
+    elif name.startswith("gluster"):
+        vol = GlusterVolume(root, name.split()[1])
+        try:
+            vol.start()
+            yield FileTarget(vol.mnt), lambda: {"data_files_per_brick": vol.data_per_brick()}
+        finally:
+            vol.stop()
+    else:
+        gw = VersityGW(root / "s3", root)
+        gw.start()
+        try:
+            gw.client().create_bucket(Bucket=BUCKET)
+            target = S3Target(gw, root / "cache")
+            yield target, lambda: {"cache": {"hits": target.cache.stats.hits,
+                                             "misses": target.cache.stats.misses}}
+        finally:
+            gw.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def settle() -> None:
+    """Between sides: the last side's dirty pages written back and the page cache
+    dropped, so no side pays for or profits from the one before it."""
+    os.sync()
+    with suppress(OSError):  # not permitted here: the sync alone
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    time.sleep(2)
+
+
+def order(rnd: int) -> list[str]:
+    """Round r starts at side r: over four rounds each side runs once in each place."""
+    return [SIDES[(rnd + i) % len(SIDES)] for i in range(len(SIDES))]
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"runs": runs}
+    for k in PHASES:
+        lo, med, hi = stats([r[k] for r in runs])
+        out[k] = {"min": lo, "median": round(med, 3), "max": hi}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", type=int, default=8)
     ap.add_argument("--files", type=int, default=300, help="Montage-like files per task")
     ap.add_argument("--inputs", type=int, default=20, help="Broadband-like 2 MB inputs")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="every side once per round, the order rotated each round")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--brick-kill", action="store_true",
                     help="only: kill a brick mid-write and restart it (brick_kill)")
@@ -275,39 +338,31 @@ def main() -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return 0
-    rows: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SIDES}
     load = os.getloadavg()[0]
     try:
-        rows["local disk"] = workloads(FileTarget(work / "local"), work / "scratch", args,
-                                       "local")
-        for layout in ("distribute", "nufa"):
-            vol = GlusterVolume(work / f"gluster-{layout}", layout)
-            try:
-                vol.start()
-                rows[f"gluster {layout}"] = workloads(FileTarget(vol.mnt), work / "scratch",
-                                                      args, layout)
-                rows[f"gluster {layout}"]["data_files_per_brick"] = vol.data_per_brick()
-            finally:
-                vol.stop()
-        gw = VersityGW(work / "s3", work)
-        gw.start()
-        try:
-            gw.client().create_bucket(Bucket=BUCKET)
-            target = S3Target(gw, work / "cache")
-            rows["s3 + node cache"] = workloads(target, work / "scratch", args, "s3")
-            rows["s3 + node cache"]["cache"] = {
-                "hits": target.cache.stats.hits, "misses": target.cache.stats.misses}
-        finally:
-            gw.stop()
+        for rnd in range(args.rounds):
+            for name in order(rnd):
+                settle()
+                with side(name, work) as (target, extra):
+                    row = workloads(target, work / "scratch", args, f"r{rnd}")
+                    row.update(extra(), round=rnd + 1, load=round(os.getloadavg()[0], 1))
+                runs[name].append(row)
+                print(f"round {rnd + 1} {name}: " + ", ".join(
+                    f"{k} {row[k]}" for k in PHASES), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    rows = {name: summary(r) for name, r in runs.items()}
     base = rows["local disk"]
     for row in rows.values():
-        for k in ("montage_write_s", "montage_read_s", "broadband_read_s"):
-            row[k.replace("_s", "_x_local")] = round(row[k] / base[k], 1) if base[k] else None
+        for k in PHASES:
+            b = base[k]["median"]
+            row[k.replace("_s", "_x_local")] = round(row[k]["median"] / b, 1) if b else None
     result = {"tasks": args.tasks, "files": args.files, "inputs": args.inputs,
-              "cpus": os.cpu_count(), "load_at_start": round(load, 1), "rows": rows}
-    print(json.dumps(result, indent=1))
+              "rounds": args.rounds, "cpus": os.cpu_count(), "load_at_start": round(load, 1),
+              "rows": rows}
+    print(json.dumps({n: {k: v for k, v in r.items() if k != "runs"} for n, r in rows.items()},
+                     indent=1))
     args.results.mkdir(parents=True, exist_ok=True)
     out = args.results / f"storage-{time.strftime('%Y%m%dT%H%M%S')}.json"
     out.write_text(json.dumps(result, indent=1))
