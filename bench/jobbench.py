@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import urllib3
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -238,6 +239,11 @@ class Bench:
             # on deleting; drain() polls and deletes again until nothing is left.
             if e.status not in (500, 504):
                 raise
+        except urllib3.exceptions.HTTPError as e:
+            # Or it drops the connection at its request timeout (seen after Argo's
+            # 10,000 pods): the same, the deletion goes on and drain() polls.
+            console.print(f"  [yellow]deleting every {kind} in {namespace}: {e}; "
+                          "polling until they are gone[/]")
 
     def count(self, api_version: str, kind: str, namespace: str) -> int:
         out = self.kube._call("GET", self.kube.path(api_version, kind, namespace),
