@@ -210,7 +210,8 @@ def run(kubectl: Kubectl, ns: str, gateway: str, origin: Origin, tree: dict[str,
                                  stats([float(r[k]) for r in runs]), strict=True))
                      for k in ("requests_per_minute", "p50_ms", "MB_per_second")}
               for name, runs in (("direct", direct), ("warm", warm))}
-    med = {name: {k: v["median"] for k, v in sides.items()} for name, sides in spread.items()}
+    med = {name: {k: v["median"] for k, v in per_key.items()}
+           for name, per_key in spread.items()}
     squids = json.loads(kubectl("-n", ns, "get", "pods", "-l",
                                 f"{names.LABEL_COMPONENT}=squid", "-o", "json").stdout)["items"]
     samples = SquidSampler().samples(ns, "sw", squids)

@@ -58,8 +58,9 @@ def test_mpi_stage_gang_starts_and_its_dependent_follows(
     created = max(w["metadata"]["creationTimestamp"] for w in workers)
     assert launcher["metadata"]["creationTimestamp"] >= created
     pod = launcher["spec"]["template"]["spec"]["containers"][0]
-    assert pod["command"][4:] == ["mpirun", "-n", "6", "--bind-to", "none", "-x",
-                                  "OMP_NUM_THREADS", "ep", "S"]
+    assert pod["command"] == ["sh", "-c", mpijob.DNS_WAIT, "nightshift-wait-for-workers",
+                              "mpirun", "-n", "6", "--bind-to", "none", "-x",
+                              "OMP_NUM_THREADS", "ep", "S"]
 
     run = wait_phase(kube, namespace, "npb", {"Succeeded", "Failed"}, 120)
     assert run["status"]["phase"] == "Succeeded", run["status"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -147,17 +149,14 @@ def test_suspending_a_run_suspends_its_mpijob() -> None:
     assert out.patch == [mpijob.suspend_patch(job["metadata"]["name"], "physics", True)]
 
 
-def _wrapper_run(tmp_path: Any, getent: str | None) -> tuple[str, int]:
-    """Run the launcher's wrapper under dash with a hostfile of two workers and a fake
-    getent (a script) that fails until its count file reaches two lookups per name."""
-    import subprocess
-
+def _wrapper_run(tmp_path: Path, getent: str | None) -> tuple[str, int]:
+    """Run the launcher's wrapper under dash with a hostfile of two workers, a PATH of
+    only `sleep` and, if given, a fake getent (a script); the lookups it logged."""
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("w-0.j.ns.svc slots=2\nw-1.j.ns.svc slots=2\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("sleep",):  # only what the wrapper calls besides getent and builtins
-        (bin_dir / tool).symlink_to(f"/bin/{tool}")
+    (bin_dir / "sleep").symlink_to("/bin/sleep")  # all the wrapper runs besides getent
     if getent is not None:
         (bin_dir / "getent").write_text(getent)
         (bin_dir / "getent").chmod(0o755)
@@ -169,7 +168,7 @@ def _wrapper_run(tmp_path: Any, getent: str | None) -> tuple[str, int]:
     return out.stdout, len(log.read_text().splitlines()) if log.exists() else 0
 
 
-def test_launcher_waits_until_every_workers_name_resolves(tmp_path: Any) -> None:
+def test_launcher_waits_until_every_workers_name_resolves(tmp_path: Path) -> None:
     # Each name fails its first lookup and resolves on the second.
     fake = ('#!/bin/dash\necho "$2" >> "$LOG"\n'
             'n=0; while read -r l; do [ "$l" = "$2" ] && n=$((n+1)); done < "$LOG"\n'
@@ -179,6 +178,6 @@ def test_launcher_waits_until_every_workers_name_resolves(tmp_path: Any) -> None
     assert lookups == 4  # two names, one failed and one good lookup each
 
 
-def test_launcher_without_getent_runs_mpirun_at_once(tmp_path: Any) -> None:
+def test_launcher_without_getent_runs_mpirun_at_once(tmp_path: Path) -> None:
     out, lookups = _wrapper_run(tmp_path, None)
     assert out == "mpirun ran\n" and lookups == 0
