@@ -144,6 +144,11 @@ def _drop_security(job: dict[str, Any]) -> None:
         c.pop("securityContext", None)
 
 
+def _drop_no_token(job: dict[str, Any]) -> None:
+    # The bare Job is what a user would write: it gets the default account's token.
+    _pod(job).pop("automountServiceAccountToken", None)
+
+
 def _drop_service_links(job: dict[str, Any]) -> None:
     _pod(job).pop("enableServiceLinks", None)
 
@@ -181,6 +186,8 @@ FEATURES = [
     Feature("serviceLinks", "enableServiceLinks: false", _drop_service_links),
     Feature("security", "pod and container securityContext (restricted profile)",
             _drop_security),
+    Feature("noToken", "automountServiceAccountToken: false (no API token volume)",
+            _drop_no_token),
     Feature("resources", "container resources (stage.resources)", _drop_resources),
     Feature("affinity", "virtual-cluster node affinity", _drop_affinity),
 ]

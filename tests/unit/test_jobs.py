@@ -107,6 +107,15 @@ def test_the_item_is_never_in_the_command() -> None:
     assert "$(reboot)" not in str(job)
 
 
+def test_api_token_only_with_a_named_service_account() -> None:
+    pod = render(spec())["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    named = render(spec(serviceAccountName="pipelines"))["spec"]["template"]["spec"]
+    # The named account's own setting decides (IRSA and node-reader RBAC need it).
+    assert named["serviceAccountName"] == "pipelines"
+    assert "automountServiceAccountToken" not in named
+
+
 def test_no_failure_budget_without_tolerate_and_no_exit_code_rule() -> None:
     s = render(spec())["spec"]
     assert "maxFailedIndexes" not in s

@@ -223,11 +223,16 @@ def attempt_env(run: RunRef, stage: Stage, attempt: int) -> list[dict[str, Any]]
 
 def placement(spec: PipelineRunSpec, stage: Stage, namespace: str) -> dict[str, Any]:
     """The pod-spec fields that put a stage's pods where they belong: its service
-    account, its pool (node selector and the pool taint's toleration) and, in a
+    account (or no API token without one), its pool (node selector and the pool taint's toleration) and, in a
     VirtualCluster, only that VirtualCluster's nodes. Shared by Jobs and MPIJobs."""
     out: dict[str, Any] = {}
     if stage.service_account_name:
         out["serviceAccountName"] = stage.service_account_name
+    else:
+        # Without a named identity a step has no use for the namespace's default
+        # token (no RBAC reaches it) and should not hold one; leaving it out also
+        # takes its projected volume (~700 bytes) off every pod of the fan-out.
+        out["automountServiceAccountToken"] = False
     if stage.pool:
         out["nodeSelector"] = {names.LABEL_POOL: stage.pool}
         out["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
