@@ -223,8 +223,9 @@ def attempt_env(run: RunRef, stage: Stage, attempt: int) -> list[dict[str, Any]]
 
 def placement(spec: PipelineRunSpec, stage: Stage, namespace: str) -> dict[str, Any]:
     """The pod-spec fields that put a stage's pods where they belong: its service
-    account (or no API token without one), its pool (node selector and the pool taint's toleration) and, in a
-    VirtualCluster, only that VirtualCluster's nodes. Shared by Jobs and MPIJobs."""
+    account (or no API token without one), its pool (node selector and the pool
+    taint's toleration) and, in a VirtualCluster, only that VirtualCluster's nodes.
+    Shared by Jobs and MPIJobs."""
     out: dict[str, Any] = {}
     if stage.service_account_name:
         out["serviceAccountName"] = stage.service_account_name
