@@ -28,6 +28,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from jobbench import results_path
 
 from nightshift.aws import s3store as s3io
 from nightshift.runner.cache import NodeCache
@@ -85,8 +88,7 @@ def main() -> int:
         gw.stop()
         shutil.rmtree(work, ignore_errors=True)
     print_table(rows)
-    args.results.mkdir(parents=True, exist_ok=True)
-    out = args.results / f"datapath-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    out = results_path("datapath", args.results)
     out.write_text(json.dumps({"size": args.size, "cpus": os.cpu_count(), "rows": rows},
                               indent=1))
     print(f"\nresults: {out}")

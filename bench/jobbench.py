@@ -162,6 +162,23 @@ def pod_writes(entries: list[dict[str, Any]], namespace: str, subresource: str |
     return sorted(out)
 
 
+def pod_work(entries: list[dict[str, Any]], namespace: str) -> dict[str, int]:
+    """The pod writes a run caused in its namespace, by kind, and how many the API server
+    refused with a conflict (a writer's retry): the same work should give the same counts,
+    so a run that cost more CPU with the same counts did the same work more slowly."""
+    out: dict[str, int] = {}
+    for e in entries:
+        ref = e.get("objectRef") or {}
+        if (e.get("verb") not in ("create", "update", "patch", "delete")
+                or e.get("stage") != "ResponseComplete" or ref.get("resource") != "pods"
+                or ref.get("namespace") != namespace):
+            continue
+        code = int((e.get("responseStatus") or {}).get("code", 0))
+        key = "conflict" if code == 409 else f"{e['verb']} {ref.get('subresource') or 'pod'}"
+        out[key] = out.get(key, 0) + 1
+    return dict(sorted(out.items()))
+
+
 class Bench:
     """The local cluster as the benches use it: API client, audit log, part PIDs."""
 
@@ -314,9 +331,9 @@ def prepared(nodes: int, namespaces: Sequence[str], renice: int = 0) -> Bench:
     return bench
 
 
-def results_path(name: str) -> Path:
-    """bench/results/<name>-<time>.json (the directory made if missing)."""
-    out = ROOT / "bench" / "results"
+def results_path(name: str, directory: Path | None = None) -> Path:
+    """<directory>/<name>-<time>.json, bench/results by default (made if missing)."""
+    out = directory or ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     return out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
 
@@ -333,6 +350,7 @@ class Timed:
     # CPU seconds each local-cluster part used during the run: where the time went.
     cpu: dict[str, float] = field(default_factory=dict)
     foreign_writes: int = 0
+    pod_work: dict[str, int] = field(default_factory=dict)
 
 
 @contextmanager
@@ -400,7 +418,7 @@ def run_job(bench: Bench, job: dict[str, Any], cms: list[dict[str, Any]], label:
     binds = pod_writes(entries, ns, "binding")
     return Timed(done_s=round(t_done - t0, 2), cpu=cpu,
                  foreign_writes=foreign_writes(entries, (ns,)),
-                 completion_s=completion,
+                 pod_work=pod_work(entries, ns), completion_s=completion,
                  last_create_s=round(creates[-1] - t0, 2) if creates else None,
                  last_bind_s=round(binds[-1] - t0, 2) if binds else None,
                  load_start=load_start, load_end=loadavg(), pod_bytes=pod_bytes)

@@ -28,7 +28,6 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from jobbench import stats
+from jobbench import results_path, stats
 
 from nightshift.api import names
 from nightshift.sharedstorage import squid
@@ -123,8 +122,7 @@ def main() -> int:
                 origin.stop()
     finally:
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
-    out = ROOT / "bench" / "results" / f"squid-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    out.parent.mkdir(exist_ok=True)
+    out = results_path("squid")
     out.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "config"}, indent=2))
     print(f"written {out}")

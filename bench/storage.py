@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from jobbench import stats
+from jobbench import results_path, stats
 
 from nightshift.aws import s3store as s3io
 from nightshift.runner.cache import NodeCache
@@ -363,8 +363,7 @@ def main() -> int:
               "rows": rows}
     print(json.dumps({n: {k: v for k, v in r.items() if k != "runs"} for n, r in rows.items()},
                      indent=1))
-    args.results.mkdir(parents=True, exist_ok=True)
-    out = args.results / f"storage-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    out = results_path("storage", args.results)
     out.write_text(json.dumps(result, indent=1))
     print(f"results: {out}")
     return 0
