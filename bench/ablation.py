@@ -229,7 +229,7 @@ def main() -> int:
                          "last_bind_s": t.last_bind_s, "load_start": t.load_start,
                          "load_end": t.load_end, "pod_bytes": t.pod_bytes,
                          "drain_s": round(drain_s, 1), "cpu_s": t.cpu,
-                         "foreign_writes": t.foreign_writes})
+                         "foreign_writes": t.foreign_writes, "pod_work": t.pod_work})
             left = (time.monotonic() - t_start) / k * (total - k)
             console.print(f"  [{k}/{total}] {v:22} {t.done_s:7.2f} s  "
                           f"{args.items / t.done_s:5.1f} pods/s  last create {t.last_create_s} s"
@@ -238,6 +238,8 @@ def main() -> int:
                           f"others' API writes {t.foreign_writes}  "
                           f"(about {left / 60:.0f} min left)")
             console.print("      cpu s: " + "  ".join(f"{p} {c}" for p, c in t.cpu.items()))
+            console.print("      pod writes: " + "  ".join(f"{k} {c}"
+                                                      for k, c in t.pod_work.items()))
             path.write_text(json.dumps({"items": args.items, "task_s": args.task_seconds,
                                         "nodes": args.nodes, "renice": args.renice,
                                         "runs": runs}, indent=2))

@@ -41,6 +41,7 @@ from jobbench import (
     foreign_writes,
     job_state,
     loadavg,
+    pod_work,
     pod_writes,
     prepared,
     progress,
@@ -132,7 +133,8 @@ def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: fl
                   last_create_s=round(creates[-1] - t0, 2) if creates else None,
                   last_bind_s=round(binds[-1] - t0, 2) if binds else None,
                   load_start=load_start, load_end=loadavg(), pod_bytes=0, cpu=cpu,
-                  foreign_writes=foreign_writes(entries, (NS_RUN,)))
+                  foreign_writes=foreign_writes(entries, (NS_RUN,)),
+                  pod_work=pod_work(entries, NS_RUN))
     status = run.get("status") or {}
     extra = {
         "job_done_s": round(t_job_done - t0, 2) if t_job_done else None,
@@ -202,7 +204,8 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                              "last_create_s": t.last_create_s, "last_bind_s": t.last_bind_s,
                              "load_start": t.load_start, "load_end": t.load_end,
                              "drain_s": round(drain_s, 1), "cpu_s": t.cpu,
-                             "foreign_writes": t.foreign_writes, **extra})
+                             "foreign_writes": t.foreign_writes, "pod_work": t.pod_work,
+                             **extra})
                 more = (f" (its Job done at {extra['job_done_s']} s, created at "
                         f"{extra['job_created_s']} s)" if extra else "")
                 console.print(f"  {label:18} {t.done_s:7.2f} s{more}  "
@@ -210,6 +213,8 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                               f"load {t.load_start}->{t.load_end}  drain {drain_s:.0f} s  "
                               f"others' API writes {t.foreign_writes}")
                 console.print("      cpu s: " + "  ".join(f"{k} {v}" for k, v in t.cpu.items()))
+                console.print("      pod writes: " + "  ".join(f"{k} {v}"
+                                                          for k, v in t.pod_work.items()))
         rss = peak_rss_mb(op.pid)
     finally:
         bench.pids.pop("operator", None)
