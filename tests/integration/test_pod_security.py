@@ -4,8 +4,9 @@ On the real node (containerd + kubelet, images from `make images`): the Job the
 operator renders for a stage with the runner (stage-in from S3, two steps, commit and
 task record) is admitted and completes in a namespace labelled
 pod-security.kubernetes.io/enforce=restricted, its steps run as the stage's non-root
-user, and the opt-ins that need more (the node cache's hostPath, a root stage-in) are
-what the admission refuses there. The run on the real node is skipped without one or
+user with no API token (the stage names no serviceAccountName), and the opt-ins that
+need more (the node cache's hostPath, a root stage-in) are what the admission refuses
+there. The run on the real node is skipped without one or
 its images, as tests/integration/test_real_node.py; the admission check needs neither.
 """
 
@@ -29,6 +30,8 @@ from tests.integration.test_real_node import (  # noqa: F401  (fixtures)
 from tests.s3server import VersityGW
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
+# Where the kubelet puts a ServiceAccount token; a stage without serviceAccountName has none.
+TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 def _spec(endpoint: str, **extra: Any) -> PipelineRunSpec:
@@ -44,7 +47,9 @@ def _spec(endpoint: str, **extra: Any) -> PipelineRunSpec:
             "outputs": [{"storage": "data", "path": "out/{item}/"}],
             "steps": [
                 {"name": "ids", "command": ["sh", "-c", 'id -u > "$NIGHTSHIFT_OUTPUTS/uid"; '
-                                            'id -g > "$NIGHTSHIFT_OUTPUTS/gid"']},
+                                            'id -g > "$NIGHTSHIFT_OUTPUTS/gid"; '
+                                            f'if [ -e {TOKEN} ]; then echo mounted; '
+                                            'else echo none; fi > "$NIGHTSHIFT_OUTPUTS/token"']},
                 {"name": "copy", "command": ["sh", "-c", 'cp "$NIGHTSHIFT_INPUTS/in.txt" '
                                              '"$NIGHTSHIFT_OUTPUTS/out.txt"']},
             ],
@@ -96,8 +101,9 @@ def test_a_stage_runs_in_a_restricted_namespace(
     run_stage(kubectl, spec, namespace, "sec", ["a", "b"])
     for index, item in enumerate(("a", "b")):
         got = {k: s3.get_object(Bucket=BUCKET, Key=f"sec/out/{item}/{k}")["Body"].read()
-               for k in ("uid", "gid", "out.txt")}
-        assert got == {"uid": b"4242\n", "gid": b"4343\n", "out.txt": item.encode()}, got
+               for k in ("uid", "gid", "token", "out.txt")}
+        assert got == {"uid": b"4242\n", "gid": b"4343\n", "token": b"none\n",
+                       "out.txt": item.encode()}, got
         record = json.loads(s3.get_object(
             Bucket=BUCKET, Key=f"sec/_nightshift/sec/whoami/{index}.json")["Body"].read())
         assert record["phase"] == "succeeded"
