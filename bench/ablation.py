@@ -238,8 +238,8 @@ def main() -> int:
                           f"others' API writes {t.foreign_writes}  "
                           f"(about {left / 60:.0f} min left)")
             console.print("      cpu s: " + "  ".join(f"{p} {c}" for p, c in t.cpu.items()))
-            console.print("      pod writes: " + "  ".join(f"{k} {c}"
-                                                      for k, c in t.pod_work.items()))
+            console.print("      pod writes: " + "  ".join(f"{kind} {c}"
+                                                      for kind, c in t.pod_work.items()))
             path.write_text(json.dumps({"items": args.items, "task_s": args.task_seconds,
                                         "nodes": args.nodes, "renice": args.renice,
                                         "runs": runs}, indent=2))
