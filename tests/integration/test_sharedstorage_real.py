@@ -151,10 +151,25 @@ def origin(gateway: str) -> Iterator[tuple[Origin, dict[str, str]]]:
             o.stop()
 
 
+# The client first waits until the proxy's Service takes connections: the squids are
+# Ready (rollout status) before kube-proxy has programmed their endpoints, and until then
+# the Service refuses (a CI run saw 8 of 307 first requests refused). A CVMFS client
+# retries the same way; any error after that counts.
 CLIENT = """
-import concurrent.futures as cf, hashlib, json, os, time, urllib.request
+import concurrent.futures as cf, hashlib, json, os, socket, time, urllib.parse, urllib.request
 proxy, base = os.environ["PROXY"], os.environ["BASE"]
 tree = json.loads(os.environ["TREE"])
+u = urllib.parse.urlsplit(proxy)
+deadline, ok = time.monotonic() + 60, 0
+while ok < 3:
+    try:
+        socket.create_connection((u.hostname, u.port or 80), timeout=2).close()
+        ok += 1
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        ok = 0
+    time.sleep(0.5)
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
 def get(path):
     t = time.monotonic()
