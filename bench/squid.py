@@ -46,17 +46,20 @@ from tests.integration.test_real_node import on_real_node
 from tests.integration.test_sharedstorage_real import (
     REPO,
     RUNNER,
+    WAIT_FOR_PROXY,
     Origin,
     make_tree,
     place,
 )
 
-CLIENT = """
+CLIENT = WAIT_FOR_PROXY + """
 import concurrent.futures as cf, hashlib, json, os, random, time, urllib.request
 proxy, base = os.environ["PROXY"], os.environ["BASE"]
 tree = json.loads(open("/tree/tree.json").read())
 threads, rounds = int(os.environ["THREADS"]), int(os.environ["ROUNDS"])
 # PROXY "" fetches straight from the origin: the baseline the squid rounds are put against.
+if proxy:
+    wait_for_proxy(proxy)
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy} if proxy else {}))
 def get(path):
     t = time.monotonic()

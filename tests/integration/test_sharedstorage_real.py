@@ -151,25 +151,31 @@ def origin(gateway: str) -> Iterator[tuple[Origin, dict[str, str]]]:
             o.stop()
 
 
-# The client first waits until the proxy's Service takes connections: the squids are
-# Ready (rollout status) before kube-proxy has programmed their endpoints, and until then
-# the Service refuses (a CI run saw 8 of 307 first requests refused). A CVMFS client
-# retries the same way; any error after that counts.
-CLIENT = """
-import concurrent.futures as cf, hashlib, json, os, socket, time, urllib.parse, urllib.request
+# Clients first wait until the proxy's Service takes connections: the squids are Ready
+# (rollout status) before kube-proxy has programmed their endpoints, and until then the
+# Service refuses (a CI-like run saw 8 of 307 first requests refused). A CVMFS client
+# retries the same way; any error after that counts. bench/squid.py's client uses it too.
+WAIT_FOR_PROXY = """
+def wait_for_proxy(proxy):
+    import socket, time, urllib.parse
+    u = urllib.parse.urlsplit(proxy)
+    deadline, ok = time.monotonic() + 60, 0
+    while ok < 3:
+        try:
+            socket.create_connection((u.hostname, u.port or 80), timeout=2).close()
+            ok += 1
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            ok = 0
+        time.sleep(0.5)
+"""
+
+CLIENT = WAIT_FOR_PROXY + """
+import concurrent.futures as cf, hashlib, json, os, time, urllib.request
 proxy, base = os.environ["PROXY"], os.environ["BASE"]
 tree = json.loads(os.environ["TREE"])
-u = urllib.parse.urlsplit(proxy)
-deadline, ok = time.monotonic() + 60, 0
-while ok < 3:
-    try:
-        socket.create_connection((u.hostname, u.port or 80), timeout=2).close()
-        ok += 1
-    except OSError:
-        if time.monotonic() > deadline:
-            raise
-        ok = 0
-    time.sleep(0.5)
+wait_for_proxy(proxy)
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
 def get(path):
     t = time.monotonic()
