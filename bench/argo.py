@@ -39,9 +39,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
-from fanout import NS_JOB, NS_RUN, OPERATOR, WRITES, drain_run, peak_rss_mb, start_operator
+from fanout import NS_JOB, NS_RUN, OPERATOR, drain_run, peak_rss_mb, start_operator
 from jobbench import (
     POOL,
+    WRITES,
     Bench,
     console,
     loadavg,

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from jobbench import (
     POOL,
+    WRITES,
     Bench,
     Timed,
     console,
@@ -56,7 +57,6 @@ from rich.table import Table
 from nightshift.api import names
 
 NS_JOB, NS_RUN = "bench-fanout-job", "bench-fanout-run"
-WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 OPERATOR = "nightshift-operator"
 
 

@@ -138,11 +138,16 @@ def ts(entry: dict[str, Any]) -> float:
         entry["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
 
 
+# The audit log's write verbs; a deletecollection names no single object.
+WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+OBJECT_WRITES = WRITES - {"deletecollection"}
+
+
 def foreign_writes(entries: list[dict[str, Any]], namespaces: tuple[str, ...]) -> int:
     """API writes during a run by anyone, in any namespace but the bench's own: others'
     tests on the same cluster cost its parts CPU that looks like the bench's."""
     return sum(1 for e in entries
-               if e.get("verb") in ("create", "update", "patch", "delete", "deletecollection")
+               if e.get("verb") in WRITES
                and e.get("stage") == "ResponseComplete"
                and (e.get("objectRef") or {}).get("namespace") not in namespaces
                and (e.get("objectRef") or {}).get("resource") not in ("leases", "nodes"))
@@ -169,7 +174,7 @@ def pod_work(entries: list[dict[str, Any]], namespace: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for e in entries:
         ref = e.get("objectRef") or {}
-        if (e.get("verb") not in ("create", "update", "patch", "delete")
+        if (e.get("verb") not in OBJECT_WRITES
                 or e.get("stage") != "ResponseComplete" or ref.get("resource") != "pods"
                 or ref.get("namespace") != namespace):
             continue
