@@ -40,6 +40,7 @@ from jobbench import (
     Bench,
     console,
     loadavg,
+    print_parts,
     run_job,
     stats,
 )
@@ -237,9 +238,7 @@ def main() -> int:
                           f"load {t.load_start}->{t.load_end}  drain {drain_s:.0f} s  "
                           f"others' API writes {t.foreign_writes}  "
                           f"(about {left / 60:.0f} min left)")
-            console.print("      cpu s: " + "  ".join(f"{p} {c}" for p, c in t.cpu.items()))
-            console.print("      pod writes: " + "  ".join(f"{kind} {c}"
-                                                      for kind, c in t.pod_work.items()))
+            print_parts(t)
             path.write_text(json.dumps({"items": args.items, "task_s": args.task_seconds,
                                         "nodes": args.nodes, "renice": args.renice,
                                         "runs": runs}, indent=2))

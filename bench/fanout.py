@@ -45,6 +45,7 @@ from jobbench import (
     pod_work,
     pod_writes,
     prepared,
+    print_parts,
     progress,
     results_path,
     run_job,
@@ -212,9 +213,7 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                               f"{n / t.done_s:5.1f} pods/s  last create {t.last_create_s} s  "
                               f"load {t.load_start}->{t.load_end}  drain {drain_s:.0f} s  "
                               f"others' API writes {t.foreign_writes}")
-                console.print("      cpu s: " + "  ".join(f"{k} {v}" for k, v in t.cpu.items()))
-                console.print("      pod writes: " + "  ".join(f"{k} {v}"
-                                                          for k, v in t.pod_work.items()))
+                print_parts(t)
         rss = peak_rss_mb(op.pid)
     finally:
         bench.pids.pop("operator", None)

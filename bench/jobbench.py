@@ -358,6 +358,12 @@ class Timed:
     pod_work: dict[str, int] = field(default_factory=dict)
 
 
+def print_parts(t: Timed) -> None:
+    """A run's CPU seconds per part and its pod writes, under its result line."""
+    console.print("      cpu s: " + "  ".join(f"{k} {v}" for k, v in t.cpu.items()))
+    console.print("      pod writes: " + "  ".join(f"{k} {v}" for k, v in t.pod_work.items()))
+
+
 @contextmanager
 def progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
     with Progress(TextColumn(f"  {label}"), BarColumn(),
