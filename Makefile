@@ -36,8 +36,8 @@ lint: venv ## ruff (with security rules), mypy --strict, the layer contracts, sh
 	shellcheck $$(git ls-files '*.sh' .ci/run)
 	$(VENV)/bin/hadolint Dockerfile images/*/Dockerfile
 
-unit: venv ## unit and golden tests (no cluster)
-	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+unit: venv ## unit and golden tests (no cluster), in two workers
+	$(VENV)/bin/pytest tests/unit -n 2 $(PYTEST_ARGS)
 
 # pytest exits 5 when it collected no tests; make treats any non-zero exit as failure,
 # so an empty suite fails `make test` and CI.

@@ -7,18 +7,24 @@
 #   4. after a whole-suite pass, the e2e subset on kind (hack/e2e-kind.sh).
 # pytest's exit code is the script's: 5 (no tests collected) fails make and CI. The
 # `disruptive` tests (tests/integration/test_faults.py) run alone after the rest.
-# NIGHTSHIFT_TEST_WORKERS (default 2) pytest-xdist workers share the cluster: each has
+# NIGHTSHIFT_TEST_WORKERS (default 6) pytest-xdist workers share the cluster: each has
 # its own operator watching only its own namespaces (conftest.py); a file's tests stay on
-# one worker (--dist loadfile), so a file's order and module fixtures hold.
+# one worker (--dist loadfile), so a file's order and module fixtures hold. The tests
+# mostly wait on the cluster: on two cores, two workers kept them 38 % busy, six 78 %
+# (docs/contributing.md). Files go out longest first (conftest.py's LONG_FILES_FIRST).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 venv=${VENV:-.venv}
 lc="$venv/bin/nightshift-localcluster"
 
-workers=${NIGHTSHIFT_TEST_WORKERS:-2}
+workers=${NIGHTSHIFT_TEST_WORKERS:-6}
 args=(tests/integration --durations=15)
-[ "$workers" -gt 1 ] && args+=(-n "$workers" --dist loadfile)
+[ "$workers" -gt 1 ] && args+=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+
+# Each phase's wall time, so a slow CI run says where its minutes went.
+t0=$SECONDS
+took() { echo "integration: $1 took $((SECONDS - t0)) s"; t0=$SECONDS; }
 
 # Two phases: everything else in parallel, then the `disruptive` tests (they restart the
 # API server or etcd every test shares) alone. Exit 5 (nothing collected) counts only
@@ -26,9 +32,11 @@ args=(tests/integration --durations=15)
 suite() {
   "$venv/bin/pytest" "${args[@]}" -m "not disruptive" "$@"
   local rc1=$?
+  took "the suite without the disruptive tests"
   [ "$rc1" != 0 ] && [ "$rc1" != 5 ] && return "$rc1"
   "$venv/bin/pytest" tests/integration -p no:xdist -m disruptive --durations=5 "$@"
   local rc2=$?
+  took "the disruptive tests"
   if [ "$rc1" = 5 ] && [ "$rc2" = 5 ]; then return 5; fi
   [ "$rc2" = 5 ] && rc2=0
   return "$rc2"
@@ -41,12 +49,14 @@ fi
 was_up=0
 "$lc" status >/dev/null 2>&1 && was_up=1
 "$lc" up || exit 1
+took "starting the local cluster"
 # shellcheck disable=SC2317  # reached through the EXIT trap below
 stop() { [ "$was_up" = 1 ] || [ -n "${NIGHTSHIFT_KEEP_CLUSTER:-}" ] || "$lc" down; }
 trap stop EXIT
 state=${NIGHTSHIFT_LOCALCLUSTER_DIR:-$root/.localcluster}
 if [ -S "$state/realnode/containerd/containerd.sock" ]; then
   bash hack/images.sh || { echo "integration: building images failed (see above)" >&2; exit 1; }
+  took "building the images"
 else
   echo "integration: no real node in this cluster; its tests will be skipped"
 fi
@@ -63,5 +73,6 @@ if [ "$rc" = 0 ] && [ $# = 0 ]; then
     VENV=$venv bash hack/e2e.sh
   fi
   rc=$?
+  took "the e2e subset"
 fi
 exit "$rc"
