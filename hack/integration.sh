@@ -21,7 +21,8 @@ venv=${VENV:-.venv}
 lc="$venv/bin/nightshift-localcluster"
 
 workers=${NIGHTSHIFT_TEST_WORKERS:-6}
-args=(tests/integration --durations=15)
+# -rs: a skipped test names itself and its reason in the summary (CI must show it).
+args=(tests/integration --durations=15 -rs)
 [ "$workers" -gt 1 ] && args+=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 
 # Each phase's wall time, so a slow CI run says where its minutes went.
@@ -47,7 +48,7 @@ suite() {
     VENV=$venv bash hack/e2e-kind.sh >"$kind_log" 2>&1 &
     kind_pid=$!
   fi
-  "$venv/bin/pytest" tests/integration -p no:xdist -m disruptive --durations=5 "$@"
+  "$venv/bin/pytest" tests/integration -p no:xdist -m disruptive --durations=5 -rs "$@"
   local rc2=$?
   took "the disruptive tests"
   if [ -n "$kind_pid" ]; then
