@@ -69,7 +69,7 @@ suite() {
 # A subshell: the cluster's env must not reach pytest (KUBECONFIG means "not local").
 wait_node_images() (
   eval "$("$lc" env)"
-  local sock=$state/realnode/containerd/containerd.sock want have missing=""
+  local want have missing=""
   want=$(ctr --address "$sock" -n k8s.io images ls -q | grep '^docker.io/library/nightshift-' | sort -u)
   for _ in $(seq 1 60); do
     have=$(kubectl get node nightshift-real -o jsonpath='{.status.images[*].names[*]}' \
@@ -94,7 +94,10 @@ took "starting the local cluster"
 stop() { [ "$was_up" = 1 ] || [ -n "${NIGHTSHIFT_KEEP_CLUSTER:-}" ] || "$lc" down; }
 trap stop EXIT
 state=${NIGHTSHIFT_LOCALCLUSTER_DIR:-$root/.localcluster}
-if [ -S "$state/realnode/containerd/containerd.sock" ]; then
+sock=$state/realnode/containerd/containerd.sock
+real_node=0
+[ -S "$sock" ] && real_node=1
+if [ "$real_node" = 1 ]; then
   bash hack/images.sh || { echo "integration: building images failed (see above)" >&2; exit 1; }
   took "building the images"
   wait_node_images || exit 1
@@ -107,8 +110,6 @@ fi
 # collaboration's CI runs it; `make e2e` runs the same hack/e2e.sh on any KUBECONFIG.
 # With the real node (the images' source) it runs beside the disruptive tests (suite);
 # without it, on the local cluster, after them, since it would share their outages.
-real_node=0
-[ -S "$state/realnode/containerd/containerd.sock" ] && real_node=1
 [ "$real_node" = 1 ] && [ $# = 0 ] && kind_beside=1
 suite "$@"
 rc=$?
