@@ -5,6 +5,7 @@ reads the API server's audit log):
 
     .venv/bin/python bench/fanout.py                  # 3,000 and 10,000 items of 1 s
     .venv/bin/python bench/fanout.py --sizes 1000 10000 100000 --run-only
+    .venv/bin/python bench/fanout.py --sizes 1000 10000 100000 --run-only --batch 50
 
 For each size, in the same cluster, `--pairs` alternating pairs (bare then run, run
 then bare, ...), the namespace drained between runs (bench/jobbench.py):
@@ -52,7 +53,7 @@ from jobbench import (
     stats,
     ts,
 )
-from jobvariants import only, rendered_job, stage
+from jobvariants import kwok_task, only, rendered_job, stage
 from rich.table import Table
 
 from nightshift.api import names
@@ -174,10 +175,15 @@ def _kinds(writes: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
-             run_only: bool = False) -> dict[str, Any]:
+             run_only: bool = False, batch: int = 1) -> dict[str, Any]:
     console.print(f"[bold]{n:,} items of {task_s:g} s[/], "
                   + ("the PipelineRun once" if run_only else f"{pairs} alternating pairs")
+                  + (f", {batch} items per pod" if batch > 1 else "")
                   + f"; load average now {loadavg()}")
+    # A batched stage (run-only): ceil(n / K) pods, each pod's KWOK task K tasks long.
+    pods = -(-n // batch)
+    batched: dict[str, Any] = ({"batch": batch, "podAnnotations": kwok_task(batch * task_s)}
+                               if batch > 1 else {})
     bare, _ = rendered_job(n, NS_JOB, task_s)
     bare = only(bare, [])
     timeout = max(600.0, n / 5)
@@ -199,7 +205,8 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                     extra: dict[str, Any] = {}
                     drain_s = bench.drain(NS_JOB)
                 else:
-                    t, extra = run_pipelinerun(bench, n, task_s, label, timeout)
+                    t, extra = run_pipelinerun(bench, n, task_s, label, timeout,
+                                               pods=pods if batch > 1 else None, **batched)
                     drain_s = drain_run(bench)
                 runs.append({"pair": p + 1, "side": side, "done_s": t.done_s,
                              "last_create_s": t.last_create_s, "last_bind_s": t.last_bind_s,
@@ -210,7 +217,7 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                 more = (f" (its Job done at {extra['job_done_s']} s, created at "
                         f"{extra['job_created_s']} s)" if extra else "")
                 console.print(f"  {label:18} {t.done_s:7.2f} s{more}  "
-                              f"{n / t.done_s:5.1f} pods/s  last create {t.last_create_s} s  "
+                              f"{pods / t.done_s:5.1f} pods/s  last create {t.last_create_s} s  "
                               f"load {t.load_start}->{t.load_end}  drain {drain_s:.0f} s  "
                               f"others' API writes {t.foreign_writes}")
                 print_parts(t)
@@ -224,7 +231,7 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
     job_s = [r["job_done_s"] for r in runs if r["side"] == "run"]
     last_run = [r for r in runs if r["side"] == "run"][-1]
     run_side = {
-        "items": n, "task_s": task_s, "runs": runs,
+        "items": n, "task_s": task_s, "batch": batch, "pods": pods, "runs": runs,
         "pipelinerun_s": stats(run_s), "pipelinerun_job_s": stats(job_s),
         "operator_writes": last_run["operator_writes"],
         "writes_per_item": last_run["writes_per_item"], "write_kinds": last_run["write_kinds"],
@@ -256,26 +263,32 @@ def main() -> int:
     ap.add_argument("--run-only", action="store_true",
                     help="only the PipelineRun, once per size (its time, the operator's "
                          "writes, peak RSS and status size; no bare Job, no ratio)")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="with --run-only: K items per pod (stages[].batch), so 100,000 "
+                         "items fit this test bed as 100,000 / K pods")
     ap.add_argument("--renice", type=int, default=0,
                     help="run the cluster's parts at this nice value meanwhile (e.g. -10 on "
                          "a shared machine; put back to 0 at the end)")
     args = ap.parse_args()
+    if args.batch < 1 or (args.batch > 1 and not args.run_only):
+        ap.error("--batch K needs K >= 1, and K > 1 only with --run-only (the bare Job "
+                 "side has one pod per item)")
     bench = prepared(args.nodes, (NS_JOB, NS_RUN), args.renice)
     path = results_path("fanout")
     results = []
     for n in args.sizes:
         results.append(one_size(bench, n, args.task_seconds, args.pairs, args.renice,
-                                args.run_only))
+                                args.run_only, args.batch))
         path.write_text(json.dumps({"results": results, "nodes": args.nodes, "pool": POOL,
                                     "renice": args.renice}, indent=2))
 
     if args.run_only:
         table = Table(title="PipelineRun alone: time to done and the operator's cost")
-        for col in ("items", "PipelineRun s", "its Job done s", "writes", "writes/item",
+        for col in ("items", "pods", "PipelineRun s", "its Job done s", "writes", "writes/item",
                     "peak RSS MB", "status bytes"):
             table.add_column(col, justify="right")
         for r in results:
-            table.add_row(f"{r['items']:,}", f"{r['pipelinerun_s'][1]:.1f}",
+            table.add_row(f"{r['items']:,}", f"{r['pods']:,}", f"{r['pipelinerun_s'][1]:.1f}",
                           f"{r['pipelinerun_job_s'][1]:.1f}", str(r["operator_writes"]),
                           str(r["writes_per_item"]), str(r["operator_peak_rss_mb"]),
                           f"{r['status_bytes']:,}")
