@@ -8,8 +8,8 @@
 # BASE is a Debian bookworm root filesystem made with debootstrap (python3 + pip, so it
 # stands in for python:3.11-slim-bookworm, which no registry here serves). Debian's
 # dockerd, run by hand (own data dir, no iptables, no bridge), builds each Dockerfile;
-# `docker save | ctr -n k8s.io images import -` loads the result into the containerd of
-# the local cluster's real node, tagged <name>:dev:
+# one `docker save | ctr -n k8s.io images import -` of everything built loads it into the
+# containerd of the local cluster's real node, tagged <name>:dev:
 #   images/<name>/Dockerfile -> nightshift-<name>:dev
 #   ./Dockerfile (operator)  -> nightshift-operator:dev
 # Caches: $NIGHTSHIFT_CACHE/images/base-<key>.tar (the root filesystem, keyed by the
@@ -137,12 +137,12 @@ start it with \`make cluster-up\` (real node on), then re-run \`make images\`"
   # exist". Seen once; a second import succeeds, so try up to three times.
   local try
   for try in 1 2 3; do
-    if "$DOCKER" save "$1" | ctr --address "$CTR_SOCK" -n k8s.io images import - >/dev/null
+    if "$DOCKER" save "$@" | ctr --address "$CTR_SOCK" -n k8s.io images import - >/dev/null
     then return 0; fi
-    echo "images: ctr import of $1 failed (try $try of 3)" >&2
+    echo "images: ctr import of $* failed (try $try of 3)" >&2
     sleep 2
   done
-  die "ctr import of $1 failed"
+  die "ctr import of $* failed"
 }
 
 # image_name <dir>: the tag for the Dockerfile in <dir>.
@@ -164,9 +164,16 @@ build_one() {
     -t "$name" "$root" >"$DOCKER_DIR/build-${name%%:*}.log" 2>&1 \
     || die "docker build of $name failed; last lines of $DOCKER_DIR/build-${name%%:*}.log:
 $(tail -n 25 "$DOCKER_DIR/build-${name%%:*}.log")"
-  step "ctr import $name"
-  ctr_import "$name"
+  built+=("$name")
 }
+# One `docker save` of every image built, one import: their shared base layers are
+# streamed once, not once per image (six imports took about 9 s each).
+import_built() {
+  [ ${#built[@]} -gt 0 ] || return 0
+  step "ctr import ${built[*]}"
+  ctr_import "${built[@]}"
+}
+built=()
 
 all_dirs() {
   echo "$root"
@@ -178,9 +185,9 @@ case $cmd in
   rootfs) build_base_tar; echo "$BASE_TAR" ;;
   base) start_dockerd; load_base; ctr_import "$BASE_IMAGE" ;;
   build) shift; [ $# -gt 0 ] || die "build needs a directory with a Dockerfile"
-    start_dockerd; load_base; for d in "$@"; do build_one "$d"; done ;;
+    start_dockerd; load_base; for d in "$@"; do build_one "$d"; done; import_built ;;
   all) start_dockerd; load_base
-    while read -r d; do build_one "$d"; done < <(all_dirs) ;;
+    while read -r d; do build_one "$d"; done < <(all_dirs); import_built ;;
   *) die "unknown command '$cmd' (all|rootfs|base|build DIR...)" ;;
 esac
 stop_dockerd
