@@ -19,6 +19,7 @@ from nightshift.kube import Kube
 from nightshift.pipelinerun import mpijob
 from nightshift.pipelinerun.items import RunRef
 from nightshift.pipelinerun.spec import PipelineRunSpec
+from nightshift_localcluster import helminstall
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.conftest import OperatorProcess
 from tests.integration.prutil import KWOK_FAST, get_run, pipelinerun, stage, wait_phase
@@ -103,9 +104,8 @@ def _rendered(namespace: str, workers: int, args: list[str]) -> dict[str, Any]:
 
 
 def _need_image(node: dict[str, Any]) -> None:
-    names = {n for img in node["status"].get("images") or [] for n in img.get("names") or []}
-    if f"docker.io/library/{MPI_IMAGE}" not in names:
-        pytest.skip(f"{MPI_IMAGE} is not in the real node's containerd: run `make images`")
+    if problem := helminstall.missing_image(node, MPI_IMAGE):
+        pytest.skip(problem)
 
 
 def test_real_mpi_ranks_across_worker_pods_verify_npb_ep(

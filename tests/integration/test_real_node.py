@@ -20,6 +20,7 @@ from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun import jobs, runnerparts
 from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
 from nightshift.pipelinerun.spec import PipelineRunSpec
+from nightshift_localcluster import helminstall
 from nightshift_localcluster.nodeconfig import NODE_LABEL, NODE_NAME, NODE_TAINT
 from tests.clusterutil import Kubectl, wait_for
 from tests.s3server import VersityGW, binary
@@ -39,9 +40,8 @@ def real_node(kubectl: Kubectl) -> dict[str, Any]:
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     if not ready or ready[0]["status"] != "True":
         pytest.skip(f"real node {NODE_NAME} is not Ready")
-    names = {n for img in node["status"].get("images") or [] for n in img.get("names") or []}
-    if f"docker.io/library/{RUNNER_IMAGE}" not in names:
-        pytest.skip(f"{RUNNER_IMAGE} is not in the real node's containerd: run `make images`")
+    if problem := helminstall.missing_image(node, RUNNER_IMAGE):
+        pytest.skip(problem)
     return node
 
 

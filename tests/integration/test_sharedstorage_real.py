@@ -46,6 +46,7 @@ from nightshift.sharedstorage.objects import Storage, with_images
 from nightshift.sharedstorage.observe import SquidSampler, http_get
 from nightshift.sharedstorage.plan import server_pod
 from nightshift.sharedstorage.status import SquidSample
+from nightshift_localcluster import helminstall
 from nightshift_localcluster.nodeconfig import NODE_NAME
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.test_real_node import (
@@ -65,9 +66,8 @@ REPO = "demo.nightshift.io"
 
 
 def need_image(node: dict[str, Any], image: str) -> None:
-    have = {n for img in node["status"].get("images") or [] for n in img.get("names") or []}
-    if f"docker.io/library/{image}" not in have:
-        pytest.skip(f"{image} is not in the real node's containerd: run `make images`")
+    if problem := helminstall.missing_image(node, image):
+        pytest.skip(problem)
 
 
 def place(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -29,6 +29,14 @@ def test_real_node_problems_say_what_to_do() -> None:
     assert helminstall.real_node_problem(node(images=(helminstall.OPERATOR_IMAGE_REF,))) is None
 
 
+def test_missing_image_names_the_image_as_containerd_lists_it() -> None:
+    listed = node(images=("docker.io/library/nightshift-mpi:dev",))
+    assert helminstall.missing_image(listed, "nightshift-mpi:dev") is None
+    other_tag = helminstall.missing_image(listed, "nightshift-mpi:v2")
+    assert other_tag is not None and "nightshift-mpi:v2" in other_tag and "make images" in other_tag
+    assert helminstall.missing_image({"status": {}}, "nightshift-runner:dev") is not None
+
+
 def test_local_values_render_a_pod_on_the_real_node() -> None:
     catalog = Path("/opt/catalog/aws_instance_types.json")
     values = helminstall.local_values(watch_namespaces=["runs"], catalog=catalog, replicas=2,

@@ -37,12 +37,19 @@ def real_node_problem(node: dict[str, Any] | None) -> str | None:
              if c.get("type") == "Ready"]
     if not ready or ready[0].get("status") != "True":
         return f"the real node {NODE_NAME} is not Ready"
-    images = {n for img in (node.get("status") or {}).get("images") or []
-              for n in img.get("names") or []}
-    if OPERATOR_IMAGE_REF not in images:
-        return (f"{OPERATOR_REPOSITORY}:{TAG} is not in the real node's containerd: "
-                "run `make images` (or `bash hack/images.sh build .` for the operator only)")
-    return None
+    missing = missing_image(node, f"{OPERATOR_REPOSITORY}:{TAG}")
+    return f"{missing} (or `bash hack/images.sh build .` for the operator only)" \
+        if missing else None
+
+
+def missing_image(node: dict[str, Any], image: str) -> str | None:
+    """Why a pod of `image` ("<name>:<tag>", as hack/images.sh imports it) cannot start
+    on the real node `node` without a pull; None when the Node lists the image."""
+    have = {n for img in (node.get("status") or {}).get("images") or []
+            for n in img.get("names") or []}
+    if f"docker.io/library/{image}" in have:
+        return None
+    return f"{image} is not in the real node's containerd: run `make images`"
 
 
 def real_node(kubectl: Sequence[str]) -> dict[str, Any] | None:
