@@ -44,7 +44,9 @@ unit: venv ## unit and golden tests (no cluster), in two workers
 integration: upstream ## integration tests on the local cluster with its real node (or $$KUBECONFIG)
 	VENV=$(VENV) bash hack/integration.sh $(PYTEST_ARGS)
 
-test: lint unit integration ## everything CI runs
+# upstream before unit: the chart tests need the helm it fetches and the price tests
+# Karpenter's module, so on a cold machine they would otherwise skip, not run.
+test: lint upstream unit integration ## everything CI runs
 
 demo: upstream ## local cluster + operator + a pipeline with a progress bar
 	$(VENV)/bin/python -m nightshift_localcluster.demo
