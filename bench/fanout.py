@@ -206,7 +206,7 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                     drain_s = bench.drain(NS_JOB)
                 else:
                     t, extra = run_pipelinerun(bench, n, task_s, label, timeout,
-                                               pods=pods if batch > 1 else None, **batched)
+                                               pods=pods, **batched)
                     drain_s = drain_run(bench)
                 runs.append({"pair": p + 1, "side": side, "done_s": t.done_s,
                              "last_create_s": t.last_create_s, "last_bind_s": t.last_bind_s,

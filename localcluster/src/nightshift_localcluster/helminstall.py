@@ -23,8 +23,14 @@ from nightshift_localcluster.nodeconfig import NODE_LABEL, NODE_NAME, NODE_TAINT
 OPERATOR_REPOSITORY = "nightshift-operator"
 RUNNER_REPOSITORY = "nightshift-runner"
 TAG = "dev"
-# How containerd names an image imported as "<name>:<tag>" (hack/images.sh).
-OPERATOR_IMAGE_REF = f"docker.io/library/{OPERATOR_REPOSITORY}:{TAG}"
+
+
+def image_ref(image: str) -> str:
+    """How containerd names an image hack/images.sh imported as "<name>:<tag>"."""
+    return f"docker.io/library/{image}"
+
+
+OPERATOR_IMAGE_REF = image_ref(f"{OPERATOR_REPOSITORY}:{TAG}")
 
 
 def real_node_problem(node: dict[str, Any] | None) -> str | None:
@@ -47,7 +53,7 @@ def missing_image(node: dict[str, Any], image: str) -> str | None:
     on the real node `node` without a pull; None when the Node lists the image."""
     have = {n for img in (node.get("status") or {}).get("images") or []
             for n in img.get("names") or []}
-    if f"docker.io/library/{image}" in have:
+    if image_ref(image) in have:
         return None
     return f"{image} is not in the real node's containerd: run `make images`"
 
