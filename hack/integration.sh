@@ -44,7 +44,6 @@ suite() {
   [ "$rc1" != 0 ] && [ "$rc1" != 5 ] && return "$rc1"
   local kind_pid="" kind_log=""
   if [ "$kind_beside" = 1 ] && [ "$rc1" = 0 ]; then
-    kind_parts_ready
     kind_log=$(mktemp "${TMPDIR:-/tmp}/nightshift-e2e-kind.XXXXXX")
     echo "integration: the kind e2e subset runs beside the disruptive tests (its output follows them)"
     VENV=$venv bash hack/e2e-kind.sh >"$kind_log" 2>&1 &
@@ -57,6 +56,7 @@ suite() {
     wait "$kind_pid"
     local rc3=$?
     cat "$kind_log"; rm -f "$kind_log"
+    kind_parts_ready
     took "waiting for the kind e2e subset after them"
     [ "$rc3" != 0 ] && { echo "integration: the kind e2e subset failed (rc $rc3)" >&2; return "$rc3"; }
   fi
@@ -68,7 +68,8 @@ suite() {
 # The kind e2e subset's parts (kind, kubeadm and CoreDNS from Go, the base root filesystem
 # from debootstrap, the node image) are built beside the parallel phase, at the lowest CPU
 # and I/O priority: cold, that is minutes of work which otherwise ran after the disruptive
-# tests; warm, a cache check. Its dockerd stays up for the subset, whose exit stops it.
+# tests; warm, a cache check. The subset, started beside the disruptive tests, waits for
+# it on hack/kind.sh's lock; its dockerd stays up for the subset, whose exit stops it.
 kind_prebuild_pid="" kind_prebuild_log=""
 prebuild_kind_parts() {
   kind_prebuild_log=$(mktemp "${TMPDIR:-/tmp}/nightshift-kind-parts.XXXXXX")
@@ -79,8 +80,8 @@ prebuild_kind_parts() {
     >"$kind_prebuild_log" 2>&1 &
   kind_prebuild_pid=$!
 }
-# Waits for that build and says how it went (its whole log if it failed: the subset then
-# tries again and fails with its own message).
+# Waits for that build and says how it went (its whole log if it failed: the subset
+# tried again after it and failed with its own message).
 kind_parts_ready() {
   [ -n "$kind_prebuild_pid" ] || return 0
   wait "$kind_prebuild_pid"

@@ -179,7 +179,7 @@ SH
     --pidfile "$KIND_DIR/dockerd.pid" -H "$DOCKER_HOST" \
     --iptables=false --ip-forward=false --ip-masq=false --bridge=none \
     --add-runtime "nightshift=$KIND_DIR/bin/runc-nosysresource" --default-runtime nightshift \
-    --oom-score-adjust=0 >"$KIND_DIR/dockerd.log" 2>&1 </dev/null &
+    --oom-score-adjust=0 >"$KIND_DIR/dockerd.log" 2>&1 </dev/null 9>&- &  # without the build lock
   for _ in $(seq 1 150); do
     docker_up && return
     sleep 0.2
@@ -216,6 +216,11 @@ binary_image() {
 }
 
 node_image() {
+  # One build at a time: `make test` builds these parts ahead (hack/integration.sh) and
+  # its kind e2e subset, started meanwhile, waits here until they are done.
+  mkdir -p "$CACHE"
+  exec 9>>"$CACHE/kind-build.lock"
+  flock 9
   tools
   base
   start_dockerd
@@ -246,7 +251,7 @@ node_image() {
   images+=("registry.k8s.io/kube-proxy:$v")
   step "assembling $NODE_IMAGE (as kind build node-image does: run, copy, import, commit)"
   local id; id=$(docker run -d --entrypoint=sleep --security-opt seccomp=unconfined "$BASE_IMAGE" infinity)
-  # shellcheck disable=SC2064
+  # shellcheck disable=SC2064  # $id expanded now: the trap runs after this function returns
   trap "docker rm -f $id >/dev/null 2>&1 || true" EXIT
   for b in "$KUBEADM" "$KUBEBIN/kubelet" "$KUBECTL"; do
     docker cp "$b" "$id:/usr/bin/$(basename "$b")"
