@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 .PHONY: help deps venv upstream lint unit integration test demo cluster-up cluster-down cluster-status images clean kind kind-down validate-examples e2e
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 deps: ## install missing Debian packages and Go
 	@bash hack/deps.sh
@@ -41,7 +41,7 @@ unit: venv ## unit and golden tests (no cluster), in two workers
 
 # pytest exits 5 when it collected no tests; make treats any non-zero exit as failure,
 # so an empty suite fails `make test` and CI.
-integration: upstream ## integration tests on the local cluster with its real node (or $$KUBECONFIG)
+integration: upstream ## integration tests on the local cluster with its real node (or $KUBECONFIG)
 	VENV=$(VENV) bash hack/integration.sh $(PYTEST_ARGS)
 
 # upstream before unit: the chart tests need the helm it fetches and the price tests
@@ -76,5 +76,5 @@ validate-examples: venv ## nightshift validate over examples/ (docs/validate.md)
 	$(VENV)/bin/nightshift validate examples/virtualcluster-eks.yaml examples/ci/manifests
 	$(VENV)/bin/nightshift validate --provider kwok examples/virtualcluster-local.yaml
 
-e2e: venv ## the chart + simulated examples/ci runs on $$KUBECONFIG (default: the local cluster); hack/e2e.sh
+e2e: venv ## the chart + simulated examples/ci runs on $KUBECONFIG (default: the local cluster); hack/e2e.sh
 	VENV=$(VENV) bash hack/e2e.sh
