@@ -86,7 +86,7 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("pvc-subpath-climbs", run(storage=pvc(subPath="../x")), "cel",
      "spec.storage[0].pvc.subPath in body should match"),
     ("s3-secret-not-a-name",
-     run(storage=[{"name": "raw", "s3": {"bucket": "b", "credentialsSecret": "Bad_S"}}]),
+     run(storage=[{"name": "raw", "s3": {"bucket": "raw-data", "credentialsSecret": "Bad_S"}}]),
      "cel", "spec.storage[0].s3.credentialsSecret in body should match"),
     # --- what CEL cannot afford: an Invalid condition naming the field ------------------
     ("resources-not-a-quantity", run(stage(resources={"requests": {"cpu": "1x"}})),

@@ -105,8 +105,10 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("unknown-archive-storage", run(archive={"storage": "nope"}, storage=S3), "cel",
      "spec.archive.storage must name an entry of spec.storage"),
     ("storage-s3-and-pvc",
-     run(storage=[{"name": "x", "s3": {"bucket": "b"}, "pvc": {"claimName": "c"}}]), "cel",
-     "set exactly one of s3, pvc or sharedStorage"),
+     run(storage=[{"name": "x", "s3": {"bucket": "raw-data"}, "pvc": {"claimName": "c"}}]),
+     "cel", "set exactly one of s3, pvc or sharedStorage"),
+    ("s3-bucket-url", run(storage=[{"name": "raw", "s3": {"bucket": "s3://raw-data/nights"}}]),
+     "cel", "not an s3:// URL or a path: put the key path in prefix"),
     ("parallelism-unknown-stage", run(parallelism={"nope": 3}), "cel",
      "every key of spec.parallelism must be the name of a stage"),
     # --- what CEL cannot see -------------------------------------------------------
@@ -292,6 +294,11 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
     ],
     "storage-s3-and-pvc": [
         'spec.storage[0]: Invalid value: "object": set exactly one of s3, pvc or sharedStorage',
+    ],
+    "s3-bucket-url": [
+        'spec.storage[0].s3.bucket: Invalid value: "string": must be a bucket name alone '
+        "(lower-case letters, digits, '.' and '-'), not an s3:// URL or a path: put the key "
+        "path in prefix",
     ],
     "parallelism-unknown-stage": [
         'spec: Invalid value: "object": every key of spec.parallelism must be the name of a '

@@ -103,6 +103,8 @@ def _with(case: str, path: str, value: Any) -> dict[str, Any]:
 BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("unknown-type", good("s3", type="ceph"), "cel", "Unsupported value"),
     ("type-without-block", ss({"type": "nfs"}), "cel", "set exactly one type block"),
+    ("s3-bucket-path", _with("s3", "s3.bucket", "snfactory-raw/nights"), "cel",
+     "not an s3:// URL or a path: put the key path in prefix"),
     ("two-blocks", good("s3", nfs=GOOD["nfs-dedicated"]["spec"]["nfs"]), "cel",
      "set exactly one type block"),
     ("missing-size", _with("nfs-dedicated", "nfs.backing.pvc.size", None), "cel",
@@ -171,6 +173,11 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
     "type-without-block": [
         'spec: Invalid value: "object": set exactly one type block, the one type names (type: '
         "nfs -> spec.nfs, glusterfs -> spec.glusterfs, s3 -> spec.s3, cvmfs -> spec.cvmfs)",
+    ],
+    "s3-bucket-path": [
+        'spec.s3.bucket: Invalid value: "string": must be a bucket name alone (lower-case '
+        "letters, digits, '.' and '-'), not an s3:// URL or a path: put the key path in "
+        "prefix",
     ],
     "two-blocks": [
         'spec: Invalid value: "object": set exactly one type block, the one type names (type: '

@@ -9,10 +9,11 @@ import json
 import uuid
 from typing import Any
 
-from nightshift.pipelinerun import batch, jobs
+from nightshift.pipelinerun import batch, jobs, stalled
 from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun.reconcile import failure_sample
 from nightshift.pipelinerun.spec import PipelineRunSpec
-from tests.clusterutil import Kubectl
+from tests.clusterutil import Kubectl, wait_for
 from tests.integration.test_real_node import (
     BUCKET,
     RUNNER_IMAGE,
@@ -34,6 +35,14 @@ HOSTILE = "$(touch pwned) `id` 'q' \"d\" * ;x"  # no '/': matrix values may not 
 def _run(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, stage_index: int,
          frozen: dict[str, list[str]]) -> str:
     """Freeze each stage's items, render stage `stage_index`'s Job, run it to the end."""
+    name = _start(kubectl, spec, namespace, stage_index, frozen)
+    wait_job(kubectl, name, namespace, timeout=240)
+    return name
+
+
+def _start(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, stage_index: int,
+           frozen: dict[str, list[str]]) -> str:
+    """Freeze each stage's items, render stage `stage_index`'s Job and create it."""
     run = it.RunRef(f"r{uuid.uuid4().hex[:5]}", namespace, str(uuid.uuid4()))
     cms: dict[str, list[str]] = {}
     for stage_name, items in frozen.items():
@@ -54,9 +63,7 @@ def _run(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, stage_index: i
     manifest["metadata"].pop("ownerReferences")
     on_real_node(manifest["spec"]["template"]["spec"])
     kubectl.apply(manifest)
-    name = str(manifest["metadata"]["name"])
-    wait_job(kubectl, name, namespace, timeout=240)
-    return name
+    return str(manifest["metadata"]["name"])
 
 
 def test_matrix_fields_and_argv_reach_the_step_as_data(
@@ -144,3 +151,53 @@ def test_a_batch_runs_its_items_in_order_and_retries_one_in_place(
         seen += [line for line in out.splitlines() if line.startswith(("0 ", "1 ", "2 ", "3 ",
                                                                        "4 ", "5 ", "6 "))]
     assert seen == [f"{i} n-{i} n-{i}" for i in range(7)], seen
+
+
+def _pods(kubectl: Kubectl, namespace: str, job: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = json.loads(kubectl(
+        "get", "pods", "-n", namespace, "-l", f"job-name={job}", "-o", "json").stdout)["items"]
+    return out
+
+
+def test_a_failed_step_says_its_last_lines_in_the_sample(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str) -> None:
+    # terminationMessagePolicy FallbackToLogsOnError: the kubelet puts the failed step's
+    # log tail in its termination message, which the run's failureSamples carry.
+    spec = PipelineRunSpec.model_validate({"stages": [{
+        "name": "calib", "image": RUNNER_IMAGE, "forEach": {"items": ["2024-01-03"]},
+        "retries": {"perItem": 0},
+        "steps": [{"name": "main", "command": ["sh", "-c", 'for i in $(seq 1 100); do '
+                   'echo "frame $i ok"; done; echo "ValueError: night $1 has no flats" >&2; '
+                   'exit 3', "calib", "{item}"]}]}]})
+    name = _start(kubectl, spec, namespace, 0, {"calib": ["2024-01-03"]})
+
+    def failed() -> dict[str, Any] | None:
+        return next((p for p in _pods(kubectl, namespace, name)
+                     if p["status"].get("phase") == "Failed"), None)
+
+    pod = wait_for(f"a failed pod of {name}", failed, 120, interval=1)
+    sample = failure_sample(pod)
+    assert (sample["index"], sample["exitCode"], sample["reason"]) == (0, 3, "Error"), sample
+    assert sample["message"].endswith("ValueError: night 2024-01-03 has no flats"), sample
+    assert "frame 100 ok" in sample["message"] and len(sample["message"]) <= 240, sample
+
+
+def test_an_image_the_node_cannot_get_is_named_with_its_field(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str) -> None:
+    spec = PipelineRunSpec.model_validate({"stages": [{
+        "name": "calib", "image": "nightshift-runner:absent", "imagePullPolicy": "Never",
+        "forEach": {"items": ["a"]}, "steps": [{"name": "main", "command": ["true"]}]}]})
+    name = _start(kubectl, spec, namespace, 0, {"calib": ["a"]})
+
+    def stuck() -> tuple[str, str] | None:
+        for p in _pods(kubectl, namespace, name):
+            if found := stalled.why(p, spec.stages[0], 0):
+                return found
+        return None
+
+    reason, message = wait_for(f"the kubelet's reason for {name}'s pod", stuck, 120,
+                               interval=1)
+    assert reason == stalled.NOT_STARTING
+    assert "container main: ErrImageNeverPull: " in message, message
+    assert "nightshift-runner:absent" in message, message
+    assert message.endswith("; check spec.stages[0].image"), message

@@ -93,7 +93,7 @@ def manifests() -> list[dict[str, Any]]:
                {"name": "combine", "dependsOn": ["reduce"], "image": "example/combine:1",
                 "resources": {"requests": {"cpu": "2"}},
                 "steps": [{"name": "c", "command": ["combine"]}]}],
-               "storage": [{"name": "s", "s3": {"bucket": "b"}}]}}
+               "storage": [{"name": "s", "s3": {"bucket": "sim-data"}}]}}
     return [vc, run]
 
 

@@ -152,7 +152,7 @@ def test_what_a_type_cannot_do_names_the_field() -> None:
 def test_storage_entries_need_exactly_one_source() -> None:
     run = run_with([calib()])
     assert problems(run) == []
-    run["spec"]["storage"][0]["s3"] = {"bucket": "b"}
+    run["spec"]["storage"][0]["s3"] = {"bucket": "raw-data"}
     assert problems(run) == ["spec.storage[0]: set exactly one of s3, pvc or sharedStorage"]
 
 
@@ -189,3 +189,29 @@ def test_only_waiting_before_anything_runs_is_pending() -> None:
 def test_referenced_names() -> None:
     spec = PipelineRunSpec.model_validate(run_with([calib()])["spec"])
     assert binding.referenced(spec) == ["montage", "raw", "raw-s3", "software"]
+
+
+def test_an_invalid_shared_storage_makes_its_stages_wait_saying_why() -> None:
+    run = run_with([calib(inputs=[{"storage": "raw", "path": "n/{item}"}]),
+                    stage("other", forEach={"items": ["x"]})])
+    bad = copy.deepcopy(SHARED["raw-s3"])
+    bad["status"] = {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "Invalid", "message": "see Invalid"},
+        {"type": "Invalid", "status": "True", "reason": "InvalidSpec",
+         "message": "spec.s3.endpoint: 'gw:7070' is not an http(s) URL"}]}
+    obs = replace(observe(run, items=items_for(run, "calib", "other", count=10)),
+                  shared_storages={**SHARED, "raw-s3": bad})
+    p = plan(obs)
+    assert [j["metadata"]["labels"][names.LABEL_STAGE] for j in jobs_of(p)] == ["other"]
+    prog = condition(p, "Progressing")
+    assert prog["reason"] == "WaitingForStorage"
+    assert prog["message"].startswith(
+        "spec.storage[0].sharedStorage: SharedStorage 'raw-s3' is Invalid (spec.s3.endpoint: "
+        "'gw:7070' is not an http(s) URL); the stages that use it start once it is fixed")
+    assert condition(p, "Invalid")["status"] == "False"
+    # Fixed: the stage starts.
+    later = copy.deepcopy(run)
+    later["status"] = p.status
+    obs2 = replace(observe(later, jobs=[], items=items_for(run, "calib", "other", count=10)),
+                   shared_storages=SHARED)
+    assert "calib" in [j["metadata"]["labels"][names.LABEL_STAGE] for j in jobs_of(plan(obs2))]

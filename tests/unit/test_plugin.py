@@ -168,3 +168,19 @@ def test_suspend_resume_cancel() -> None:
     no_rv = copy.deepcopy(finished())
     del no_rv["metadata"]["resourceVersion"]
     assert ops.merge_patch(no_rv, {"cancel": True}) == {"spec": {"cancel": True}}
+
+
+def test_status_shows_a_stage_whose_pods_do_not_start() -> None:
+    run = big_run()
+    why = ("stage invert: 5000 pods, none ready after 95 s: pod nightly-invert-0-x7 "
+           "container main: ImagePullBackOff; check spec.stages[1].image")
+    run["status"]["stages"][1]["waiting"] = why
+    run["status"]["conditions"] = [{"type": "Progressing", "status": "False",
+                                    "reason": "PodsNotStarting", "message": why}]
+    s = pr.summary(run)
+    assert s["stages"][1]["waiting"] == why
+    assert s["conditions"] == [{"type": "Progressing", "status": "False",
+                                "reason": "PodsNotStarting", "message": why}]
+    out = render(pr.status_view(s, now=NOW, width=200), width=200)
+    assert f"pods not starting:\n  {why}\n" in out
+    assert f"Progressing=False PodsNotStarting: {why}" in out

@@ -22,7 +22,7 @@ from nightshift.runner import cache
 from tests.unit.test_plan import T0, items_for, make_run
 
 RUN = it.RunRef(name="nightly", namespace="physics", uid="uid-1")
-S3 = {"name": "raw", "s3": {"bucket": "b", "endpoint": "http://gw:7070"}}
+S3 = {"name": "raw", "s3": {"bucket": "raw-data", "endpoint": "http://gw:7070"}}
 # Restricted allows these volume types only.
 RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
                       "persistentVolumeClaim", "projected", "secret"}

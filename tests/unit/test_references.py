@@ -334,3 +334,36 @@ def test_a_finished_run_reads_no_secrets_unless_a_rerun_is_asked() -> None:
     pipelinerun.reconcile(kube, OperatorConfig.from_env(), "physics", "nightly",
                           pipelinerun.LoopState())
     assert ("", "secrets", "get", "namespace") in kube.calls
+
+
+def _vc_with(reason: str, message: str, invalid: str = "") -> dict[str, Any]:
+    conds = [{"type": "Ready", "status": "False", "reason": reason, "message": message}]
+    if invalid:
+        conds.append({"type": "Invalid", "status": "True", "reason": "InvalidSpec",
+                      "message": invalid})
+    return {**VC, "status": {"conditions": conds}}
+
+
+@pytest.mark.parametrize(("vc", "said"), [
+    (_vc_with("Invalid", "the spec is invalid (see the Invalid condition); nothing was applied",
+              "spec.pools[1].instanceTypes[0]: 'm9.huge' is not an EC2 instance type"),
+     "is not Ready (Invalid: spec.pools[1].instanceTypes[0]: 'm9.huge' is not an EC2 "
+     "instance type)"),
+    (_vc_with("ProviderUnavailable", "provider aws needs Karpenter's CRDs: nodepools.karpenter.sh"),
+     "is not Ready (ProviderUnavailable: provider aws needs Karpenter's CRDs: "
+     "nodepools.karpenter.sh)"),
+])
+def test_a_virtual_cluster_that_applied_nothing_holds_every_stage(vc: dict[str, Any],
+                                                                  said: str) -> None:
+    r = references.check(spec(), "radio", {"chiles": vc})
+    assert r.waiting_stages == {"split", "invert", "concat"}
+    (msg,) = r.waiting
+    assert msg.startswith(f"spec.virtualCluster: VirtualCluster 'chiles' {said}"), msg
+    assert "kubectl describe virtualcluster chiles -n radio" in msg
+
+
+@pytest.mark.parametrize("reason", ["NotReady", "NoNodes"])
+def test_a_virtual_cluster_still_coming_up_holds_nothing(reason: str) -> None:
+    # A NodePool not Ready yet, or static pools without labeled nodes: pods wait for nodes.
+    r = references.check(spec(), "radio", {"chiles": _vc_with(reason, "not yet")})
+    assert r.waiting_stages == {"concat"}  # only the pool it lacks, as before

@@ -87,3 +87,23 @@ def test_script_uses_only_builtins(step: Path) -> None:
         assert tool not in text
     proc = subprocess.run(["/bin/sh", "-n", str(step)], check=False)
     assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(("result", "said"), [
+    ("failed PermissionError: s3://products/out/ is not writable",
+     "nightshift: committing outputs failed: PermissionError: s3://products/out/ is not "
+     "writable"),
+    ("failed", "nightshift: committing outputs failed: see the commit container's log"),
+])
+def test_a_failed_commit_says_why_last(step: Path, tmp_path: Path, result: str,
+                                       said: str) -> None:
+    # The step's last stderr line is its termination message (FallbackToLogsOnError),
+    # so the run's failure sample carries the commit's reason.
+    env = {**os.environ, "NIGHTSHIFT_LAST_STEP": "last"}
+    proc = subprocess.Popen(["/bin/sh", str(step), "last", "--", "true"], env=env,
+                            stderr=subprocess.PIPE)
+    t = sidecar(tmp_path / "state", result)
+    _, err = proc.communicate(timeout=30)
+    t.join(5)
+    assert proc.returncode == 75
+    assert err.decode().strip().splitlines()[-1] == said

@@ -94,7 +94,7 @@ def test_replica_rules_are_checked_here_as_in_cel() -> None:
 
 
 def test_wrong_block_for_type_is_named() -> None:
-    spec = SharedStorageSpec.model_validate({"type": "s3", "s3": {"bucket": "b"},
+    spec = SharedStorageSpec.model_validate({"type": "s3", "s3": {"bucket": "raw-data"},
                                              "cvmfs": GOOD["cvmfs-local"]["spec"]["cvmfs"]})
     assert [str(p) for p in validate(spec, "x", FACTS)] == [
         "spec.cvmfs: type is s3: remove spec.cvmfs (one type per SharedStorage; make "

@@ -44,7 +44,8 @@ def stage_summary(rec: Mapping[str, Any]) -> dict[str, Any]:
         "pending": max(0, total - done - failed - running),
     }
     for key in ("attempt", "jobName", "parallelism", "failedItems", "failedItemsTruncated",
-                "failureSamples", "reason", "message", "startTime", "completionTime"):
+                "failureSamples", "reason", "message", "waiting", "startTime",
+                "completionTime"):
         if rec.get(key) not in (None, "", []):
             out[key] = rec[key]
     return out
@@ -180,6 +181,10 @@ def status_view(s: Mapping[str, Any], now: datetime | None = None,
             _n(st["running"]), _n(st["pending"]) if known else "-",
             _n(st["total"]) if known else "-", str(st.get("attempt", "-")))
     parts: list[RenderableType] = [head, table]
+    waits = [st for st in s["stages"] if st.get("waiting")]
+    if waits:
+        parts.append(Text("pods not starting:", style="bold yellow"))
+        parts.extend(Text(f"  {st['waiting']}") for st in waits)
     failures = failure_lines(s)
     if failures:
         parts.append(Text("failed items:", style="bold red"))

@@ -17,8 +17,9 @@ Security Standards refuse hostPath in pipeline pods but admit any claim.
 
 Inputs and outputs of every type go through the runner (a mounted storage at
 /nightshift/storage/<name>); `stages[].mounts` shows a storage to the steps
-themselves, e.g. a cvmfs one at /cvmfs. A SharedStorage that does not exist (yet) is
-not a spec error: the stages that need it wait, and the run says so (`missing`).
+themselves, e.g. a cvmfs one at /cvmfs. A SharedStorage that does not exist (yet), or is
+Invalid (nothing of it applied, so its claims never come), is not a spec error of the
+run: the stages that need it wait, and the run says so (`missing`).
 """
 
 from __future__ import annotations
@@ -100,6 +101,14 @@ def bind(spec: PipelineRunSpec, shared: Mapping[str, Mapping[str, Any] | None],
             waiting.add(ref.name)
             out.append(ref)
             continue
+        invalid = _invalid(obj)
+        if invalid:
+            missing.append(f"{path}: SharedStorage {name!r} is Invalid ({invalid}); the "
+                           "stages that use it start once it is fixed (kubectl describe "
+                           f"sharedstorage {name} -n {namespace})")
+            waiting.add(ref.name)
+            out.append(ref)
+            continue
         try:
             st = Storage.of(obj)
         except (ValidationError, KeyError) as e:
@@ -118,6 +127,15 @@ def bind(spec: PipelineRunSpec, shared: Mapping[str, Mapping[str, Any] | None],
                                 f"SharedStorage {archive.shared_storage!r} is read-only: "
                                 "keep the task records in another storage"))
     return Binding(bound, problems, missing, frozenset(waiting))
+
+
+def _invalid(obj: Mapping[str, Any]) -> str:
+    """The SharedStorage's Invalid message when it is Invalid: the operator applied none
+    of its objects, so its claims never come and pods using it would only sit Pending."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Invalid" and c.get("status") == "True":
+            return str(c.get("message") or c.get("reason") or "see its Invalid condition")
+    return ""
 
 
 def waits(stage: Stage, spec: PipelineRunSpec, missing: frozenset[str]) -> bool:

@@ -169,6 +169,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
             "volumeMounts": copy.deepcopy(mounts),
             # Steps keep a writable root: user images write where they were built to.
             "securityContext": runner.container_security(),
+            **runner.TERMINATION_MESSAGE,
         }
         if not c["env"]:
             del c["env"]

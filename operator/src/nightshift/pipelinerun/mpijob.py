@@ -100,7 +100,7 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
     def container(cname: str, argv: list[str], resources: Mapping[str, Any]) -> dict[str, Any]:
         c: dict[str, Any] = {
             "name": cname, "image": image, "command": argv, "env": copy.deepcopy(env),
-            "securityContext": runner.container_security(),
+            "securityContext": runner.container_security(), **runner.TERMINATION_MESSAGE,
         }
         if resources:
             c["resources"] = copy.deepcopy(dict(resources))

@@ -31,6 +31,7 @@ from nightshift.pipelinerun import binding, launch, mpijob, references, runnerpa
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
+from nightshift.pipelinerun import stalled as stalledmod
 from nightshift.pipelinerun.items import RunRef
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 from nightshift.pipelinerun.status import StageRecord, build_status, stage_record
@@ -77,6 +78,8 @@ class Observed:
     # Invalid items fail the run; a source that may still appear (a ConfigMap not yet
     # created) keeps the stage waiting with Progressing=False saying why.
     unresolved: Mapping[str, tuple[str, bool]] = field(default_factory=dict)
+    # Running stages whose pods do not start: stage -> (reason, message) (stalled.py).
+    stalled: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -424,13 +427,18 @@ class _Planner:
                     self.now, cancelled=spec.cancel))
         elif self.final:
             records = [dict(r) for r in self.old.get("stages") or []]
+        stuck = [] if self.final else stalledmod.mark(records, self.obs.stalled)
+        if not self.final and any(stalledmod.unready(j) for j in self.obs.jobs):
+            # Look again soon: a Job whose pods do not start sends no events.
+            wait = stalledmod.STALL_SECONDS
+            self.requeue = min(self.requeue or wait, wait)
         status, events = build_status(
             old=self.old, records=records, problems=[str(p) for p in self.problems],
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
             resolving=bool(self.resolve), final=self.final,
             waiting="; ".join([*self.refs.waiting, *self.binding.missing]),
-            waiting_reason=self.refs.reason or "WaitingForStorage")
+            waiting_reason=self.refs.reason or "WaitingForStorage", stalled=stuck)
         if self.obs.unresolved:
             return self._unresolved(status)
         return Plan(

@@ -10,6 +10,7 @@ failure count moved. Never a list of all pods, nor of all Secrets.
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +23,7 @@ from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
-from nightshift.pipelinerun import binding, cost, mpijob, references
+from nightshift.pipelinerun import binding, cost, mpijob, references, stalled
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.plan import Observed, Plan, lost_jobs, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
@@ -49,6 +50,8 @@ class LoopState:
     ready_samples: list[cost.Sample] = field(default_factory=list)
     tally: cost.Tally | None = None
     cost: dict[str, Any] | None = None
+    # Job -> when (monotonic) it was first seen with active pods and none ready.
+    unready_since: dict[str, float] = field(default_factory=dict)
 
 
 def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
@@ -75,6 +78,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                 raise
     items = frozen_items(kube, namespace, name, spec) if spec else {}
     samples = _failure_samples(kube, namespace, jobs, state)
+    stuck = _stalled(kube, namespace, jobs, spec, state)
     # Rare (a stage Job deleted mid-run): one short pod LIST per lost Job.
     live = {job: len(kube.list("v1", "Pod", namespace,
                                label_selector=f"batch.kubernetes.io/job-name={job}",
@@ -104,6 +108,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
 
     def observe() -> Observed:
         return Observed(run=run, jobs=jobs, items=items, failure_samples=samples,
+                        stalled=stuck,
                         now=datetime.now(UTC), runner_image=config.runner_image,
                         runner_images=config.runner_images,
                         live_pods=live, shared_storages=shared, virtual_clusters=vcs,
@@ -258,12 +263,54 @@ def _failure_samples(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
                          label_selector=f"batch.kubernetes.io/job-name={jname}",
                          field_selector="status.phase=Failed", limit=5)
         stage = (job["metadata"].get("labels") or {}).get(names.LABEL_STAGE, jname)
-        state.samples[stage] = [_sample(p) for p in pods[:5]]
+        state.samples[stage] = [failure_sample(p) for p in pods[:5]]
         state.failed_seen[jname] = failed
     return dict(state.samples)
 
 
-def _sample(pod: dict[str, Any]) -> dict[str, Any]:
+def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
+             spec: PipelineRunSpec | None, state: LoopState) -> dict[str, tuple[str, str]]:
+    """Why a stage's pods do not start (stalled.py): a few Pending pods, read only once
+    its Job has had active pods and none ready for STALL_SECONDS."""
+    index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
+    now, out = time.monotonic(), {}
+    seen = set()
+    for job in jobs:
+        jname = job["metadata"]["name"]
+        stage = (job["metadata"].get("labels") or {}).get(names.LABEL_STAGE, "")
+        if spec is None or stage not in index or not stalled.unready(job):
+            continue
+        seen.add(jname)
+        since = state.unready_since.setdefault(jname, now)
+        if now - since < stalled.STALL_SECONDS:
+            continue
+        pods = kube.list("v1", "Pod", namespace,
+                         label_selector=f"batch.kubernetes.io/job-name={jname}",
+                         field_selector="status.phase=Pending", limit=stalled.PODS_READ)
+        i = index[stage]
+        found = stalled.summary(spec.stages[i], i, pods[:stalled.PODS_READ],
+                                int(job["status"]["active"]), now - since)
+        if found:
+            out[stage] = found
+    for jname in set(state.unready_since) - seen:
+        del state.unready_since[jname]
+    return out
+
+
+def message_tail(text: str, limit: int = 240) -> str:
+    """A failure message's end, whole lines where they fit: a log tail's last lines say
+    why a step failed, its first ones rarely do."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    cut = text[-(limit - 1):]
+    nl = cut.find("\n")
+    if 0 <= nl < len(cut) - 1:
+        cut = cut[nl + 1:]
+    return "…" + cut
+
+
+def failure_sample(pod: dict[str, Any]) -> dict[str, Any]:
     ann = pod["metadata"].get("annotations") or {}
     status = pod.get("status") or {}
     exit_code: int | None = None
@@ -275,13 +322,13 @@ def _sample(pod: dict[str, Any]) -> dict[str, Any]:
         if term and term.get("exitCode", 0) != 0:
             exit_code = int(term["exitCode"])
             reason = term.get("reason") or reason
-            message = (term.get("message") or message)[:200]
+            message = term.get("message") or message
             break
     return {
         "index": int(ann.get("batch.kubernetes.io/job-completion-index", -1)),
         "exitCode": exit_code,
         "reason": reason,
-        "message": message,
+        "message": message_tail(message),
         "pod": pod["metadata"]["name"],
         "job": (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name", ""),
     }

@@ -277,6 +277,26 @@ def _accounts(spec: PipelineRunSpec, namespace: str,
     return References(spec, waiting, frozenset(blocked), REASON_ACCOUNT if waiting else "")
 
 
+# The VirtualCluster's Ready=False reasons under which it applied nothing: its pods could
+# only sit Pending. Its other not-Ready states (a NodePool not Ready yet, static pools
+# with no labeled node) may clear by themselves or hold only some pools: those stages
+# start, and their pods wait for nodes as usual.
+NOTHING_APPLIED = ("Invalid", "ProviderUnavailable")
+
+
+def _not_working(virtual_cluster: Mapping[str, Any]) -> str:
+    """'<reason>: <message>' when the VirtualCluster applied nothing, else ''."""
+    conds = (virtual_cluster.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conds if c.get("type") == "Ready"), None)
+    if not ready or ready.get("status") != "False" or ready.get("reason") not in NOTHING_APPLIED:
+        return ""
+    said = ready
+    if ready["reason"] == "Invalid":  # its Ready message points at the Invalid condition
+        said = next((c for c in conds if c.get("type") == "Invalid"
+                     and c.get("status") == "True"), ready)
+    return f"{ready['reason']}: {said.get('message')}"
+
+
 def _virtual_cluster(spec: PipelineRunSpec, namespace: str,
                      observed: Mapping[str, Mapping[str, Any] | None]) -> References:
     vc = spec.virtual_cluster
@@ -288,6 +308,13 @@ def _virtual_cluster(spec: PipelineRunSpec, namespace: str,
             f"spec.virtualCluster: no VirtualCluster '{vc}' in namespace {namespace}: "
             f"create it, or name one of `kubectl get virtualclusters -n {namespace}`; "
             "no stage starts until it exists"],
+            frozenset(st.name for st in spec.stages), REASON)
+    broken = _not_working(virtual_cluster)
+    if broken:
+        return References(spec, [
+            f"spec.virtualCluster: VirtualCluster '{vc}' is not Ready ({broken}): nothing "
+            f"was applied for its pools, so no node would come; fix it (kubectl describe "
+            f"virtualcluster {vc} -n {namespace}); no stage starts until it is Ready"],
             frozenset(st.name for st in spec.stages), REASON)
     pools = [str(p.get("name")) for p in
              ((virtual_cluster.get("spec") or {}).get("pools") or []) if p.get("name")]

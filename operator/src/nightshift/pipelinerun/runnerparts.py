@@ -56,6 +56,12 @@ CACHE_PARTITIONS = "namespaces"
 CACHE_WRITER: dict[str, Any] = {"runAsUser": 0, "runAsNonRoot": False}
 
 
+# A container that fails without writing its termination message gets its log's last
+# lines there instead (the kubelet keeps at most 80 lines or 2,048 bytes): the run's
+# failureSamples then show the step's own error, not only its exit code.
+TERMINATION_MESSAGE = {"terminationMessagePolicy": "FallbackToLogsOnError"}
+
+
 def container_security(read_only_root: bool = False) -> dict[str, Any]:
     """Every container Nightshift renders meets Pod Security "restricted" (the pod adds
     runAsNonRoot, its user and seccomp RuntimeDefault). A fresh dict each time: shared
@@ -299,7 +305,7 @@ def runner_parts(
             commit_mounts.append(dict(mount))
     env = [*_env(run, namespace, stage),
            {"name": names.ENV_RUNNER_CONFIG, "value": cfg.dumps()}, *cred_env]
-    base: dict[str, Any] = {"image": runner_image, "env": env}
+    base: dict[str, Any] = {"image": runner_image, "env": env, **TERMINATION_MESSAGE}
     if stage.image_pull_policy:
         base["imagePullPolicy"] = stage.image_pull_policy
     stage_in = base | {

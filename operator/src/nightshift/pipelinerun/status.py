@@ -12,6 +12,7 @@ from typing import Any
 from nightshift.api import conditions as cond
 from nightshift.api import ranges
 from nightshift.pipelinerun import progress as pg
+from nightshift.pipelinerun.stalled import NOT_STARTING
 
 StageRecord = dict[str, Any]
 FAILED_ITEMS_CHARS = 512
@@ -179,6 +180,7 @@ def build_status(
     final: bool = False,
     waiting: str = "",
     waiting_reason: str = "WaitingForStorage",
+    stalled: Sequence[tuple[str, str]] = (),
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """The run's status and the events of its transitions.
 
@@ -186,6 +188,7 @@ def build_status(
     its phase, times and conditions stay as they were, whatever happened to its Jobs.
     `waiting`: why stages cannot start yet (SharedStorages, a VirtualCluster or its
     pools that do not exist), or ""; `waiting_reason` the Progressing reason it gives.
+    `stalled`: (reason, message) of each running stage whose pods do not start.
     """
     old_phase = old.get("phase")
     phase = (str(old_phase) if final
@@ -217,13 +220,14 @@ def build_status(
         status["conditions"] = cond.merge(
             old.get("conditions"),
             _conditions(phase, records, problems, generation, resolving, waiting,
-                        waiting_reason), now)
+                        waiting_reason, stalled), now)
     return status, _events(old, records, phase, problems)
 
 
 def _conditions(phase: str, records: list[StageRecord], problems: list[str],
                 generation: int, resolving: bool, waiting: str = "",
-                waiting_reason: str = "WaitingForStorage") -> list[dict[str, Any]]:
+                waiting_reason: str = "WaitingForStorage",
+                stalled: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
     g = generation
     failed_stages = [r for r in records if r["phase"] == pg.FAILED]
     if problems:
@@ -251,6 +255,15 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
         progressing = cond.condition(
             cond.PROGRESSING, cond.FALSE if phase == "Pending" else cond.TRUE,
             waiting_reason, waiting[:CONDITION_MESSAGE_CHARS], g)
+    elif stalled and phase == "Running":
+        # Pods that cannot start (an image, a container's config) make no progress;
+        # pods waiting for a node may get one (Karpenter launching): still progressing.
+        reasons = [r for r, _ in stalled]
+        reason = NOT_STARTING if NOT_STARTING in reasons else reasons[0]
+        text = "; ".join(m for _, m in stalled)[:CONDITION_MESSAGE_CHARS]
+        progressing = cond.condition(
+            cond.PROGRESSING, cond.FALSE if reason == NOT_STARTING else cond.TRUE,
+            reason, text, g)
     return [ready, progressing, failed, invalid]
 
 
@@ -267,6 +280,8 @@ def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
     prior = {s.get("name"): s for s in old.get("stages") or []}
     for r in records:
         before = prior.get(r["name"]) or {}
+        if r.get("waiting") and not before.get("waiting"):
+            events.append(("Warning", "StagePodsWaiting", str(r["waiting"])))
         if before.get("phase") == r["phase"] and before.get("attempt") == r.get("attempt"):
             continue
         if r["phase"] == pg.RUNNING:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from nightshift.api import itemfields
+from nightshift.api import buckets, itemfields
 from nightshift.api.names import ENV_ITEM_FIELD_PREFIX
 from nightshift.api.problems import Problem
 from nightshift.pipelinerun import batch as batchmod
@@ -88,6 +88,9 @@ def _storage(spec: PipelineRunSpec) -> list[Problem]:
             p.append(Problem(f"spec.storage[{i}]", "set exactly one of s3, pvc or "
                              "sharedStorage"))
         p += podvalues.storage_problems(f"spec.storage[{i}]", s)
+        if (s.s3 is not None and not isinstance(s, BoundStorage)
+                and (bad := buckets.problem(f"spec.storage[{i}].s3.bucket", s.s3.bucket))):
+            p.append(bad)
     return p
 
 

@@ -88,6 +88,7 @@ def cmd_stage_in(env: dict[str, str]) -> int:
         rc = EX_TEMPFAIL if s3io.is_retryable(e) else 1
         error = f"{type(e).__name__}: {e}"
     log.error("stage-in failed (exit %d): %s", rc, error)
+    termination_message(f"stage-in failed (exit {rc}): {error}")
     if key and cfg.archive:
         rec = record.build(cfg, item, attempt, previous=prev, pod=env.get(names.ENV_POD_NAME),
                            **record.node_info(env), start=start, end=utcnow(),
@@ -97,6 +98,16 @@ def cmd_stage_in(env: dict[str, str]) -> int:
         except Exception:
             log.exception("writing task record %s", key)
     return rc
+
+
+def termination_message(text: str, path: Path = Path("/dev/termination-log")) -> None:
+    """The one line the run's failureSamples show for this pod. The kubelet creates the
+    file in every container; anywhere else (a test, a shell) there is none to write."""
+    if path.exists():
+        try:
+            path.write_text(text[:2000])
+        except OSError as e:
+            log.warning("could not write the termination message to %s: %s", path, e)
 
 
 def cmd_commit(env: dict[str, str]) -> int:

@@ -117,7 +117,10 @@ class Sidecar:
         # The pod's exit code: the user's, or EX_TEMPFAIL when only the commit failed.
         self._write_record(EX_TEMPFAIL if rc == 0 and not res.ok else rc, phase, res, step)
         (self.state / RESULT).write_text("ok\n" if res.ok else "failed\n")
-        fifo_signal(self.state / FIFO, "ok" if res.ok else "failed")
+        # "failed <why>" on one line: the step script prints it last, so it becomes the
+        # step's termination message and the run's failure sample.
+        why = " ".join((res.error or "").split())[:300]
+        fifo_signal(self.state / FIFO, "ok" if res.ok else f"failed {why}".rstrip())
         return self._idle()
 
     def _prepare(self) -> bool:

@@ -9,7 +9,8 @@ state directory:
     steps/<step>.rc           the step's exit code (mtime = end)
     request                   "<step> <rc>" line: commit now (a step failed, or the last
                               step succeeded); the sidecar polls for it every second
-    commit.fifo               the sidecar writes "ok" or "failed" when the commit is done
+    commit.fifo               the sidecar writes "ok", or "failed <why>" on one line, when the
+                              commit is done
 
 The script exits with the user's exit code so the Job's podFailurePolicy onExitCodes
 rules see it; only when the user's last step succeeded and the commit failed does it
@@ -55,7 +56,8 @@ if [ "$rc" -ne 0 ] || [ "$step" = "${@LAST_STEP@:-}" ]; then
   result=
   read -r result < "$state/commit.fifo" || :
   if [ "$rc" -eq 0 ] && [ "$result" != ok ]; then
-    echo "nightshift: committing outputs failed (see the commit container's log)" >&2
+    why=${result#failed}
+    echo "nightshift: committing outputs failed:${why:- see the commit container's log}" >&2
     exit @TEMPFAIL@
   fi
 fi

@@ -16,6 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from nightshift.api import buckets
 from nightshift.api.problems import Problem
 from nightshift.sharedstorage.spec import STORAGE_TYPES, Cvmfs, Glusterfs, Nfs, SharedStorageSpec
 from nightshift.virtualcluster.catalog import parse_quantity
@@ -64,6 +65,8 @@ def validate(spec: SharedStorageSpec, name: str,
     if spec.type == "glusterfs" and spec.glusterfs:
         p += _gluster(spec.glusterfs)
     if spec.type == "s3" and spec.s3:
+        if bad := buckets.problem("spec.s3.bucket", spec.s3.bucket):
+            p.append(bad)
         if spec.s3.endpoint and urlsplit(spec.s3.endpoint).scheme not in ("http", "https"):
             p.append(Problem("spec.s3.endpoint", f"{spec.s3.endpoint!r} is not an http(s) "
                              "URL: write e.g. http://versitygw.storage:7070"))
