@@ -57,7 +57,7 @@ VARIANTS: dict[str, list[str] | None] = {
     "+itemsVolume": ["itemsVolume"],
     "+workVolume": ["workVolume"],
     "+labels+annotations": ["labels", "annotations"],
-    "+wrapper+env": ["wrapper", "env", "serviceLinks"],
+    "+wrapper+env": ["wrapper", "env", "serviceLinks", "terminationMessage"],
     "+policies": ["failurePolicy", "replacement", "perIndex"],
     "+volumes": ["itemsVolume", "workVolume"],
     "+security": ["security", "noToken"],

@@ -153,6 +153,12 @@ def _drop_service_links(job: dict[str, Any]) -> None:
     _pod(job).pop("enableServiceLinks", None)
 
 
+def _drop_termination_message(job: dict[str, Any]) -> None:
+    # A Job a user writes keeps the API's default, File.
+    for c in _containers(job):
+        c.pop("terminationMessagePolicy", None)
+
+
 def _drop_resources(job: dict[str, Any]) -> None:
     for c in _containers(job):
         c.pop("resources", None)
@@ -184,6 +190,8 @@ FEATURES = [
     Feature("wrapper", "run.sh wrapper command", _drop_wrapper),
     Feature("env", "NIGHTSHIFT_* env vars", _drop_env),
     Feature("serviceLinks", "enableServiceLinks: false", _drop_service_links),
+    Feature("terminationMessage", "terminationMessagePolicy: FallbackToLogsOnError",
+            _drop_termination_message),
     Feature("security", "pod and container securityContext (restricted profile)",
             _drop_security),
     Feature("noToken", "automountServiceAccountToken: false (no API token volume)",
