@@ -226,6 +226,26 @@ def test_cvmfs_squids_hpa_lb_and_clients(kube: Kube, kubectl: Kubectl,
     wait_for("the storage deleted", lambda: gone(kube, ns, "software"), 30)
 
 
+def test_not_ready_names_the_pods_no_node_takes(kube: Kube, kubectl: Kubectl,
+                                                storage_operator: OperatorProcess, ns: str,
+                                                kwok_pool: str) -> None:
+    # The squids' pool has no node: the real scheduler's words reach the storage.
+    kubectl.apply(storage(ns, "nowhere", {
+        "type": "cvmfs",
+        "cvmfs": {"repositories": ["demo.nightshift.io"], "client": {"pools": [kwok_pool]},
+                  "squid": {"pool": "no-such-pool",
+                            "upstreams": ["http://s1.example.org:8000/cvmfs/@fqrn@"]}}}))
+    ready = wait_for("the squid pod named in Ready's message", lambda: (
+        c := condition(get(kube, ns, "nowhere"), "Ready")).get("status") == "False"
+        and "is not scheduled" in c.get("message", "") and c, 90,
+        explain=lambda: str(get(kube, ns, "nowhere").get("status")))
+    assert ready["reason"] == "NotReady"
+    assert "pod nowhere-squid-" in ready["message"], ready
+    assert "0/" in ready["message"] and "spec.cvmfs.squid.pool" in ready["message"], ready
+    kubectl("-n", ns, "delete", "sharedstorage", "nowhere", "--wait=false")
+    wait_for("the storage deleted", lambda: gone(kube, ns, "nowhere"), 60)
+
+
 def test_gluster_servers_clients_and_volume_job(kube: Kube, kubectl: Kubectl,
                                                 storage_operator: OperatorProcess, ns: str,
                                                 kwok_pool: str) -> None:

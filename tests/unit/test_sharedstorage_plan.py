@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nightshift.api import conditions, names
+from nightshift.api import conditions, names, podstate
 from nightshift.sharedstorage import gluster
 from nightshift.sharedstorage.plan import DELETING, Observed, Plan, plan, server_pod
 from nightshift.sharedstorage.status import SquidSample
@@ -315,3 +315,23 @@ def test_nfs_service_readdressed_replaces_the_pv() -> None:
     (pv,) = [m for m in plan(observed(storage("nfs-dedicated"), gone)).apply
              if m["kind"] == "PersistentVolume"]
     assert pv["spec"]["nfs"]["server"] == "10.96.0.99"
+
+
+def test_not_ready_names_pods_that_do_not_start_and_what_to_check() -> None:
+    held, _ = converge(storage("cvmfs-eks"))
+    stuck = [
+        podstate.NotStarting("software-squid-7d9-x2", "Unschedulable",
+                             "0/3 nodes are available: 3 node(s) didn't match Pod's node "
+                             "affinity/selector."),
+        podstate.NotStarting("software-cvmfs-client-q8", "ImagePullBackOff",
+                             'Back-off pulling image "nightshift-cvmfs-client:1.0"', "client"),
+    ]
+    p = plan(observed(storage("cvmfs-eks"), held, pods_not_starting=stuck))
+    message = cond(p.status or {}, "Ready")["message"]
+    assert message.startswith(
+        "pod software-squid-7d9-x2 is not scheduled: 0/3 nodes are available: 3 node(s) "
+        "didn't match Pod's node affinity/selector.; check that spec.cvmfs.squid.pool and "
+        "spec.cvmfs.client.pools have nodes that fit (set spec.virtualCluster, or label "
+        "nodes nightshift.io/pool=<pool>); pod software-cvmfs-client-q8 container client: "
+        'ImagePullBackOff: Back-off pulling image "nightshift-cvmfs-client:1.0"; check the '
+        "operator's storage images (the chart's storageImages.registry and .tag)"), message

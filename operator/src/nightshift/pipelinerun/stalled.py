@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nightshift.api import podstate
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.spec import Stage
 
@@ -21,10 +22,6 @@ PODS_READ = 3
 MESSAGE_CHARS = 400  # stages[].waiting; only while a stage's pods do not start
 NOT_STARTING = "PodsNotStarting"
 WAITING_FOR_NODES = "WaitingForNodes"
-# Container waiting reasons that do not clear by themselves: the kubelet retries a pull,
-# but a wrong name, a missing tag or a private registry without credentials stays so.
-IMAGE = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
-CONFIG = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 RUNNER_CONTAINERS = {"nightshift-stage-in", "nightshift-commit"}
 
 
@@ -43,27 +40,16 @@ def unready(job: Mapping[str, Any]) -> bool:
 
 def why(pod: Mapping[str, Any], stage: Stage, index: int) -> tuple[str, str] | None:
     """(reason, message) for one Pending pod, or None while it is merely starting."""
-    status = pod.get("status") or {}
-    name = (pod.get("metadata") or {}).get("name", "")
-    for cs in [*(status.get("initContainerStatuses") or []),
-               *(status.get("containerStatuses") or [])]:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        reason = waiting.get("reason")
-        if reason in IMAGE or reason in CONFIG:
-            container = str(cs.get("name"))
-            fix = (f"check {image_field(stage, index, container)}" if reason in IMAGE else
-                   f"kubectl describe pod {name}")
-            return NOT_STARTING, (f"pod {name} container {container}: {reason}: "
-                                  f"{waiting.get('message') or ''}".rstrip(": ")
-                                  + f"; {fix}")
-    for c in status.get("conditions") or []:
-        if (c.get("type") == "PodScheduled" and c.get("status") == "False"
-                and c.get("reason") == "Unschedulable"):
-            return WAITING_FOR_NODES, (
-                f"pod {name} is not scheduled: {c.get('message') or 'no node fits'}; nodes "
-                f"may still be launching, else check spec.stages[{index}].resources and "
-                f"its pool's nodes")
-    return None
+    found = podstate.not_starting(pod)
+    if found is None:
+        return None
+    if found.unschedulable:
+        return WAITING_FOR_NODES, (f"{found.text()}; nodes may still be launching, else "
+                                   f"check spec.stages[{index}].resources and its pool's "
+                                   "nodes")
+    fix = (f"check {image_field(stage, index, found.container)}" if found.image
+           else f"kubectl describe pod {found.pod}")
+    return NOT_STARTING, f"{found.text()}; {fix}"
 
 
 def image_field(stage: Stage, index: int, container: str) -> str:

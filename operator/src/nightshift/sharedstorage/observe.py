@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import names
+from nightshift.api import names, podstate
 from nightshift.api.conditions import parse_rfc3339
 from nightshift.kube import Kube
 from nightshift.pipelinerun.spec import TERMINAL_PHASES
@@ -50,6 +50,8 @@ DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 # All squids of a storage answer within this many seconds together, or are left out.
 SQUID_BUDGET_S = 2.0
 SQUID_TTL_S = 30.0
+# Pending pods read while the storage is not Ready, to say why (api/podstate.py).
+PODS_READ = 3
 # A squid's 5-minute page is a few KB; never read more than this.
 MAX_PAGE = 1 << 20
 
@@ -163,13 +165,21 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
     if spec.type == "cvmfs" and not deleting:
         samples = sources.sampler.samples(namespace, name,
                                           _pods(kube, namespace, name, COMPONENT_SQUID))
+    stuck: list[podstate.NotStarting] = []
+    if not deleting and (obj.get("status") or {}).get("phase") != "Ready":
+        # Not Ready: a few Pending pods say whether an image or a node is missing.
+        pending = kube.list("v1", "Pod", namespace,
+                            label_selector=f"{names.LABEL_STORAGE}={name}",
+                            field_selector="status.phase=Pending", limit=PODS_READ)
+        stuck = [p for p in map(podstate.not_starting, pending[:PODS_READ]) if p]
     return Observed(
         storage=obj, facts=facts(kube, namespace, spec, sources.cluster_cidrs),
         platform=platform, owned=owned(kube, namespace, name, spec.type),
         server_pods=servers, squid=samples, server_nodes=server_nodes,
         server_pods_left=len(server_pods), existing_nodes=existing,
         running_runs=running_runs(kube, namespace, name) if deleting else (), now=now,
-        image_registry=sources.image_registry, image_tag=sources.image_tag)
+        image_registry=sources.image_registry, image_tag=sources.image_tag,
+        pods_not_starting=stuck)
 
 
 def facts(kube: Kube, namespace: str, spec: SharedStorageSpec,

@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import deletion, names
+from nightshift.api import deletion, names, podstate
 from nightshift.api.conditions import rfc3339
 from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
@@ -99,6 +99,8 @@ class Observed:
     # Where the workloads' images come from (objects.with_images).
     image_registry: str = ""
     image_tag: str = ""
+    # A few of its Pending pods that do not start by themselves (read while not Ready).
+    pods_not_starting: Sequence[podstate.NotStarting] = ()
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,7 @@ def _ready_replicas(obj: Obj | None) -> int:
 def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
              present: Mapping[tuple[str, str], Obj]) -> ssstatus.Observed:
     """The status figures of what was observed, and what is still missing."""
-    not_ready = list(o.errors)
+    not_ready = [*o.errors, *ssstatus.pods_not_starting(spec.type, o.pods_not_starting)]
     if spec.type == "nfs" and spec.nfs is not None:
         ip = _cluster_ip(present.get(("Service", st.object_name("nfs"))))
         data = present.get(("PersistentVolumeClaim", nfs.data_claim_name(st)))

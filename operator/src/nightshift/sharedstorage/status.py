@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nightshift.api import conditions
+from nightshift.api import conditions, names, podstate
 from nightshift.api.problems import Problem, summarize
 
 _COUNTER = re.compile(r"^\s*(client_http\.requests|client_http\.hits)\s*=\s*([0-9]+)", re.M)
@@ -140,3 +140,26 @@ def storage_status(obj: Mapping[str, Any], *, observed: Observed,
     if observed.squid is not None:
         status["squid"] = _squid(observed.squid, observed.servers_ready)
     return status
+
+
+# Where each type names its servers' and its clients' pools.
+POOL_FIELDS = {"nfs": ("spec.nfs.pool", "spec.nfs.clients.pools"),
+               "glusterfs": ("spec.glusterfs.pool", "spec.glusterfs.clients.pools"),
+               "cvmfs": ("spec.cvmfs.squid.pool", "spec.cvmfs.client.pools")}
+
+
+def pods_not_starting(type_: str, pods: Sequence[podstate.NotStarting]) -> list[str]:
+    """One NotReady reason per pod that does not start by itself, with what to check."""
+    out = []
+    for p in pods:
+        if p.image:
+            fix = ("check the operator's storage images (the chart's storageImages.registry "
+                   "and .tag)")
+        elif p.unschedulable:
+            servers, clients = POOL_FIELDS.get(type_, (f"spec.{type_}", f"spec.{type_}"))
+            fix = (f"check that {servers} and {clients} have nodes that fit (set "
+                   f"spec.virtualCluster, or label nodes {names.LABEL_POOL}=<pool>)")
+        else:
+            fix = f"kubectl describe pod {p.pod}"
+        out.append(f"{p.text()}; {fix}")
+    return out
