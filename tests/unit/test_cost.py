@@ -135,3 +135,11 @@ def test_memory_dominant_share() -> None:
     # 8 GiB of 32 (1/4) outweighs 1 CPU of 8: priced at a quarter of the pool.
     rates = cost.stage_rates([job("j", "a", 0, mem="8Gi")], {"a": "work"}, VC)
     assert rates["a"] == pytest.approx(0.72 / 4 / 3600)
+
+
+def test_a_node_unpriced_at_first_is_priced_once_known_for_its_whole_time() -> None:
+    first = node_cost(None, [claim("a", 0)], {}, "perSecond", at(60))  # lookup failed
+    assert first["unpricedNodes"] == 1 and first["totalUSD"] == 0
+    later = node_cost(first, [claim("a", 0)], PRICES, "perSecond", at(120))
+    assert "unpricedNodes" not in later
+    assert later["totalUSD"] == pytest.approx(120 * 0.036 / 3600, abs=1e-9)

@@ -9,6 +9,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
+from nightshift.aws.clients import Ec2Access
 from nightshift.aws.prices import AwsPrices, catalog_prices, load_kwok_catalog
 from tests.unit.vcfixtures import CATALOG_ENTRIES
 
@@ -99,3 +100,32 @@ def test_aws_failure_leaves_price_unknown_and_reports() -> None:
         assert p.last_error is not None and p.last_error.code == "AccessDeniedException"
         # The miss is cached too: a failing API costs one call per TTL.
         assert p("c6i.large", "on-demand") is None
+
+
+@mock_aws
+def test_ec2_access_says_why_prices_are_unknown_and_forgets_it_once_they_work() -> None:
+    pricing = boto3.client("pricing", region_name="us-east-1")
+    access = Ec2Access()
+    with Stubber(pricing) as stub:
+        stub.add_client_error("get_products", "AccessDeniedException", "no pricing:GetProducts")
+        access._prices = prices(pricing, Clock())
+        assert access.prices()("c6i.large", "on-demand") is None
+        said = access.price_problem()
+        assert said.startswith("AWS price lookup failed: pricing:GetProducts: "
+                               "AccessDeniedException: no pricing:GetProducts"), said
+        assert said.endswith("grant the operator's role pricing:GetProducts and "
+                             "ec2:DescribeSpotPriceHistory")
+        stub.add_response("get_products", {"PriceList": [product("0.0850000000")]})
+        assert access.prices()("m6i.large", "on-demand") == 0.085
+        assert access.price_problem() == ""
+
+
+def test_ec2_access_without_credentials_says_so() -> None:
+    def no_client() -> Any:
+        raise RuntimeError("You must specify a region.")
+
+    access = Ec2Access(factory=no_client)
+    assert access.prices()("c6i.large", "on-demand") is None
+    assert access.price_problem() == (
+        "AWS prices unavailable: CreateClient: NoClient: You must specify a region.; set "
+        "AWS_REGION and the operator's AWS credentials (IRSA or Pod Identity)")

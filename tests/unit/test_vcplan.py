@@ -211,3 +211,21 @@ def test_an_unreadable_spec_is_invalid_naming_the_field() -> None:
     assert p.apply == [] and p.status is not None
     invalid = next(c for c in p.status["conditions"] if c["type"] == "Invalid")
     assert invalid["status"] == "True" and invalid["message"].startswith("spec.pools[0].bogus")
+
+
+def test_unpriced_nodes_say_why_until_they_are_priced() -> None:
+    obj = kwok_vc(POOLS["spot-compute"])
+    pool = obj["spec"]["pools"][0]["name"]
+    launched = (NOW.replace(minute=0) if NOW.minute else NOW).isoformat().replace("+00:00", "Z")
+    node = {"metadata": {"name": "nc-1", "labels": {
+        names.LABEL_POOL: pool, "node.kubernetes.io/instance-type": "c5.large",
+        "karpenter.sh/capacity-type": "spot"}},
+        "status": {"conditions": [{"type": "Launched", "status": "True",
+                                   "lastTransitionTime": launched}]}}
+    why = "no instance catalog: set NIGHTSHIFT_INSTANCE_CATALOG"
+    p = plan(observed(obj, nodeclaims=[node], prices={("c5.large", "spot"): None},
+                      price_problem=why))
+    cost = (p.status or {})["cost"]
+    assert (cost["unpricedNodes"], cost["unpricedReason"]) == (1, why)
+    p = plan(observed(obj, nodeclaims=[node], prices={("c5.large", "spot"): 0.036}))
+    assert "unpricedReason" not in (p.status or {})["cost"]

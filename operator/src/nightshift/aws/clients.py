@@ -29,6 +29,8 @@ class Ec2Access:
         self._factory = factory
         self._ec2: Any = None
         self._prices: PriceFn | None = None
+        # Why there is no price source at all (no region or credentials), for the status.
+        self.prices_error = ""
 
     def client(self) -> Any:
         """The EC2 client; AwsError("NoClient") when there is no region or credentials."""
@@ -48,7 +50,17 @@ class Ec2Access:
                 pricing = boto3.client("pricing", region_name=PRICING_REGION)
                 self._prices = AwsPrices(region, pricing, ec2, ttl_seconds=3600)
             except Exception as e:  # no region or credentials: prices stay unknown
-                log.warning("AWS prices unavailable: %s; set AWS_REGION and the operator's "
-                            "AWS credentials (IRSA or Pod Identity)", e)
+                self.prices_error = (f"AWS prices unavailable: {e}; set AWS_REGION and the "
+                                     "operator's AWS credentials (IRSA or Pod Identity)")
+                log.warning("%s", self.prices_error)
                 self._prices = unknown_price
         return self._prices
+
+    def price_problem(self) -> str:
+        """Why prices are unknown, with the fix; "" when the last lookups worked."""
+        if self.prices_error:
+            return self.prices_error
+        if isinstance(self._prices, AwsPrices) and self._prices.last_error is not None:
+            return (f"AWS price lookup failed: {self._prices.last_error}; grant the "
+                    "operator's role pricing:GetProducts and ec2:DescribeSpotPriceHistory")
+        return ""

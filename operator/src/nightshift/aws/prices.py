@@ -74,6 +74,7 @@ class AwsPrices:
                 value = self.spot(instance_type)
             else:
                 value = self.on_demand(instance_type)
+            self.last_error = None
         except AwsError as e:
             self.last_error = e
             value = None

@@ -72,7 +72,11 @@ def node_cost(prev: Mapping[str, Any] | None, claims: Sequence[Mapping[str, Any]
         seen.add(entry["name"])
         old = was_open.get(entry["name"])
         if old is not None:
-            still.append(dict(old))
+            kept = dict(old)
+            if kept.get("hourlyUSD") is None:
+                # Priced once the lookup works: the whole time open is charged at it.
+                kept["hourlyUSD"] = prices.get((entry["instanceType"], entry["capacityType"]))
+            still.append(kept)
         else:
             entry["hourlyUSD"] = prices.get((entry["instanceType"], entry["capacityType"]))
             still.append(entry)

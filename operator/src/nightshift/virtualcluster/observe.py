@@ -97,6 +97,15 @@ class Sources:
             return self.aws.prices()
         return unknown_price if self.catalog is None else catalog_prices(self.catalog)
 
+    def price_problem(self, provider: str) -> str:
+        """Why prices are unknown (after price_fn was used this pass), or ""."""
+        if provider == "aws":
+            return self.aws.price_problem()
+        if self.catalog is None:
+            return ("no instance catalog: set NIGHTSHIFT_INSTANCE_CATALOG (chart value "
+                    "config.instanceCatalog) to the KWOK provider's instance-type file")
+        return ""
+
 
 def observe(kube: Kube, sources: Sources, namespace: str, name: str,
             now: datetime) -> Observed | None:
@@ -123,6 +132,8 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         nodeclaims=claims, nodes=node_list,
         pending_cpu=pending_cpu(kube, namespace, [p.name for p in spec.pools]) if spec else {},
         prices=prices,
+        price_problem=(sources.price_problem(provider)
+                       if any(v is None for v in prices.values()) else ""),
         running_runs=running_runs(kube, namespace, name) if deleting else (),
         now=now)
 

@@ -35,6 +35,8 @@ from nightshift.virtualcluster.spec import VirtualClusterSpec
 from nightshift.virtualcluster.status import usage_by_nodepool, virtualcluster_status
 from nightshift.virtualcluster.validate import validate
 
+PRICE_PROBLEM_CHARS = 512
+
 # The condition a VirtualCluster being deleted carries: what it still waits for.
 DELETING = deletion.DELETING
 
@@ -67,6 +69,8 @@ class Observed:
     errors: Sequence[str] = ()
     # When the NodeClaim watch saw each NodeClaim go: the end of its billing.
     gone_at: Mapping[str, datetime] = field(default_factory=dict)
+    # Why some prices are unknown, with the fix ("" when none is, or no reason is known).
+    price_problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,8 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
         problems=problems, not_ready=not_ready, now=rfc3339(o.now))
     status["cost"] = node_cost((o.vc.get("status") or {}).get("cost"), o.nodeclaims,
                                o.prices, spec.billing, o.now, o.gone_at)
+    if status["cost"].get("unpricedNodes") and o.price_problem:
+        status["cost"]["unpricedReason"] = o.price_problem[:PRICE_PROBLEM_CHARS]
     if deleting:
         status["conditions"] = _with_deleting(o, status["conditions"],
                                               blocked(namespace, name, o.running_runs))
