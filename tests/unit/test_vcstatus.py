@@ -134,3 +134,47 @@ def test_usage_by_nodepool() -> None:
     usage = usage_by_nodepool([claim("w", "2", np="a"), claim("w", "3", "n1", np="a"),
                                claim("w", "1", np="b")])
     assert usage["a"].cpu == 2 + 8 and usage["a"].nodes == 2 and usage["b"].cpu == 1
+
+
+def with_conditions(c: dict[str, Any], name: str, *conds: dict[str, Any]) -> dict[str, Any]:
+    c["metadata"]["name"] = name
+    c["status"]["conditions"] = list(conds)
+    return c
+
+
+def test_a_launch_karpenter_could_not_make_is_named() -> None:
+    failed = with_conditions(claim("workers", "4"), "workers-x7k2", {
+        "type": "Launched", "status": "Unknown", "reason": "LaunchFailed",
+        "message": "creating instance, UnauthorizedOperation: not authorized to perform "
+                   "ec2:RunInstances"})
+    waiting = with_conditions(claim("workers", "4"), "workers-q9", {
+        "type": "Launched", "status": "Unknown", "reason": "AwaitingReconciliation",
+        "message": "object is awaiting reconciliation"})
+    st = virtualcluster_status(vc(POOLS["spot-compute"]), choice=KWOK, nodes=[],
+                               nodeclaims=[failed, waiting], pending_cpu={"workers": 8.0},
+                               now=NOW)
+    c = cond(st, "CapacityLimited")
+    assert c["status"] == "True"
+    assert ("NodeClaim workers-x7k2: LaunchFailed: creating instance, UnauthorizedOperation: "
+            "not authorized to perform ec2:RunInstances") in c["message"]
+    assert "workers-q9" not in c["message"]  # merely new
+
+
+def test_an_instance_that_never_joins_is_named_after_five_minutes() -> None:
+    def launched(at: str) -> dict[str, Any]:
+        return with_conditions(claim("workers", "4"), "workers-z1", {
+            "type": "Launched", "status": "True", "reason": "Launched",
+            "lastTransitionTime": at}, {
+            "type": "Registered", "status": "Unknown", "reason": "NodeNotFound",
+            "message": "Node not registered with cluster"})
+
+    st = virtualcluster_status(vc(POOLS["spot-compute"]), choice=KWOK, nodes=[],
+                               nodeclaims=[launched("2024-12-31T23:58:00Z")], now=NOW)
+    assert cond(st, "CapacityLimited")["status"] == "False"  # 2 min: still booting
+    st = virtualcluster_status(vc(POOLS["spot-compute"]), choice=KWOK, nodes=[],
+                               nodeclaims=[launched("2024-12-31T23:52:00Z")], now=NOW)
+    c = cond(st, "CapacityLimited")
+    assert c["status"] == "True"
+    assert ("NodeClaim workers-z1 launched 8 min ago but no node registered (Node not "
+            "registered with cluster): check that the node role may join the cluster (an EKS "
+            "access entry of type EC2_LINUX, or aws-auth)") in c["message"]

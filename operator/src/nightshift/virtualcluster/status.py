@@ -85,12 +85,48 @@ def _belongs(node: Mapping[str, Any], namespace: str, vc: str) -> bool:
     return (owner is None or owner == vc) and (owner_ns is None or owner_ns == namespace)
 
 
+# A launched instance that has not joined the cluster after this long: Karpenter gives it
+# 15 minutes before it deletes and replaces it, a node boots in one or two.
+REGISTER_GRACE_S = 300
+MAX_LAUNCH_PROBLEMS = 2
+# The Unknown reason of a condition Karpenter has not evaluated yet.
+AWAITING = "AwaitingReconciliation"
+
+
+def launch_problem(claim: Mapping[str, Any], now: str | None) -> str | None:
+    """Why a launching NodeClaim has no node, when Karpenter says so (its Launched
+    condition's reason) or when its instance has not registered long after launch."""
+    name = claim.get("metadata", {}).get("name", "")
+    conds = {c.get("type"): c for c in claim.get("status", {}).get("conditions") or []}
+    launched = conds.get("Launched") or {}
+    if launched.get("status") not in (None, "True") and launched.get("reason") not in (
+            None, "", AWAITING):
+        return f"NodeClaim {name}: {launched['reason']}: {launched.get('message', '')}"
+    registered = conds.get("Registered") or {}
+    since = launched.get("lastTransitionTime")
+    if launched.get("status") != "True" or registered.get("status") == "True" or not (
+            since and now):
+        return None
+    try:
+        t_now, t_since = conditions.parse_rfc3339(now), conditions.parse_rfc3339(str(since))
+    except ValueError:
+        return None
+    age = (t_now - t_since).total_seconds() if t_now and t_since else 0.0
+    if age < REGISTER_GRACE_S:
+        return None
+    return (f"NodeClaim {name} launched {int(age // 60)} min ago but no node registered "
+            f"({registered.get('message') or 'no node'}): check that the node role may join "
+            "the cluster (an EKS access entry of type EC2_LINUX, or aws-auth) and the node "
+            "class's subnets and security groups")
+
+
 def _pool_status(
     pool: Pool,
     nodes: list[Mapping[str, Any]],
     launching: list[Mapping[str, Any]],
     pending_cpu: float,
     price: PriceFn,
+    now: str | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """The pool's status entry and, when it is capacity-limited, why."""
     cpu = mem = capacity_cpu = usd = 0.0
@@ -135,6 +171,7 @@ def _pool_status(
         why.append(f"at its limit maxNodes {pool.max_nodes}")
     if unserved > 0:
         why.append(f"{round(unserved, 3):g} CPU requested by pending pods that no node serves")
+    why += [p for p in (launch_problem(c, now) for c in launching) if p][:MAX_LAUNCH_PROBLEMS]
     return entry, (f"{pool.name}: " + ", ".join(why)) if why else None
 
 
@@ -175,7 +212,8 @@ def virtualcluster_status(
     for pool in spec.pools:
         p_nodes = [n for n in mine if _labels(n).get(names.LABEL_POOL) == pool.name]
         p_launch = [c for c in launching if _labels(c).get(names.LABEL_POOL) == pool.name]
-        entry, why = _pool_status(pool, p_nodes, p_launch, pending.get(pool.name, 0.0), price)
+        entry, why = _pool_status(pool, p_nodes, p_launch, pending.get(pool.name, 0.0), price,
+                                  now)
         pools.append(entry)
         if why:
             limited.append(why)
