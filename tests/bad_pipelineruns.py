@@ -296,9 +296,8 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
         'spec.storage[0]: Invalid value: "object": set exactly one of s3, pvc or sharedStorage',
     ],
     "s3-bucket-url": [
-        'spec.storage[0].s3.bucket: Invalid value: "string": must be a bucket name alone '
-        "(lower-case letters, digits, '.' and '-'), not an s3:// URL or a path: put the key "
-        "path in prefix",
+        'spec.storage[0].s3.bucket: Invalid value: "string": must be a bucket name alone, '
+        "not an s3:// URL or a path: put the key path in prefix",
     ],
     "parallelism-unknown-stage": [
         'spec: Invalid value: "object": every key of spec.parallelism must be the name of a '

@@ -175,9 +175,8 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
         "nfs -> spec.nfs, glusterfs -> spec.glusterfs, s3 -> spec.s3, cvmfs -> spec.cvmfs)",
     ],
     "s3-bucket-path": [
-        'spec.s3.bucket: Invalid value: "string": must be a bucket name alone (lower-case '
-        "letters, digits, '.' and '-'), not an s3:// URL or a path: put the key path in "
-        "prefix",
+        'spec.s3.bucket: Invalid value: "string": must be a bucket name alone, not an '
+        "s3:// URL or a path: put the key path in prefix",
     ],
     "two-blocks": [
         'spec: Invalid value: "object": set exactly one type block, the one type names (type: '

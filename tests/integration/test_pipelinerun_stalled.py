@@ -35,7 +35,7 @@ def test_pods_no_node_fits_are_named_on_the_stage_and_run(
     assert run["status"]["phase"] == "Running"
     waiting = stage_status(run, "calib")["waiting"]
     assert waiting == prog["message"]
-    assert waiting.startswith("stage calib: 2 pods, none ready after "), waiting
+    assert waiting.startswith("stage calib: its pods do not start: pod too-big-"), waiting
     assert "is not scheduled: 0/" in waiting and "Insufficient cpu" in waiting, waiting
     assert "check spec.stages[0].resources" in waiting, waiting
     events = kubectl("get", "events", "-n", namespace, "--field-selector",

@@ -215,3 +215,13 @@ def test_an_invalid_shared_storage_makes_its_stages_wait_saying_why() -> None:
     obs2 = replace(observe(later, jobs=[], items=items_for(run, "calib", "other", count=10)),
                    shared_storages=SHARED)
     assert "calib" in [j["metadata"]["labels"][names.LABEL_STAGE] for j in jobs_of(plan(obs2))]
+
+
+def test_a_shared_storage_invalid_after_it_applied_holds_nothing() -> None:
+    run = run_with([calib(inputs=[{"storage": "raw", "path": "n/{item}"}])])
+    was_good = copy.deepcopy(SHARED["raw-s3"])
+    was_good["status"] = {"appliedGeneration": 1, "conditions": [
+        {"type": "Invalid", "status": "True", "reason": "InvalidSpec", "message": "..."}]}
+    p = plan(replace(observe(run, items=items_for(run, "calib", count=10)),
+                     shared_storages={**SHARED, "raw-s3": was_good}))
+    assert [j["metadata"]["labels"][names.LABEL_STAGE] for j in jobs_of(p)] == ["calib"]

@@ -16,7 +16,7 @@ from tests.unit.test_plan import failed, make_run, observe, start_a, with_status
 
 CRD = "pipelinerun.yaml"
 CEL_FUNCTIONS = {"all", "exists", "exists_one", "filter", "size", "map", "startsWith",
-                 "matches"}
+                 "matches", "contains"}
 
 
 def crd() -> dict[str, Any]:

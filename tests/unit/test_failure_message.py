@@ -38,3 +38,8 @@ def test_the_runner_writes_its_termination_message(tmp_path: Path) -> None:
 def test_no_termination_log_outside_a_container(tmp_path: Path) -> None:
     termination_message("anything", tmp_path / "absent")
     assert not (tmp_path / "absent").exists()
+
+
+def test_a_cut_at_a_line_start_keeps_that_line() -> None:
+    text = "x" * 20 + "\n" + "y" * 100 + "\n" + "z" * 138
+    assert message_tail(text, limit=240) == "…" + "y" * 100 + "\n" + "z" * 138

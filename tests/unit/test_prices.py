@@ -103,21 +103,28 @@ def test_aws_failure_leaves_price_unknown_and_reports() -> None:
 
 
 @mock_aws
-def test_ec2_access_says_why_prices_are_unknown_and_forgets_it_once_they_work() -> None:
+def test_ec2_access_says_why_prices_are_unknown_and_retries_within_a_minute() -> None:
     pricing = boto3.client("pricing", region_name="us-east-1")
-    access = Ec2Access()
+    access, clock = Ec2Access(), Clock()
+    c6i, m6i = ("c6i.large", "on-demand"), ("m6i.large", "on-demand")
     with Stubber(pricing) as stub:
         stub.add_client_error("get_products", "AccessDeniedException", "no pricing:GetProducts")
-        access._prices = prices(pricing, Clock())
-        assert access.prices()("c6i.large", "on-demand") is None
-        said = access.price_problem()
-        assert said.startswith("AWS price lookup failed: pricing:GetProducts: "
-                               "AccessDeniedException: no pricing:GetProducts"), said
-        assert said.endswith("grant the operator's role pricing:GetProducts and "
-                             "ec2:DescribeSpotPriceHistory")
+        access._prices = prices(pricing, clock)
+        assert access.prices()(*c6i) is None
+        said = access.price_problem([c6i])
+        assert said == ("AWS price lookup failed: pricing:GetProducts: AccessDeniedException: "
+                        "no pricing:GetProducts; grant the operator's role pricing:GetProducts "
+                        "and ec2:DescribeSpotPriceHistory")
         stub.add_response("get_products", {"PriceList": [product("0.0850000000")]})
-        assert access.prices()("m6i.large", "on-demand") == 0.085
-        assert access.price_problem() == ""
+        assert access.prices()(*m6i) == 0.085
+        # Another type's success says nothing of this one's failure.
+        assert access.price_problem([c6i]) == said and access.price_problem([m6i]) == ""
+        assert access.prices()(*c6i) is None  # the failure is cached, briefly
+        clock.t = 61
+        stub.add_response("get_products", {"PriceList": [product("0.17")]})
+        assert access.prices()(*c6i) == 0.17  # the permission granted: priced
+        assert access.price_problem([c6i]) == ""
+        stub.assert_no_pending_responses()
 
 
 def test_ec2_access_without_credentials_says_so() -> None:
@@ -126,6 +133,6 @@ def test_ec2_access_without_credentials_says_so() -> None:
 
     access = Ec2Access(factory=no_client)
     assert access.prices()("c6i.large", "on-demand") is None
-    assert access.price_problem() == (
+    assert access.price_problem([("c6i.large", "on-demand")]) == (
         "AWS prices unavailable: CreateClient: NoClient: You must specify a region.; set "
         "AWS_REGION and the operator's AWS credentials (IRSA or Pod Identity)")

@@ -367,3 +367,11 @@ def test_a_virtual_cluster_still_coming_up_holds_nothing(reason: str) -> None:
     # A NodePool not Ready yet, or static pools without labeled nodes: pods wait for nodes.
     r = references.check(spec(), "radio", {"chiles": _vc_with(reason, "not yet")})
     assert r.waiting_stages == {"concat"}  # only the pool it lacks, as before
+
+
+def test_a_virtual_cluster_invalid_after_it_applied_holds_nothing() -> None:
+    # Its earlier NodePools stay and still launch nodes: the stages start.
+    vc = _vc_with("Invalid", "the spec is invalid", "spec.pools[1].instanceTypes[0]: 'm9.huge'")
+    vc["status"]["appliedGeneration"] = 3
+    r = references.check(spec(), "radio", {"chiles": vc})
+    assert r.waiting_stages == {"concat"}  # only the pool it lacks, as before

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -119,3 +120,16 @@ def test_real_squid_parses_the_rendered_config(case: str, tmp_path: Path) -> Non
     log = out.stdout + out.stderr
     assert out.returncode == 0, log
     assert "Bungled" not in log and "ERROR:" not in log, log
+
+
+def test_applied_generation_is_the_last_valid_one() -> None:
+    obj = copy.deepcopy(GOOD["nfs-dedicated"])
+    st = storage_status(obj, now=NOW, observed=Observed())
+    assert st["appliedGeneration"] == 2
+    obj["status"], obj["metadata"]["generation"] = st, 3
+    bad = storage_status(obj, now=NOW, observed=Observed(),
+                         problems=[Problem("spec.nfs.pool", "no such pool")])
+    assert bad["appliedGeneration"] == 2
+    assert "appliedGeneration" not in storage_status(
+        GOOD["nfs-dedicated"], now=NOW, observed=Observed(),
+        problems=[Problem("spec.nfs.pool", "no such pool")])

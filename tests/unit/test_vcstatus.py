@@ -178,3 +178,17 @@ def test_an_instance_that_never_joins_is_named_after_five_minutes() -> None:
     assert ("NodeClaim workers-z1 launched 8 min ago but no node registered (Node not "
             "registered with cluster): check that the node role may join the cluster (an EKS "
             "access entry of type EC2_LINUX, or aws-auth)") in c["message"]
+
+
+def test_applied_generation_is_the_last_valid_one() -> None:
+    obj = vc(POOLS["spot-compute"])
+    st = virtualcluster_status(obj, choice=KWOK, nodes=[], now=NOW)
+    assert st["appliedGeneration"] == obj["metadata"]["generation"]
+    obj["status"] = st
+    obj["metadata"]["generation"] += 1
+    bad = virtualcluster_status(obj, choice=KWOK, nodes=[], now=NOW,
+                                problems=[Problem("spec.pools[0].maxCPU", "bad")])
+    assert bad["appliedGeneration"] == st["appliedGeneration"]  # the earlier one stands
+    fresh = vc(POOLS["spot-compute"])
+    assert "appliedGeneration" not in virtualcluster_status(
+        fresh, choice=KWOK, nodes=[], now=NOW, problems=[Problem("spec", "bad")])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import boto3
@@ -56,11 +56,14 @@ class Ec2Access:
                 self._prices = unknown_price
         return self._prices
 
-    def price_problem(self) -> str:
-        """Why prices are unknown, with the fix; "" when the last lookups worked."""
+    def price_problem(self, keys: Iterable[tuple[str, str]]) -> str:
+        """Why the prices of `keys` (instance type, capacity type) are unknown, with the
+        fix; "" when none of their lookups failed (an unknown type has no price)."""
         if self.prices_error:
             return self.prices_error
-        if isinstance(self._prices, AwsPrices) and self._prices.last_error is not None:
-            return (f"AWS price lookup failed: {self._prices.last_error}; grant the "
-                    "operator's role pricing:GetProducts and ec2:DescribeSpotPriceHistory")
+        if isinstance(self._prices, AwsPrices):
+            for key in keys:
+                if e := self._prices.errors.get(key):
+                    return (f"AWS price lookup failed: {e}; grant the operator's role "
+                            "pricing:GetProducts and ec2:DescribeSpotPriceHistory")
         return ""

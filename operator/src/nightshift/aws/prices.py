@@ -28,6 +28,7 @@ PriceFn = Callable[[str, str], float | None]
 # The Pricing API lives in a few regions only; us-east-1 answers for every region.
 PRICING_REGION = "us-east-1"
 DEFAULT_TTL_SECONDS = 3600.0
+FAILURE_TTL_SECONDS = 60.0
 
 
 def load_kwok_catalog(path: str | Path) -> InstanceCatalog:
@@ -62,6 +63,8 @@ class AwsPrices:
         self._clock = clock
         self._cache: dict[tuple[str, str], tuple[float, float | None]] = {}
         self.last_error: AwsError | None = None
+        # Per (instance type, capacity type): the error of its last lookup, while it fails.
+        self.errors: dict[tuple[str, str], AwsError] = {}
 
     def __call__(self, instance_type: str, capacity_type: str) -> float | None:
         key = (instance_type, capacity_type)
@@ -74,10 +77,12 @@ class AwsPrices:
                 value = self.spot(instance_type)
             else:
                 value = self.on_demand(instance_type)
-            self.last_error = None
+            self.errors.pop(key, None)
         except AwsError as e:
-            self.last_error = e
-            value = None
+            self.last_error = self.errors[key] = e
+            # A failure is looked up again soon: a permission granted shows within a minute.
+            self._cache[key] = (now + min(self._ttl, FAILURE_TTL_SECONDS), None)
+            return None
         self._cache[key] = (now + self._ttl, value)
         return value
 

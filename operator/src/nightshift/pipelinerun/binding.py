@@ -130,8 +130,11 @@ def bind(spec: PipelineRunSpec, shared: Mapping[str, Mapping[str, Any] | None],
 
 
 def _invalid(obj: Mapping[str, Any]) -> str:
-    """The SharedStorage's Invalid message when it is Invalid: the operator applied none
-    of its objects, so its claims never come and pods using it would only sit Pending."""
+    """The SharedStorage's Invalid message when it is Invalid and was never valid: the
+    operator applied none of its objects, so its claims never come and pods using it
+    would only sit Pending. One valid before keeps what it had (appliedGeneration)."""
+    if "appliedGeneration" in (obj.get("status") or {}):
+        return ""
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == "Invalid" and c.get("status") == "True":
             return str(c.get("message") or c.get("reason") or "see its Invalid condition")

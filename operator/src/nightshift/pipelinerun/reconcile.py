@@ -50,8 +50,8 @@ class LoopState:
     ready_samples: list[cost.Sample] = field(default_factory=list)
     tally: cost.Tally | None = None
     cost: dict[str, Any] | None = None
-    # Job -> when (monotonic) it was first seen with active pods and none ready.
-    unready_since: dict[str, float] = field(default_factory=dict)
+    # Job -> its pods' stall: since when none is ready, when to read them next, why.
+    stalls: dict[str, stalled.Stall] = field(default_factory=dict)
 
 
 def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
@@ -270,8 +270,10 @@ def _failure_samples(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
 
 def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
              spec: PipelineRunSpec | None, state: LoopState) -> dict[str, tuple[str, str]]:
-    """Why a stage's pods do not start (stalled.py): a few Pending pods, read only once
-    its Job has had active pods and none ready for STALL_SECONDS."""
+    """Why a stage's pods do not start (stalled.py): a few Pending pods, read once its Job
+    has had active pods and none ready for STALL_SECONDS, then again every STALL_SECONDS
+    while they say why, and ever less often while they do not (a stage's earlier steps
+    run as init containers: its pods are Pending, and fine, for as long as those run)."""
     index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
     now, out = time.monotonic(), {}
     seen = set()
@@ -281,19 +283,17 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
         if spec is None or stage not in index or not stalled.unready(job):
             continue
         seen.add(jname)
-        since = state.unready_since.setdefault(jname, now)
-        if now - since < stalled.STALL_SECONDS:
-            continue
-        pods = kube.list("v1", "Pod", namespace,
-                         label_selector=f"batch.kubernetes.io/job-name={jname}",
-                         field_selector="status.phase=Pending", limit=stalled.PODS_READ)
-        i = index[stage]
-        found = stalled.summary(spec.stages[i], i, pods[:stalled.PODS_READ],
-                                int(job["status"]["active"]), now - since)
-        if found:
-            out[stage] = found
-    for jname in set(state.unready_since) - seen:
-        del state.unready_since[jname]
+        st = state.stalls.setdefault(jname, stalled.Stall(since=now))
+        if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
+            pods = kube.list("v1", "Pod", namespace,
+                             label_selector=f"batch.kubernetes.io/job-name={jname}",
+                             field_selector="status.phase=Pending", limit=stalled.PODS_READ)
+            i = index[stage]
+            st.read(stalled.summary(spec.stages[i], i, pods[:stalled.PODS_READ]), now)
+        if st.found:
+            out[stage] = st.found
+    for jname in set(state.stalls) - seen:
+        del state.stalls[jname]
     return out
 
 
@@ -303,10 +303,11 @@ def message_tail(text: str, limit: int = 240) -> str:
     text = text.strip()
     if len(text) <= limit:
         return text
-    cut = text[-(limit - 1):]
+    start = len(text) - (limit - 1)
+    cut = text[start:]
     nl = cut.find("\n")
-    if 0 <= nl < len(cut) - 1:
-        cut = cut[nl + 1:]
+    if text[start - 1] != "\n" and 0 <= nl < len(cut) - 1:
+        cut = cut[nl + 1:]  # cut mid-line: start at the next whole line
     return "…" + cut
 
 

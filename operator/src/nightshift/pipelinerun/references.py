@@ -277,10 +277,11 @@ def _accounts(spec: PipelineRunSpec, namespace: str,
     return References(spec, waiting, frozenset(blocked), REASON_ACCOUNT if waiting else "")
 
 
-# The VirtualCluster's Ready=False reasons under which it applied nothing: its pods could
-# only sit Pending. Its other not-Ready states (a NodePool not Ready yet, static pools
-# with no labeled node) may clear by themselves or hold only some pools: those stages
-# start, and their pods wait for nodes as usual.
+# The VirtualCluster's Ready=False reasons under which nothing of it may exist: no
+# Karpenter to apply to, or a spec that was never valid (no appliedGeneration; one that
+# was keeps its earlier NodePools, which still launch nodes). Its other not-Ready states
+# (a NodePool not Ready yet, static pools with no labeled node) may clear by themselves
+# or hold only some pools: those stages start, and their pods wait for nodes as usual.
 NOTHING_APPLIED = ("Invalid", "ProviderUnavailable")
 
 
@@ -290,11 +291,13 @@ def _not_working(virtual_cluster: Mapping[str, Any]) -> str:
     ready = next((c for c in conds if c.get("type") == "Ready"), None)
     if not ready or ready.get("status") != "False" or ready.get("reason") not in NOTHING_APPLIED:
         return ""
+    if ready["reason"] == "Invalid" and "appliedGeneration" in virtual_cluster["status"]:
+        return ""
     said = ready
     if ready["reason"] == "Invalid":  # its Ready message points at the Invalid condition
         said = next((c for c in conds if c.get("type") == "Invalid"
                      and c.get("status") == "True"), ready)
-    return f"{ready['reason']}: {said.get('message')}"
+    return f"{ready['reason']}: {said.get('message') or said.get('reason') or 'no message'}"
 
 
 def _virtual_cluster(spec: PipelineRunSpec, namespace: str,

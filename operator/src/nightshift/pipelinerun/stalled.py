@@ -4,13 +4,15 @@ A pod whose image cannot be pulled, whose container cannot be created, or that n
 takes stays Pending: its Job counts it active and never ready, and the run would say only
 "Running" while the reason sat in the pod's status. When a stage's Job has had active pods
 and none ready for STALL_SECONDS, the I/O layer reads a few of its Pending pods (one LIST,
-`limit` PODS_READ); this module says what they wait for and which field to check. Cost:
-O(stalled stages) reads, never O(pods).
+`limit` PODS_READ; reads back off while the pods say nothing); this module says what
+they wait for and which field to check. The API server filters that LIST over the
+namespace's pods, so it is read at most every STALL_SECONDS per stalled Job.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from nightshift.api import podstate
@@ -18,6 +20,7 @@ from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.spec import Stage
 
 STALL_SECONDS = 30.0
+MAX_READ_INTERVAL = 480.0
 PODS_READ = 3
 MESSAGE_CHARS = 400  # stages[].waiting; only while a stage's pods do not start
 NOT_STARTING = "PodsNotStarting"
@@ -62,16 +65,33 @@ def image_field(stage: Stage, index: int, container: str) -> str:
     return f"spec.stages[{index}].image"
 
 
-def summary(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]], active: int,
-            seconds: float) -> tuple[str, str] | None:
-    """The stage's one line: the first pod that says why, with how long and how many."""
+def summary(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
+            ) -> tuple[str, str] | None:
+    """The stage's one line: the first pod that says why. No counts or durations in it:
+    the same state must give the same status, or every pass would write one."""
     for pod in pods:
         found = why(pod, stage, index)
         if found:
             reason, message = found
-            return reason, (f"stage {stage.name}: {active} pods, none ready after "
-                            f"{int(seconds)} s: {message}")
+            return reason, f"stage {stage.name}: its pods do not start: {message}"
     return None
+
+
+@dataclass
+class Stall:
+    """One Job's stall as the loop remembers it between passes (monotonic seconds)."""
+
+    since: float
+    next_read: float = 0.0
+    interval: float = STALL_SECONDS
+    found: tuple[str, str] | None = None
+
+    def read(self, found: tuple[str, str] | None, now: float) -> None:
+        """After a read: look again soon while the pods say why, back off while not."""
+        self.found = found
+        self.interval = (STALL_SECONDS if found
+                         else min(self.interval * 2, MAX_READ_INTERVAL))
+        self.next_read = now + self.interval
 
 
 def mark(records: Sequence[dict[str, Any]], found: Mapping[str, tuple[str, str]]

@@ -57,7 +57,8 @@ if [ "$rc" -ne 0 ] || [ "$step" = "${@LAST_STEP@:-}" ]; then
   read -r result < "$state/commit.fifo" || :
   if [ "$rc" -eq 0 ] && [ "$result" != ok ]; then
     why=${result#failed}
-    echo "nightshift: committing outputs failed:${why:- see the commit container's log}" >&2
+    [ -n "$why" ] || why=" see the commit container's log"
+    printf 'nightshift: committing outputs failed:%s\n' "$why" >&2
     exit @TEMPFAIL@
   fi
 fi

@@ -133,6 +133,10 @@ def storage_status(obj: Mapping[str, Any], *, observed: Observed,
         "conditions": c.merge((obj.get("status") or {}).get("conditions"), [ready, invalid],
                               now=now),
     }
+    applied = generation if not problems else (obj.get("status") or {}).get(
+        "appliedGeneration")
+    if applied is not None:
+        status["appliedGeneration"] = applied
     if observed.capacity:
         status["capacity"] = observed.capacity
     if observed.clients is not None:

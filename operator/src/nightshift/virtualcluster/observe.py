@@ -97,10 +97,13 @@ class Sources:
             return self.aws.prices()
         return unknown_price if self.catalog is None else catalog_prices(self.catalog)
 
-    def price_problem(self, provider: str) -> str:
-        """Why prices are unknown (after price_fn was used this pass), or ""."""
+    def price_problem(self, provider: str, keys: Iterable[tuple[str, str]]) -> str:
+        """Why the prices of `keys` are unknown (after price_fn looked them up), or ""."""
+        keys = list(keys)
+        if not keys:
+            return ""
         if provider == "aws":
-            return self.aws.price_problem()
+            return self.aws.price_problem(keys)
         if self.catalog is None:
             return ("no instance catalog: set NIGHTSHIFT_INSTANCE_CATALOG (chart value "
                     "config.instanceCatalog) to the KWOK provider's instance-type file")
@@ -132,8 +135,8 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         nodeclaims=claims, nodes=node_list,
         pending_cpu=pending_cpu(kube, namespace, [p.name for p in spec.pools]) if spec else {},
         prices=prices,
-        price_problem=(sources.price_problem(provider)
-                       if any(v is None for v in prices.values()) else ""),
+        price_problem=sources.price_problem(provider,
+                                            [k for k, v in prices.items() if v is None]),
         running_runs=running_runs(kube, namespace, name) if deleting else (),
         now=now)
 

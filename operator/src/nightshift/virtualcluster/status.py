@@ -221,7 +221,10 @@ def virtualcluster_status(
             empty.append(pool.name)
     conds = _conditions(choice, problems, not_ready, limited, empty, generation)
     old = (vc.get("status") or {}).get("conditions")
+    applied = (generation if not problems and not choice.error
+               else (vc.get("status") or {}).get("appliedGeneration"))
     return {
+        **({"appliedGeneration": applied} if applied is not None else {}),
         "observedGeneration": generation,
         "provider": choice.provider,
         "mode": choice.mode,
