@@ -70,14 +70,19 @@ suite() {
 # and I/O priority: cold, that is minutes of work which otherwise ran after the disruptive
 # tests; warm, a cache check. The subset, started beside the disruptive tests, waits for
 # it on hack/kind.sh's lock; its dockerd stays up for the subset, whose exit stops it.
-kind_prebuild_pid="" kind_prebuild_log=""
+kind_prebuild_pid="" kind_prebuild_log="" kind_dockerd_was_up=0
 prebuild_kind_parts() {
   kind_prebuild_log=$(mktemp "${TMPDIR:-/tmp}/nightshift-kind-parts.XXXXXX")
+  local kind_dir=${NIGHTSHIFT_KIND_DIR:-${NIGHTSHIFT_CACHE:-$HOME/.cache/nightshift}/kind}
+  [ -s "$kind_dir/dockerd.pid" ] && kill -0 "$(cat "$kind_dir/dockerd.pid")" 2>/dev/null \
+    && kind_dockerd_was_up=1
   local low=(nice -n 19)
   command -v ionice >/dev/null && low+=(ionice -c 3)
-  (s=$SECONDS; "${low[@]}" bash hack/kind.sh node-image; rc=$?
-   echo "integration: kind's parts built ahead in $((SECONDS - s)) s (rc $rc)"; exit "$rc") \
-    >"$kind_prebuild_log" 2>&1 &
+  # Its own process group (setsid), so a failed suite can stop all of it at once.
+  # shellcheck disable=SC2016  # expanded by the inner bash
+  setsid bash -c 's=$SECONDS; "$@"; rc=$?
+    echo "integration: kind'"'"'s parts built ahead in $((SECONDS - s)) s (rc $rc)"
+    exit "$rc"' _ "${low[@]}" bash hack/kind.sh node-image >"$kind_prebuild_log" 2>&1 &
   kind_prebuild_pid=$!
 }
 # Waits for that build and says how it went (its whole log if it failed: the subset
@@ -121,8 +126,14 @@ was_up=0
 took "starting the local cluster"
 # shellcheck disable=SC2317  # reached through the EXIT trap below
 stop() {
-  # Parts built ahead for a kind subset that did not run: let the build end, stop its dockerd.
-  if [ -n "$kind_prebuild_pid" ]; then kind_parts_ready >/dev/null; bash hack/kind.sh down >/dev/null 2>&1; fi
+  # Parts built ahead for a kind subset that did not run (the suite failed): stop the
+  # build (its EXIT traps unmount and remove a half-made root filesystem) and the dockerd
+  # it started, unless one was up before it.
+  if [ -n "$kind_prebuild_pid" ]; then
+    kill -TERM -- "-$kind_prebuild_pid" 2>/dev/null
+    kind_parts_ready >/dev/null
+    [ "$kind_dockerd_was_up" = 1 ] || bash hack/kind.sh stop-dockerd >/dev/null 2>&1
+  fi
   [ "$was_up" = 1 ] || [ -n "${NIGHTSHIFT_KEEP_CLUSTER:-}" ] || "$lc" down
 }
 trap stop EXIT
