@@ -176,11 +176,7 @@ exec /usr/sbin/runc "$@"
 SH
   chmod +x "$KIND_DIR/bin/runc-nosysresource"
   step "dockerd (data $KIND_DIR/data, no iptables, no default bridge, runtime runc-nosysresource)"
-  # Its own priority, whatever this script runs at (`make test` builds at nice 19 and idle
-  # I/O): the kind cluster it runs later must not inherit that.
-  local prio=(nice -n "$((-$(nice)))")
-  command -v ionice >/dev/null && prio+=(ionice -c 2 -n 4)
-  setsid "${prio[@]}" dockerd --data-root "$KIND_DIR/data" --exec-root "$KIND_DIR/exec" \
+  setsid dockerd --data-root "$KIND_DIR/data" --exec-root "$KIND_DIR/exec" \
     --pidfile "$KIND_DIR/dockerd.pid" -H "$DOCKER_HOST" \
     --iptables=false --ip-forward=false --ip-masq=false --bridge=none \
     --add-runtime "nightshift=$KIND_DIR/bin/runc-nosysresource" --default-runtime nightshift \
@@ -314,6 +310,12 @@ JSON
 
 up() {
   node_image >/dev/null
+  # `make test` builds the parts at nice 19 and idle I/O, and the dockerd that build
+  # started (its own process group, setsid) has that priority: the cluster runs at the
+  # normal one.
+  local pg; pg=$(cat "$KIND_DIR/dockerd.pid")
+  renice -n 0 -g "$pg" >/dev/null
+  command -v ionice >/dev/null && ionice -c 2 -n 4 -P "$pg"
   # kind bind-mounts /lib/modules read-only; this VM's kernel has its modules built in.
   [ -d /lib/modules ] || mkdir -p /lib/modules
   cat >"$KIND_DIR/config.yaml" <<YAML
