@@ -63,7 +63,16 @@ go_tool() {  # go_tool <name-version> <module requirement lines> <package> <outp
     || die "building $pkg failed (see above). Is the Go module proxy reachable?"
 }
 
+# One build at a time: `make test` builds the Go tools ahead (hack/integration.sh) and its
+# kind e2e subset, started meanwhile, waits here until they are done. Held until exit.
+build_lock() {
+  mkdir -p "$CACHE"
+  exec 9>>"$CACHE/kind-build.lock"
+  flock 9
+}
+
 tools() {
+  build_lock
   need go
   go_tool "kind-$KIND_VERSION" "require sigs.k8s.io/kind $KIND_VERSION" sigs.k8s.io/kind "$KIND"
   go_tool "coredns-$COREDNS_VERSION" "require github.com/coredns/coredns $COREDNS_VERSION" \
@@ -217,11 +226,7 @@ binary_image() {
 }
 
 node_image() {
-  # One build at a time: `make test` builds these parts ahead (hack/integration.sh) and
-  # its kind e2e subset, started meanwhile, waits here until they are done.
-  mkdir -p "$CACHE"
-  exec 9>>"$CACHE/kind-build.lock"
-  flock 9
+  build_lock
   tools
   base
   start_dockerd
