@@ -8,7 +8,6 @@
 #   hack/kind.sh up           kind create cluster with that image; kubeconfig: $KIND_DIR/kubeconfig
 #   hack/kind.sh load IMAGE.. copy images from the local cluster's real node into kind
 #   hack/kind.sh down         kind delete cluster, then stop this script's dockerd
-#   hack/kind.sh stop-dockerd stop this script's dockerd only
 #   hack/kind.sh all          tools, base, node-image, up
 # State lives in $NIGHTSHIFT_KIND_DIR (default ~/.cache/nightshift/kind): dockerd's data,
 # socket and log, the kind config and kubeconfig. dockerd here is not the one of
@@ -315,12 +314,6 @@ JSON
 
 up() {
   node_image >/dev/null
-  # `make test` builds the parts at nice 19 and idle I/O, and the dockerd that build
-  # started (its own process group, setsid) has that priority: the cluster runs at the
-  # normal one.
-  local pg; pg=$(cat "$KIND_DIR/dockerd.pid")
-  renice -n 0 -g "$pg" >/dev/null
-  command -v ionice >/dev/null && ionice -c 2 -n 4 -P "$pg"
   # kind bind-mounts /lib/modules read-only; this VM's kernel has its modules built in.
   [ -d /lib/modules ] || mkdir -p /lib/modules
   cat >"$KIND_DIR/config.yaml" <<YAML
@@ -375,7 +368,6 @@ case $cmd in
   load) start_dockerd; load "$@" ;;
   logs) start_dockerd; logs ;;
   down) down ;;
-  stop-dockerd) stop_dockerd ;;
   all) up ;;
-  *) die "unknown command '$cmd' (tools|base|node-image|up|load IMAGE...|logs|down|stop-dockerd|all)" ;;
+  *) die "unknown command '$cmd' (tools|base|node-image|up|load IMAGE...|logs|down|all)" ;;
 esac

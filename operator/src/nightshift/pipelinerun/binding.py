@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from nightshift.api import conditions as cond
 from nightshift.api.problems import Problem
 from nightshift.pipelinerun.spec import PipelineRunSpec, PvcStorage, Stage, StorageRef
 from nightshift.sharedstorage import cvmfs, gluster, nfs
@@ -133,12 +134,11 @@ def _invalid(obj: Mapping[str, Any]) -> str:
     """The SharedStorage's Invalid message when it is Invalid and was never valid: the
     operator applied none of its objects, so its claims never come and pods using it
     would only sit Pending. One valid before keeps what it had (appliedGeneration)."""
-    if "appliedGeneration" in (obj.get("status") or {}):
+    status = obj.get("status") or {}
+    invalid = cond.find(status.get("conditions"), cond.INVALID)
+    if "appliedGeneration" in status or not invalid or invalid.get("status") != cond.TRUE:
         return ""
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Invalid" and c.get("status") == "True":
-            return str(c.get("message") or c.get("reason") or "see its Invalid condition")
-    return ""
+    return str(invalid.get("message") or invalid.get("reason") or "see its Invalid condition")
 
 
 def waits(stage: Stage, spec: PipelineRunSpec, missing: frozenset[str]) -> bool:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from nightshift.api import conditions as cond
 from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
@@ -287,16 +288,16 @@ NOTHING_APPLIED = ("Invalid", "ProviderUnavailable")
 
 def _not_working(virtual_cluster: Mapping[str, Any]) -> str:
     """'<reason>: <message>' when the VirtualCluster applied nothing, else ''."""
-    conds = (virtual_cluster.get("status") or {}).get("conditions") or []
-    ready = next((c for c in conds if c.get("type") == "Ready"), None)
-    if not ready or ready.get("status") != "False" or ready.get("reason") not in NOTHING_APPLIED:
+    conds = (virtual_cluster.get("status") or {}).get("conditions")
+    ready = cond.find(conds, cond.READY)
+    if not ready or ready.get("status") != cond.FALSE or ready.get("reason") not in NOTHING_APPLIED:
         return ""
     if ready["reason"] == "Invalid" and "appliedGeneration" in virtual_cluster["status"]:
         return ""
     said = ready
-    if ready["reason"] == "Invalid":  # its Ready message points at the Invalid condition
-        said = next((c for c in conds if c.get("type") == "Invalid"
-                     and c.get("status") == "True"), ready)
+    invalid = cond.find(conds, cond.INVALID)
+    if ready["reason"] == "Invalid" and invalid and invalid.get("status") == cond.TRUE:
+        said = invalid  # its Ready message points at the Invalid condition
     return f"{ready['reason']}: {said.get('message') or said.get('reason') or 'no message'}"
 
 

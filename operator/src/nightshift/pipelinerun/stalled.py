@@ -35,8 +35,7 @@ def unready(job: Mapping[str, Any]) -> bool:
         return False  # the Job controller always writes it; without it nothing is known
     if (job.get("spec") or {}).get("suspend"):
         return False
-    if any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
-           for c in status.get("conditions") or []):
+    if pg.job_condition(job, "Complete") or pg.job_condition(job, "Failed"):
         return False
     return int(status.get("active") or 0) > 0 and int(status.get("ready") or 0) == 0
 
