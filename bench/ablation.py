@@ -100,9 +100,12 @@ def pod_as_created(job: dict[str, Any], index: int = 0) -> dict[str, Any]:
     tmpl = json.loads(json.dumps(job["spec"]["template"]))
     meta, spec = tmpl.setdefault("metadata", {}), tmpl["spec"]
     uid = "00000000-0000-0000-0000-000000000000"
-    meta["labels"] = {**meta.get("labels", {}), "batch.kubernetes.io/controller-uid": uid,
-                      "batch.kubernetes.io/job-name": name, "controller-uid": uid,
-                      "job-name": name, "batch.kubernetes.io/job-completion-index": str(index)}
+    # A generated selector's labels (strategy.go generateSelector); none with our own.
+    generated = ({} if job["spec"].get("manualSelector") else {
+        "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid, "job-name": name})
+    meta["labels"] = {**meta.get("labels", {}), **generated,
+                      "batch.kubernetes.io/job-completion-index": str(index)}
     ann = {**meta.get("annotations", {}), "batch.kubernetes.io/job-completion-index": str(index)}
     if "backoffLimitPerIndex" in job["spec"]:
         ann["batch.kubernetes.io/job-index-failure-count"] = "0"

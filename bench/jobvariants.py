@@ -114,8 +114,13 @@ def _drop_per_index(job: dict[str, Any]) -> None:
 
 
 def _drop_labels(job: dict[str, Any]) -> None:
+    # The selector goes with the labels it selects on: the API server then generates
+    # one, and puts its four labels (job-name, controller-uid, each twice) on every pod,
+    # as on any Job a user writes.
     job["metadata"].pop("labels", None)
     job["spec"]["template"]["metadata"].pop("labels", None)
+    job["spec"].pop("manualSelector", None)
+    job["spec"].pop("selector", None)
 
 
 def _drop_annotations(job: dict[str, Any]) -> None:
@@ -185,7 +190,8 @@ FEATURES = [
     Feature("itemsVolume", "items ConfigMap volume (configMap or projected) + mount",
             _drop_volume("projected", "configMap")),
     Feature("workVolume", "emptyDir work volume + mount", _drop_volume("emptyDir")),
-    Feature("labels", "Job and pod labels", _drop_labels),
+    Feature("labels", "Job and pod labels, and the Job's selector on them (manualSelector)",
+            _drop_labels),
     Feature("annotations", "do-not-disrupt annotation", _drop_annotations),
     Feature("wrapper", "run.sh wrapper command", _drop_wrapper),
     Feature("env", "NIGHTSHIFT_* env vars", _drop_env),

@@ -79,8 +79,7 @@ def test_matrix_fields_and_argv_reach_the_step_as_data(
     items = it.item_list(spec.stages[0].for_each)
     assert items == ["LAX/northridge", f"LAX/{HOSTILE}"]  # fields in name order
     name = _run(kubectl, spec, namespace, 0, {"bbp": items})
-    pods = json.loads(kubectl("get", "pods", "-n", namespace, "-l", f"job-name={name}",
-                              "-o", "json").stdout)["items"]
+    pods = _pods(kubectl, namespace, name)
     lines = sorted(kubectl("logs", p["metadata"]["name"], "-n", namespace).stdout.strip()
                    for p in pods)
     assert lines == sorted([
@@ -141,8 +140,7 @@ def test_a_batch_runs_its_items_in_order_and_retries_one_in_place(
     job = json.loads(kubectl("get", "job", name, "-n", namespace, "-o", "json").stdout)
     assert job["spec"]["completions"] == 3 and job["status"]["succeeded"] == 3
     assert not job["status"].get("failed"), job["status"]
-    pods = json.loads(kubectl("get", "pods", "-n", namespace, "-l", f"job-name={name}",
-                              "-o", "json").stdout)["items"]
+    pods = _pods(kubectl, namespace, name)
     assert len(pods) == 3
     seen: list[str] = []
     for p in sorted(pods, key=lambda p: int(p["metadata"]["annotations"][
@@ -154,8 +152,11 @@ def test_a_batch_runs_its_items_in_order_and_retries_one_in_place(
 
 
 def _pods(kubectl: Kubectl, namespace: str, job: str) -> list[dict[str, Any]]:
+    """The stage Job's pods, by its own selector (stage Jobs select on their labels)."""
+    obj = json.loads(kubectl("get", "job", job, "-n", namespace, "-o", "json").stdout)
     out: list[dict[str, Any]] = json.loads(kubectl(
-        "get", "pods", "-n", namespace, "-l", f"job-name={job}", "-o", "json").stdout)["items"]
+        "get", "pods", "-n", namespace, "-l", it.job_pods_selector(obj), "-o",
+        "json").stdout)["items"]
     return out
 
 

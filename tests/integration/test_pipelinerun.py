@@ -8,6 +8,7 @@ from typing import Any
 
 from nightshift.api import names
 from nightshift.kube import Kube
+from nightshift.pipelinerun import items as it
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.conftest import OperatorProcess
 from tests.integration.prutil import (
@@ -80,7 +81,7 @@ def test_failed_items_are_retried_then_reported(kube: Kube, kubectl: Kubectl,
                if j["metadata"]["labels"][names.LABEL_STAGE] == "reduce")
     # Retryable: 1 + perItem attempts; permanent (FailIndex): one attempt only.
     pods = kube.list("v1", "Pod", namespace,
-                     label_selector=f"batch.kubernetes.io/job-name={job['metadata']['name']}")
+                     label_selector=it.job_pods_selector(job))
     per_index: dict[str, int] = {}
     for p in pods:
         idx = p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from nightshift.api import names
 from nightshift.kube import Kube
+from nightshift.pipelinerun import items as it
 from tests.clusterutil import Kubectl
 from tests.integration.conftest import OperatorProcess
 from tests.integration.prutil import jobs, pipelinerun, stage, stage_status, wait_phase
@@ -32,5 +33,5 @@ def test_a_batched_stage_runs_ten_pods_for_95_items(kube: Kube, kubectl: Kubectl
     assert job["spec"]["completions"] == 10
     assert job["status"]["completedIndexes"] == "0-9"
     pods = kube.list("v1", "Pod", namespace,
-                     label_selector=f"batch.kubernetes.io/job-name={job['metadata']['name']}")
+                     label_selector=it.job_pods_selector(job))
     assert len(pods) == 10, [p["metadata"]["name"] for p in pods]

@@ -91,7 +91,7 @@ def test_a_job_lost_mid_run_reruns_only_the_unrecorded_items(
         st = job.get("status") or {}
         rec = _stage(kube, namespace, "lost", "a")
         pods = kube.list("v1", "Pod", namespace,
-                         label_selector=f"batch.kubernetes.io/job-name={first}",
+                         label_selector=it.job_pods_selector(job),
                          field_selector="status.phase!=Succeeded,status.phase!=Failed")
         if (st.get("active") or pods or not st.get("completedIndexes")
                 or rec.get("succeededItems") != st.get("completedIndexes")):

@@ -185,7 +185,7 @@ def pipelinerun_calls() -> set[Key]:
     job["status"] = {"failed": 2, "active": 1}
     kube.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": "nightly-calib-0-x", "namespace": NS,
-        "labels": {"batch.kubernetes.io/job-name": job["metadata"]["name"]}},
+        "labels": job["spec"]["template"]["metadata"]["labels"]},
         "status": {"phase": "Failed"}})
     pipelinerun.reconcile(kube, config, NS, "nightly", state)
     # Suspending the run patches the running Job.

@@ -90,7 +90,7 @@ def pod(job: dict[str, Any], index: int, created: str, exit_code: int) -> dict[s
     name = f"{job['metadata']['name']}-{index}-{created[-3:-1]}"
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "creationTimestamp": created, "labels": {
-                "batch.kubernetes.io/job-name": job["metadata"]["name"],
+                **job["spec"]["template"]["metadata"]["labels"],
                 "batch.kubernetes.io/job-completion-index": str(index)}},
             "spec": {"initContainers": [{"name": "nightshift-stage-in"}],
                      "containers": [{"name": "main"}]},
@@ -198,10 +198,10 @@ def test_logs_of_an_item_read_one_index_pods(cluster: FakeKube,
     code, out = call(cluster, "logs", "nightly", "--stage", "split", "--item", "split-000010")
     assert code == 0, out
     assert capsys.readouterr().out == "reducing split-000010\nboom\n"
-    job = it.job_name("nightly", "split", 0)
     pod_lists = [c for c in cluster.calls if c[1] == "Pod"]
-    assert pod_lists == [("list", "Pod", f"batch.kubernetes.io/job-name={job},"
-                          "batch.kubernetes.io/job-completion-index=10", plugin.POD_LIST_LIMIT)]
+    assert pod_lists == [("list", "Pod", "batch.kubernetes.io/job-completion-index=10,"
+                          "nightshift.io/attempt=0,nightshift.io/pipeline-run=nightly,"
+                          "nightshift.io/stage=split", plugin.POD_LIST_LIMIT)]
     assert "container main" in out and "2 pod(s)" in out
     code, out = call(cluster, "logs", "nightly", "--stage", "split", "--index", "12")
     assert code == 1 and "no pod of Job" in out

@@ -150,9 +150,9 @@ def test_locate_maps_an_item_to_its_retry_job_and_completion_index() -> None:
         pi.locate(view, 10)
     with pytest.raises(LookupError, match="no Job"):
         pi.locate(pg.StageView(total=3), 0)
-    sel = pi.pod_selector(pi.locate(view, 9))
-    assert sel == (f"batch.kubernetes.io/job-name={it.job_name('nightly', 'split', 1)},"
-                   "batch.kubernetes.io/job-completion-index=2")
+    sel = pi.pod_selector("nightly", "split", pi.locate(view, 9))
+    assert sel == ("batch.kubernetes.io/job-completion-index=2,nightshift.io/attempt=1,"
+                   "nightshift.io/pipeline-run=nightly,nightshift.io/stage=split")
 
 
 def test_stage_jobs_keep_only_our_names() -> None:

@@ -156,7 +156,7 @@ def _reconcile_setup(monkeypatch: pytest.MonkeyPatch, pending: list[dict[str, An
     for i, status in enumerate(pending):
         kube.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": f"nightly-calib-{i}-x7", "namespace": "physics",
-            "labels": {"batch.kubernetes.io/job-name": job["metadata"]["name"]}},
+            "labels": job["spec"]["template"]["metadata"]["labels"]},
             "status": status})
     return kube, state, clock, jpath
 

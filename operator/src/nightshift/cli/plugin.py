@@ -307,7 +307,8 @@ def cmd_logs(ctx: Ctx, args: argparse.Namespace) -> int:
         where = pi.locate(_view(ctx, run, args.stage, total), index, args.attempt)
     except LookupError as e:
         raise PluginError(f"stage {args.stage}: {e}") from None
-    pods = ctx.kube.list("v1", "Pod", ctx.namespace, label_selector=pi.pod_selector(where),
+    pods = ctx.kube.list("v1", "Pod", ctx.namespace,
+                         label_selector=pi.pod_selector(args.run, args.stage, where),
                          limit=POD_LIST_LIMIT)
     pod = pi.newest_pod(pods)
     if pod is None:

@@ -16,8 +16,7 @@ from nightshift.api import names, ranges
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import progress as pg
 
-# Labels the Job controller puts on every pod of an Indexed Job (Kubernetes >= 1.28).
-LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
+# The label the Job controller puts on every pod of an Indexed Job (Kubernetes >= 1.28).
 LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 SUCCEEDED = "succeeded"
@@ -233,8 +232,11 @@ def locate(view: pg.StageView, index: int, attempt: int | None = None) -> Where:
                       else f"item {index} is beyond the stage's {view.total} items")
 
 
-def pod_selector(where: Where) -> str:
-    return f"{LABEL_JOB_NAME}={where.job},{LABEL_COMPLETION_INDEX}={where.completion_index}"
+def pod_selector(run: str, stage: str, where: Where) -> str:
+    """The pods of one item in one attempt: the attempt's labels (its Job's selector)
+    and the item's completion index."""
+    return itemsmod.label_selector({**itemsmod.attempt_labels(run, stage, where.attempt),
+                                    LABEL_COMPLETION_INDEX: str(where.completion_index)})
 
 
 def newest_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

@@ -88,6 +88,31 @@ def object_name(parts: Sequence[str], limit: int = 63) -> str:
     return f"{readable}-{digest}" if readable else digest
 
 
+def attempt_labels(run: str, stage: str, attempt: int) -> dict[str, str]:
+    """The labels that select one stage attempt's pods: its Job's own selector
+    (manualSelector), so a pod carries these three and not the four the API server
+    would add (job-name and controller-uid, each twice) for a generated one."""
+    return {names.LABEL_RUN: run, names.LABEL_STAGE: stage, names.LABEL_ATTEMPT: str(attempt)}
+
+
+def label_selector(labels: Mapping[str, str]) -> str:
+    """`labels` as a label selector string (k=v,...)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def job_pods_selector(job: Mapping[str, Any]) -> str:
+    """The selector of a stage Job's pods: its own matchLabels (a manual one, or the
+    controller-uid the API server generated for a Job from before), else its attempt's
+    labels (an MPIJob read as a Job)."""
+    spec = job.get("spec") or {}
+    match = (spec.get("selector") or {}).get("matchLabels")
+    if not match:
+        labels = (job.get("metadata") or {}).get("labels") or {}
+        match = {k: labels[k] for k in (names.LABEL_RUN, names.LABEL_STAGE, names.LABEL_ATTEMPT)
+                 if k in labels}
+    return label_selector(match)
+
+
 def job_name(run: str, stage: str, attempt: int) -> str:
     parts = [run, stage] + ([f"r{attempt}"] if attempt else [])
     return object_name(parts, JOB_NAME_MAX)

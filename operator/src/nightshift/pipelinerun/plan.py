@@ -113,14 +113,17 @@ def plan(observed: Observed) -> Plan:
     return _Planner(observed).run()
 
 
-def lost_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Jobs the run's record says were seen running and that are not there any more:
-    the reconcile pass asks whether their pods are gone (Observed.live_pods)."""
+def lost_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]
+              ) -> dict[str, dict[str, str]]:
+    """Jobs the run's record says were seen running and that are not there any more,
+    each with the labels of its pods: the reconcile pass asks whether those pods are
+    gone (Observed.live_pods)."""
     status = run.get("status") or {}
     if status.get("phase") in TERMINAL_PHASES:
-        return []
+        return {}
     present = {(j.get("metadata") or {}).get("name") for j in jobs}
-    out = []
+    run_name = str((run.get("metadata") or {}).get("name") or "")
+    out = {}
     for rec in status.get("stages") or []:
         if rec.get("phase") in (pg.SUCCEEDED, pg.FAILED) or not rec.get("jobName"):
             continue
@@ -128,7 +131,8 @@ def lost_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]) -> list
             (a for a in rec.get("attempts") or [] if a.get("attempt") == rec.get("attempt")),
             {})
         if latest.get("jobUID") and rec["jobName"] not in present:
-            out.append(str(rec["jobName"]))
+            out[str(rec["jobName"])] = itemsmod.attempt_labels(
+                run_name, str(rec.get("name") or ""), int(rec["attempt"]))
     return out
 
 

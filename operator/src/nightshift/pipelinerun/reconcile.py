@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -24,6 +25,7 @@ from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
 from nightshift.pipelinerun import binding, cost, mpijob, references, stalled
+from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.plan import Observed, Plan, lost_jobs, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
@@ -81,10 +83,10 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
     stuck = _stalled(kube, namespace, jobs, spec, state)
     # Rare (a stage Job deleted mid-run): one short pod LIST per lost Job.
     live = {job: len(kube.list("v1", "Pod", namespace,
-                               label_selector=f"batch.kubernetes.io/job-name={job}",
+                               label_selector=itemsmod.label_selector(labels),
                                field_selector="status.phase!=Succeeded,status.phase!=Failed",
                                limit=1))
-            for job in lost_jobs(run, jobs)}
+            for job, labels in lost_jobs(run, jobs).items()}
 
     # The SharedStorages spec.storage names: one GET each (at most 20 entries).
     shared = {n: kube.get(names.API_VERSION, names.SHAREDSTORAGE, n, namespace)
@@ -259,8 +261,7 @@ def _failure_samples(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
         failed = int((job.get("status") or {}).get("failed") or 0)
         if failed == 0 or state.failed_seen.get(jname) == failed:
             continue
-        pods = kube.list("v1", "Pod", namespace,
-                         label_selector=f"batch.kubernetes.io/job-name={jname}",
+        pods = kube.list("v1", "Pod", namespace, label_selector=itemsmod.job_pods_selector(job),
                          field_selector="status.phase=Failed", limit=5)
         stage = (job["metadata"].get("labels") or {}).get(names.LABEL_STAGE, jname)
         state.samples[stage] = [failure_sample(p) for p in pods[:5]]
@@ -285,8 +286,7 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
         seen.add(jname)
         st = state.stalls.setdefault(jname, stalled.Stall(since=now))
         if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
-            pods = kube.list("v1", "Pod", namespace,
-                             label_selector=f"batch.kubernetes.io/job-name={jname}",
+            pods = kube.list("v1", "Pod", namespace, label_selector=itemsmod.job_pods_selector(job),
                              field_selector="status.phase=Pending", limit=stalled.PODS_READ)
             i = index[stage]
             st.read(stalled.summary(spec.stages[i], i, pods[:stalled.PODS_READ]), now)
@@ -311,6 +311,14 @@ def message_tail(text: str, limit: int = 240) -> str:
     return "…" + cut
 
 
+def _controller(pod: Mapping[str, Any]) -> str:
+    """The name of the Job that controls `pod` (stage pods carry no job-name label)."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "Job":
+            return str(ref.get("name") or "")
+    return ""
+
+
 def failure_sample(pod: dict[str, Any]) -> dict[str, Any]:
     ann = pod["metadata"].get("annotations") or {}
     status = pod.get("status") or {}
@@ -331,7 +339,7 @@ def failure_sample(pod: dict[str, Any]) -> dict[str, Any]:
         "reason": reason,
         "message": message_tail(message),
         "pod": pod["metadata"]["name"],
-        "job": (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name", ""),
+        "job": _controller(pod),
     }
 
 
