@@ -63,6 +63,9 @@ VARIANTS: dict[str, list[str] | None] = {
     "+security": ["security", "noToken"],
     "+noToken": ["noToken"],
     "full": None,
+    # The bare Job padded with one annotation to the full pod's bytes: bytes without a
+    # feature (one extra field), to tell a cost per byte from a cost per feature.
+    "bare+padding": [],
     "full+resources": None,
     "full+affinity": None,
 }
@@ -135,6 +138,20 @@ def created_sizes(bench: Bench, jobs: dict[str, tuple[dict[str, Any], Any]]) -> 
     return out
 
 
+PADDING = "bench.nightshift.io/padding"
+
+
+def pad_to_full(bench: Bench, jobs: dict[str, tuple[dict[str, Any], Any]]) -> None:
+    """Give "bare+padding" an annotation that makes its pod, as created, as large as
+    the full variant's (two dry-run creates: the annotation's overhead is measured)."""
+    job = jobs["bare+padding"][0]
+    target = created_sizes(bench, {"full": jobs.get("full") or variant_job("full", 1, 1)})
+    ann = job["spec"]["template"]["metadata"].setdefault("annotations", {})
+    ann[PADDING] = ""
+    base = created_sizes(bench, {"bare+padding": jobs["bare+padding"]})["bare+padding"]
+    ann[PADDING] = "x" * max(0, target["full"] - base)
+
+
 def cluster_cpu(run: dict[str, Any]) -> float:
     """CPU seconds the local cluster's own parts used during the run."""
     return float(sum(v for k, v in run["cpu_s"].items() if k != "other"))
@@ -194,6 +211,8 @@ def main() -> int:
             for v in args.variants}
     if args.real_node:
         jobs = {v: (on_real_node(j), cms) for v, (j, cms) in jobs.items()}
+    if "bare+padding" in jobs:
+        pad_to_full(bench, jobs)
     if args.sizes:
         for v, size in created_sizes(bench, jobs).items():
             console.print(f"  {v:22} {size:6,} bytes as created")
