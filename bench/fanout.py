@@ -6,6 +6,11 @@ reads the API server's audit log):
     .venv/bin/python bench/fanout.py                  # 3,000 and 10,000 items of 1 s
     .venv/bin/python bench/fanout.py --sizes 1000 10000 100000 --run-only
     .venv/bin/python bench/fanout.py --sizes 1000 10000 100000 --run-only --batch 50
+    .venv/bin/python bench/fanout.py --sizes 3000 --pairs 5 --baseline full
+
+`--baseline full` pairs the run with its own rendered Job, unchanged, created by the
+bench: both sides run the same pods, so the ratio is what the operator and the
+PipelineRun cost beyond them, and its spread is the bed's own.
 
 For each size, in the same cluster, `--pairs` alternating pairs (bare then run, run
 then bare, ...), the namespace drained between runs (bench/jobbench.py):
