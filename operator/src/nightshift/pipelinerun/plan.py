@@ -132,7 +132,7 @@ def lost_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]
             {})
         if latest.get("jobUID") and rec["jobName"] not in present:
             out[str(rec["jobName"])] = itemsmod.attempt_labels(
-                run_name, str(rec.get("name") or ""), int(rec["attempt"]))
+                run_name, str(rec.get("name") or ""), int(rec.get("attempt") or 0))
     return out
 
 
