@@ -88,11 +88,17 @@ def object_name(parts: Sequence[str], limit: int = 63) -> str:
     return f"{readable}-{digest}" if readable else digest
 
 
+# The labels a stage's pods carry, and all they carry of the run: what selects them
+# (virtualcluster.observe lists pending pods by run; people select a run's, stage's or
+# attempt's pods).
+POD_LABELS = (names.LABEL_RUN, names.LABEL_STAGE, names.LABEL_ATTEMPT)
+
+
 def attempt_labels(run: str, stage: str, attempt: int) -> dict[str, str]:
     """The labels that select one stage attempt's pods: its Job's own selector
     (manualSelector), so a pod carries these three and not the four the API server
     would add (job-name and controller-uid, each twice) for a generated one."""
-    return {names.LABEL_RUN: run, names.LABEL_STAGE: stage, names.LABEL_ATTEMPT: str(attempt)}
+    return dict(zip(POD_LABELS, (run, stage, str(attempt)), strict=True))
 
 
 def label_selector(labels: Mapping[str, str]) -> str:
@@ -108,8 +114,7 @@ def job_pods_selector(job: Mapping[str, Any]) -> str:
     match = (spec.get("selector") or {}).get("matchLabels")
     if not match:
         labels = (job.get("metadata") or {}).get("labels") or {}
-        match = {k: labels[k] for k in (names.LABEL_RUN, names.LABEL_STAGE, names.LABEL_ATTEMPT)
-                 if k in labels}
+        match = {k: labels[k] for k in POD_LABELS if k in labels}
     return label_selector(match)
 
 

@@ -19,9 +19,6 @@ from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 # Alias of api/names.py for callers that still spell it here (plan.py, tests).
 DISRUPTION_TARGET = "DisruptionTarget"
-# The labels a stage's pods carry: what selects them (virtualcluster.observe lists
-# pending pods by run; people select a run's, stage's or attempt's pods).
-POD_LABELS = (names.LABEL_RUN, names.LABEL_STAGE, names.LABEL_ATTEMPT)
 # Job API limit on completions-with-backoffLimitPerIndex before stricter rules apply.
 HIGH_COMPLETIONS = 100_000
 HIGH_COMPLETIONS_PARALLELISM = 10_000

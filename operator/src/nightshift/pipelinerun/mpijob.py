@@ -22,9 +22,8 @@ from typing import Any
 from nightshift.api import names
 from nightshift.pipelinerun import binding
 from nightshift.pipelinerun import runnerparts as runner
-from nightshift.pipelinerun.items import RunRef, job_name
+from nightshift.pipelinerun.items import RunRef, attempt_labels, job_name
 from nightshift.pipelinerun.jobs import (
-    POD_LABELS,
     merge_env,
     placement,
     pod_metadata,
@@ -86,7 +85,7 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
     step = stage.steps[-1]
     name = job_name(run.name, stage.name, attempt)
     labels = {**run.labels(stage.name, "stage"), names.LABEL_ATTEMPT: str(attempt)}
-    pod_labels = {k: v for k, v in labels.items() if k in POD_LABELS}
+    pod_labels = attempt_labels(run.name, stage.name, attempt)
     env = merge_env(
         [{"name": names.ENV_RUN, "value": run.name},
          {"name": names.ENV_STAGE, "value": stage.name},
