@@ -252,7 +252,8 @@ def main() -> int:
                          "last_bind_s": t.last_bind_s, "load_start": t.load_start,
                          "load_end": t.load_end, "pod_bytes": t.pod_bytes,
                          "drain_s": round(drain_s, 1), "cpu_s": t.cpu,
-                         "foreign_writes": t.foreign_writes, "pod_work": t.pod_work})
+                         "foreign_writes": t.foreign_writes, "pod_work": t.pod_work,
+                         "host": t.host})
             left = (time.monotonic() - t_start) / k * (total - k)
             console.print(f"  [{k}/{total}] {v:22} {t.done_s:7.2f} s  "
                           f"{args.items / t.done_s:5.1f} pods/s  last create {t.last_create_s} s"

@@ -39,14 +39,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
+from auditlog import WRITES, pod_writes
 from fanout import NS_JOB, NS_RUN, OPERATOR, drain_run, peak_rss_mb, start_operator
 from jobbench import (
     POOL,
-    WRITES,
     Bench,
     console,
     loadavg,
-    pod_writes,
     prepared,
     progress,
     results_path,

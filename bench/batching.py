@@ -79,7 +79,7 @@ def main() -> int:
                              "last_create_s": t.last_create_s, "load_start": t.load_start,
                              "load_end": t.load_end, "drain_s": round(drain_s, 1),
                              "cpu_s": t.cpu, "foreign_writes": t.foreign_writes,
-                             "pod_work": t.pod_work, **info})
+                             "pod_work": t.pod_work, "host": t.host, **info})
                 console.print(f"  {label:22} {t.done_s:7.2f} s  {pods:,} pods  "
                               f"cluster CPU {cluster_cpu(runs[-1]):.0f} s  "
                               f"load {t.load_start}->{t.load_end}  drain {drain_s:.0f} s  "

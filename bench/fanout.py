@@ -39,24 +39,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from auditlog import WRITES, foreign_writes, pod_work, pod_writes, ts
 from jobbench import (
     POOL,
-    WRITES,
     Bench,
     Timed,
     console,
-    foreign_writes,
     job_state,
     loadavg,
-    pod_work,
-    pod_writes,
     prepared,
     print_parts,
     progress,
     results_path,
     run_job,
     stats,
-    ts,
 )
 from jobvariants import kwok_task, only, rendered_job, stage
 from rich.table import Table
@@ -103,6 +99,8 @@ def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: fl
     load_start = loadavg()
     mark = bench.audit.mark()
     cpu0 = bench.cpu()
+    speed = bench.host_speed()
+    speed.start()
     t0 = time.time()
     bench.create(pipelinerun(n, task_s, **stage_extra))
     t_job_done = None
@@ -122,6 +120,7 @@ def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: fl
             if time.time() - t0 > timeout:
                 raise RuntimeError(f"{label}: not done after {timeout:.0f} s ({done}/{n})")
             time.sleep(0.25)
+    host = speed.stop()
     if phase != "Succeeded":
         raise RuntimeError(f"{label}: the run ended {phase}")
     cpu = bench.cpu_since(cpu0)
@@ -141,7 +140,7 @@ def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: fl
                   last_bind_s=round(binds[-1] - t0, 2) if binds else None,
                   load_start=load_start, load_end=loadavg(), pod_bytes=0, cpu=cpu,
                   foreign_writes=foreign_writes(entries, (NS_RUN,)),
-                  pod_work=pod_work(entries, NS_RUN))
+                  pod_work=pod_work(entries, NS_RUN), host=host)
     status = run.get("status") or {}
     extra = {
         "job_done_s": round(t_job_done - t0, 2) if t_job_done else None,
@@ -167,6 +166,16 @@ def drain_run(bench: Bench) -> float:
 
 def cluster_cpu(run: dict[str, Any]) -> float:
     return float(sum(v for k, v in run["cpu_s"].items() if k != "other"))
+
+
+def host_adjusted(runs: list[dict[str, Any]]) -> list[float]:
+    """Each pair's bare / PipelineRun time with each side's time divided by its host
+    chunk (bench/hostspeed.py): the ratio had both sides had cores of the same speed."""
+    def per_ms(r: dict[str, Any]) -> float:
+        return float(r["done_s"]) / float(r["host"]["chunk_ms"])
+    bare = {r["pair"]: per_ms(r) for r in runs if r["side"] == "bare"}
+    run = {r["pair"]: per_ms(r) for r in runs if r["side"] == "run"}
+    return [round(bare[p] / run[p], 3) for p in sorted(bare) if p in run]
 
 
 def _kinds(writes: list[dict[str, Any]]) -> dict[str, int]:
@@ -220,7 +229,7 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                              "load_start": t.load_start, "load_end": t.load_end,
                              "drain_s": round(drain_s, 1), "cpu_s": t.cpu,
                              "foreign_writes": t.foreign_writes, "pod_work": t.pod_work,
-                             **extra})
+                             "host": t.host, **extra})
                 more = (f" (its Job done at {extra['job_done_s']} s, created at "
                         f"{extra['job_created_s']} s)" if extra else "")
                 console.print(f"  {label:18} {t.done_s:7.2f} s{more}  "
@@ -259,6 +268,8 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
         "cpu_ratio": round(stats([cluster_cpu(r) for r in runs if r["side"] == "bare"])[1]
                            / stats([cluster_cpu(r) for r in runs if r["side"] == "run"])[1], 3),
         "pair_speed_ratio": [round(b / r, 3) for b, r in zip(bare_s, run_s, strict=True)],
+        "pair_speed_ratio_host": host_adjusted(runs),
+        "speed_ratio_host": stats(host_adjusted(runs))[1],
     }
 
 
@@ -326,6 +337,8 @@ def main() -> int:
     for r in results:
         console.print(f"{r['items']:,} items: speed ratio on the run's Job completing "
                       f"{r['speed_ratio_job']:.3f}; operator writes {r['write_kinds']}")
+        console.print(f"{r['items']:,} items: host-adjusted speed ratio "
+                      f"{r['speed_ratio_host']:.3f} (pairs {r['pair_speed_ratio_host']})")
     console.print(f"results: {path}")
     return 0
 

@@ -32,6 +32,8 @@ if str(ROOT) not in sys.path:
 
 import urllib3
 import yaml
+from auditlog import Audit, foreign_writes, pod_work, pod_writes
+from hostspeed import HostSpeed
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -104,86 +106,6 @@ def loadavg() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-class Audit:
-    """Reads the API server's audit log from an offset: entries since a mark."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def mark(self) -> int:
-        return self.path.stat().st_size if self.path.exists() else 0
-
-    def since(self, offset: int) -> list[dict[str, Any]]:
-        files = [(self.path, offset)]
-        if self.path.stat().st_size < offset:
-            # Rotated since the mark: the rest of the old file, then all of the new one.
-            rotated = sorted(self.path.parent.glob("audit-*.log"), key=lambda p: p.stat().st_mtime)
-            if not rotated:
-                raise RuntimeError("the audit log was rotated and its backup is gone")
-            files = [(rotated[-1], offset), (self.path, 0)]
-        out = []
-        for path, start in files:
-            with path.open("rb") as f:
-                f.seek(start)
-                for line in f:
-                    try:
-                        out.append(json.loads(line))
-                    except ValueError:
-                        continue
-        return out
-
-
-def ts(entry: dict[str, Any]) -> float:
-    return datetime.fromisoformat(
-        entry["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
-
-
-# The audit log's write verbs; a deletecollection names no single object.
-WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
-OBJECT_WRITES = WRITES - {"deletecollection"}
-
-
-def foreign_writes(entries: list[dict[str, Any]], namespaces: tuple[str, ...]) -> int:
-    """API writes during a run by anyone, in any namespace but the bench's own: others'
-    tests on the same cluster cost its parts CPU that looks like the bench's."""
-    return sum(1 for e in entries
-               if e.get("verb") in WRITES
-               and e.get("stage") == "ResponseComplete"
-               and (e.get("objectRef") or {}).get("namespace") not in namespaces
-               and (e.get("objectRef") or {}).get("resource") not in ("leases", "nodes"))
-
-
-def pod_writes(entries: list[dict[str, Any]], namespace: str, subresource: str | None,
-               verb: str = "create") -> list[float]:
-    """Times of successful pod writes (subresource None: the pod itself) in namespace."""
-    out = []
-    for e in entries:
-        ref = e.get("objectRef") or {}
-        if (e.get("verb") == verb and e.get("stage") == "ResponseComplete"
-                and ref.get("resource") == "pods" and ref.get("namespace") == namespace
-                and ref.get("subresource") == subresource
-                and int((e.get("responseStatus") or {}).get("code", 0)) < 300):
-            out.append(ts(e))
-    return sorted(out)
-
-
-def pod_work(entries: list[dict[str, Any]], namespace: str) -> dict[str, int]:
-    """The pod writes a run caused in its namespace, by kind, and how many the API server
-    refused with a conflict (a writer's retry): the same work should give the same counts,
-    so a run that cost more CPU with the same counts did the same work more slowly."""
-    out: dict[str, int] = {}
-    for e in entries:
-        ref = e.get("objectRef") or {}
-        if (e.get("verb") not in OBJECT_WRITES
-                or e.get("stage") != "ResponseComplete" or ref.get("resource") != "pods"
-                or ref.get("namespace") != namespace):
-            continue
-        code = int((e.get("responseStatus") or {}).get("code", 0))
-        key = "conflict" if code == 409 else f"{e['verb']} {ref.get('subresource') or 'pod'}"
-        out[key] = out.get(key, 0) + 1
-    return dict(sorted(out.items()))
-
-
 class Bench:
     """The local cluster as the benches use it: API client, audit log, part PIDs."""
 
@@ -192,6 +114,11 @@ class Bench:
         self.kube = Kube.from_env(str(self.layout.kubeconfig))
         self.audit = Audit(self.layout.logs / "audit.log")
         self.pids = part_pids(self.layout)
+        self.nice = 0  # the cluster's parts' nice value during the bench (renice)
+
+    def host_speed(self) -> HostSpeed:
+        """A host-speed probe at the cluster's nice value, so it gets its turns."""
+        return HostSpeed(self.nice)
 
     def renice(self, nice: int, pids: list[int] | None = None) -> None:
         """Every thread of the cluster's parts (or of `pids`) to this nice value.
@@ -325,6 +252,7 @@ def prepared(nodes: int, namespaces: Sequence[str], renice: int = 0) -> Bench:
     bench = Bench()
     if renice:
         bench.renice(renice)
+        bench.nice = renice
         atexit.register(bench.renice, 0)
     for f in sorted((ROOT / "crds").glob("*.yaml")):
         for doc in yaml.safe_load_all(f.read_text()):
@@ -356,11 +284,16 @@ class Timed:
     cpu: dict[str, float] = field(default_factory=dict)
     foreign_writes: int = 0
     pod_work: dict[str, int] = field(default_factory=dict)
+    # The host's speed meanwhile (bench/hostspeed.py): chunk_ms, samples, steal_s.
+    host: dict[str, Any] = field(default_factory=dict)
 
 
 def print_parts(t: Timed) -> None:
     """A run's CPU seconds per part and its pod writes, under its result line."""
     console.print("      cpu s: " + "  ".join(f"{k} {v}" for k, v in t.cpu.items()))
+    if t.host:
+        console.print(f"      host: chunk {t.host['chunk_ms']} ms (median of "
+                      f"{t.host['samples']}), steal {t.host['steal_s']} s")
     console.print("      pod writes: " + "  ".join(f"{k} {v}" for k, v in t.pod_work.items()))
 
 
@@ -399,6 +332,8 @@ def run_job(bench: Bench, job: dict[str, Any], cms: list[dict[str, Any]], label:
     load_start = loadavg()
     mark = bench.audit.mark()
     cpu0 = bench.cpu()
+    speed = bench.host_speed()
+    speed.start()
     t0 = time.time()
     bench.create(job)
     name = job["metadata"]["name"]
@@ -423,6 +358,7 @@ def run_job(bench: Bench, job: dict[str, Any], cms: list[dict[str, Any]], label:
     if status.get("completionTime"):
         completion = k8s_time(status["completionTime"]) - k8s_time(
             current["metadata"]["creationTimestamp"])  # type: ignore[index]
+    host = speed.stop()
     cpu = bench.cpu_since(cpu0)
     entries = bench.audit.since(mark)
     creates = pod_writes(entries, ns, None)
@@ -432,7 +368,7 @@ def run_job(bench: Bench, job: dict[str, Any], cms: list[dict[str, Any]], label:
                  pod_work=pod_work(entries, ns), completion_s=completion,
                  last_create_s=round(creates[-1] - t0, 2) if creates else None,
                  last_bind_s=round(binds[-1] - t0, 2) if binds else None,
-                 load_start=load_start, load_end=loadavg(), pod_bytes=pod_bytes)
+                 load_start=load_start, load_end=loadavg(), pod_bytes=pod_bytes, host=host)
 
 
 def stats(values: list[float]) -> tuple[float, float, float]:

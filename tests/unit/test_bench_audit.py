@@ -1,4 +1,4 @@
-"""The benches' audit-log tallies (bench/jobbench.py): what a run's figures rest on."""
+"""The benches' audit-log tallies (bench/auditlog.py): what a run's figures rest on."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from jobbench import foreign_writes, pod_work
+from auditlog import foreign_writes, pod_work
 
 
 def entry(verb: str, resource: str, namespace: str, code: int = 200,
