@@ -97,7 +97,7 @@ def test_aws_failure_leaves_price_unknown_and_reports() -> None:
         stub.add_client_error("get_products", "AccessDeniedException", "no pricing:GetProducts")
         p = prices(pricing, Clock())
         assert p("c6i.large", "on-demand") is None
-        assert p.last_error is not None and p.last_error.code == "AccessDeniedException"
+        assert p.errors[("c6i.large", "on-demand")].code == "AccessDeniedException"
         # The miss is cached too: a failing API costs one call per TTL.
         assert p("c6i.large", "on-demand") is None
 
@@ -136,3 +136,20 @@ def test_ec2_access_without_credentials_says_so() -> None:
     assert access.price_problem([("c6i.large", "on-demand")]) == (
         "AWS prices unavailable: CreateClient: NoClient: You must specify a region.; set "
         "AWS_REGION and the operator's AWS credentials (IRSA or Pod Identity)")
+
+
+@mock_aws
+def test_a_lookup_that_succeeds_again_clears_its_error() -> None:
+    pricing = boto3.client("pricing", region_name="us-east-1")
+    clock = Clock()
+    with Stubber(pricing) as stub:
+        stub.add_client_error("get_products", "AccessDeniedException", "no pricing:GetProducts")
+        p = prices(pricing, clock)
+        assert p("c6i.large", "on-demand") is None
+        assert ("c6i.large", "on-demand") in p.errors
+        # The permission granted: the failure's shorter TTL passes, the lookup succeeds.
+        clock.t = 61
+        stub.add_response("get_products", {"PriceList": [product("0.085")]})
+        assert p("c6i.large", "on-demand") == 0.085
+        assert p.errors == {}
+        stub.assert_no_pending_responses()

@@ -45,7 +45,8 @@ def catalog_prices(catalog: InstanceCatalog) -> PriceFn:
 
 class AwsPrices:
     """A PriceFn backed by AWS, cached. Never raises: a failure leaves the price
-    unknown (None) and is kept in `last_error` for the reconciler to report."""
+    unknown (None), and its error stays in `errors` under the (instance type, capacity
+    type) it was for, until a lookup succeeds, for the reconciler to report."""
 
     def __init__(
         self,
@@ -62,7 +63,6 @@ class AwsPrices:
         self._ttl = ttl_seconds
         self._clock = clock
         self._cache: dict[tuple[str, str], tuple[float, float | None]] = {}
-        self.last_error: AwsError | None = None
         # Per (instance type, capacity type): the error of its last lookup, while it fails.
         self.errors: dict[tuple[str, str], AwsError] = {}
 
@@ -79,7 +79,7 @@ class AwsPrices:
                 value = self.on_demand(instance_type)
             self.errors.pop(key, None)
         except AwsError as e:
-            self.last_error = self.errors[key] = e
+            self.errors[key] = e
             # A failure is looked up again soon: a permission granted shows within a minute.
             self._cache[key] = (now + min(self._ttl, FAILURE_TTL_SECONDS), None)
             return None
