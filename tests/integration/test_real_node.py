@@ -31,17 +31,12 @@ BUCKET = "realnode"
 
 @pytest.fixture(scope="module")
 def real_node(kubectl: Kubectl) -> dict[str, Any]:
-    """The real node's Node object; skips when there is none or it lacks our images."""
-    r = kubectl("get", "node", NODE_NAME, "-o", "json", check=False)
-    if r.returncode != 0:
-        pytest.skip(f"the cluster has no real node {NODE_NAME} (start the local cluster "
-                    "with `nightshift-localcluster up --real-node`, as root)")
-    node: dict[str, Any] = json.loads(r.stdout)
-    ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
-    if not ready or ready[0]["status"] != "True":
-        pytest.skip(f"real node {NODE_NAME} is not Ready")
-    if problem := helminstall.missing_image(node, RUNNER_IMAGE):
+    """The real node's Node object; skips when there is none, it is not Ready or it
+    lacks the runner image (helminstall.real_node_problem says which, and what to do)."""
+    node = helminstall.real_node([kubectl.bin, f"--kubeconfig={kubectl.kubeconfig}"])
+    if problem := helminstall.real_node_problem(node, RUNNER_IMAGE):
         pytest.skip(problem)
+    assert node is not None  # real_node_problem said why otherwise
     return node
 
 

@@ -29,6 +29,17 @@ def test_real_node_problems_say_what_to_do() -> None:
     assert helminstall.real_node_problem(node(images=(helminstall.OPERATOR_IMAGE_REF,))) is None
 
 
+def test_real_node_problems_for_another_image_name_that_image() -> None:
+    runner = "nightshift-runner:dev"
+    with_operator = node(images=(helminstall.OPERATOR_IMAGE_REF,))
+    problem = helminstall.real_node_problem(with_operator, runner)
+    assert problem is not None and runner in problem and "make images" in problem
+    not_ready = helminstall.real_node_problem(node("False"), runner)
+    assert not_ready is not None and "not Ready" in not_ready
+    listed = node(images=("docker.io/library/nightshift-runner:dev",))
+    assert helminstall.real_node_problem(listed, runner) is None
+
+
 def test_missing_image_names_the_image_as_containerd_lists_it() -> None:
     listed = node(images=("docker.io/library/nightshift-mpi:dev",))
     assert helminstall.missing_image(listed, "nightshift-mpi:dev") is None

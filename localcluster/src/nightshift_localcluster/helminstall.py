@@ -33,9 +33,9 @@ def image_ref(image: str) -> str:
 OPERATOR_IMAGE_REF = image_ref(f"{OPERATOR_REPOSITORY}:{TAG}")
 
 
-def real_node_problem(node: dict[str, Any] | None) -> str | None:
-    """Why the operator pod cannot run on this cluster's real node (`node` is its Node
-    object, None when there is none); None when it can."""
+def real_node_problem(node: dict[str, Any] | None, image: str | None = None) -> str | None:
+    """Why a pod of `image` (the operator's by default) cannot run on this cluster's real
+    node (`node` is its Node object, None when there is none); None when it can."""
     if node is None:
         return (f"the cluster has no real node {NODE_NAME} (the local cluster starts one "
                 "when run as root on Linux: `make cluster-up`)")
@@ -43,6 +43,8 @@ def real_node_problem(node: dict[str, Any] | None) -> str | None:
              if c.get("type") == "Ready"]
     if not ready or ready[0].get("status") != "True":
         return f"the real node {NODE_NAME} is not Ready"
+    if image is not None:
+        return missing_image(node, image)
     missing = missing_image(node, f"{OPERATOR_REPOSITORY}:{TAG}")
     return f"{missing} (or `bash hack/images.sh build .` for the operator only)" \
         if missing else None
