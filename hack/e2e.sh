@@ -60,7 +60,9 @@ step "nightshift validate: examples/"
 "$venv/bin/nightshift" validate --provider kwok examples/virtualcluster-local.yaml || exit 1
 
 sim=(--items 3 --seconds 2)
-if k get node nightshift-real >/dev/null 2>&1; then
+real_node=$("$py" -c 'from nightshift_localcluster.nodeconfig import NODE_NAME; print(NODE_NAME)') \
+  || die "the test bed's package (nightshift_localcluster) does not import: make venv"
+if k get node "$real_node" >/dev/null 2>&1; then
   mode=local
   step "local cluster: the operator on the real node (:dev images), pods on KWOK pool $POOL"
   "$py" - "$RUNS" >"$work/values.json" <<'PY' || die "no chart values for the local cluster"

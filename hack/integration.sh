@@ -104,7 +104,7 @@ wait_node_images() (
   local want have missing=""
   want=$(ctr --address "$sock" -n k8s.io images ls -q | grep '^docker.io/library/nightshift-' | sort -u)
   for _ in $(seq 1 60); do
-    have=$(kubectl get node nightshift-real -o jsonpath='{.status.images[*].names[*]}' \
+    have=$(kubectl get node "$NIGHTSHIFT_REAL_NODE_NAME" -o jsonpath='{.status.images[*].names[*]}' \
       | tr ' ' '\n' | sort -u)
     missing=$(comm -23 <(echo "$want") <(echo "$have"))
     [ -z "$missing" ] && return 0

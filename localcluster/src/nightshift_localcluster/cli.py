@@ -33,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="one real worker node (containerd + kubelet) beside the KWOK ones; "
                       "default: on where the machine allows it (root, cgroups, bridge, "
                       "iptables), or NIGHTSHIFT_REAL_NODE=1/0")
+    p_up.add_argument("--profiling", action="store_true",
+                      help="serve the API server's /debug/pprof (a bench's CPU profile: "
+                      "`kubectl get --raw '/debug/pprof/profile?seconds=30'`); off by default")
     sub.add_parser("down", help="stop exactly the processes `up` started")
     sub.add_parser("status", help="show each part, its PID and whether it is alive")
     sub.add_parser("env", help="print shell exports: eval \"$(nightshift-localcluster env)\"")
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         layout = Layout.discover()
         if args.cmd == "up":
             cluster.up(layout, Qps.upstream_defaults() if args.default_qps else Qps(), _say,
-                       real_node=args.real_node)
+                       real_node=args.real_node, profiling=args.profiling)
             console.print(f"kubeconfig: {layout.kubeconfig}\n"
                           f"try: eval \"$(nightshift-localcluster env)\" && kubectl get nodes")
         elif args.cmd == "down":

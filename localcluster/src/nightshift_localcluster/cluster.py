@@ -16,6 +16,7 @@ from typing import Any
 
 from nightshift_localcluster import components, procs, realnode, tools
 from nightshift_localcluster.components import Ports, Qps
+from nightshift_localcluster.nodeconfig import NODE_NAME
 from nightshift_localcluster.paths import Layout, LocalClusterError
 from nightshift_localcluster.pki import Pki, write_kubeconfig
 
@@ -79,7 +80,8 @@ def kubectl(layout: Layout, *args: str, input_: str | None = None,
     return r
 
 
-def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None) -> State:
+def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
+       profiling: bool = False) -> State:
     state, alive, dead = running(layout)
     if state is not None and alive and not dead:
         say(f"already up: {state.server} (kubeconfig {layout.kubeconfig})")
@@ -120,10 +122,10 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None) -> Sta
             f"http://127.0.0.1:{ports.etcd_client}/health"), 30, etcd)
 
         say("kube-apiserver")
-        api_argv = components.apiserver(layout, pki, ports)
+        api_argv = components.apiserver(layout, pki, ports, profiling=profiling)
         if node is not None:
             api_argv = [*components.apiserver(layout, pki, ports, bind="0.0.0.0",  # noqa: S104  (the real node's kubelet reaches it at the gateway)
-                                              advertise=node.gateway),
+                                              advertise=node.gateway, profiling=profiling),
                         *realnode.apiserver_flags(pki, node)]
         api = procs.start("kube-apiserver", api_argv, layout.logs)
         started.append(api)
@@ -211,9 +213,11 @@ def down(layout: Layout, say: Say) -> None:
 
 def env_lines(layout: Layout) -> list[str]:
     # The catalog too, so `nightshift operator` started by hand from this shell prices
-    # KWOK nodes as the tests' and the demo's operators do.
+    # KWOK nodes as the tests' and the demo's operators do; and the real node's name, so
+    # scripts that wait on it do not spell it themselves.
     return [
         f"export KUBECONFIG={layout.kubeconfig}",
         f"export PATH={layout.tools_bin}:$PATH",
         f"export NIGHTSHIFT_INSTANCE_CATALOG={layout.instance_types_file}",
+        f"export NIGHTSHIFT_REAL_NODE_NAME={NODE_NAME}",
     ]

@@ -56,7 +56,8 @@ def etcd(layout: Layout, ports: Ports) -> list[str]:
 
 
 def apiserver(
-    layout: Layout, pki: Pki, ports: Ports, bind: str = "127.0.0.1", advertise: str | None = None
+    layout: Layout, pki: Pki, ports: Ports, bind: str = "127.0.0.1", advertise: str | None = None,
+    profiling: bool = False,
 ) -> list[str]:
     argv = [
         str(layout.bin("kubernetes", "kube-apiserver")),
@@ -79,7 +80,8 @@ def apiserver(
         "--audit-log-maxbackup=1",
         "--max-requests-inflight=800",
         "--max-mutating-requests-inflight=400",
-        "--profiling=false",
+        # Off unless asked (`up --profiling`): /debug/pprof is for a bench's CPU profile.
+        f"--profiling={str(profiling).lower()}",
     ]
     if advertise:
         argv.append(f"--advertise-address={advertise}")
