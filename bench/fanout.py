@@ -40,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from auditlog import WRITES, foreign_writes, pod_work, pod_writes, ts
+from hostspeed import side_ratio_fit
 from jobbench import (
     POOL,
     Bench,
@@ -270,6 +271,7 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
         "pair_speed_ratio": [round(b / r, 3) for b, r in zip(bare_s, run_s, strict=True)],
         "pair_speed_ratio_host": host_adjusted(runs),
         "speed_ratio_host": stats(host_adjusted(runs))[1],
+        "host_fit": side_ratio_fit(runs),
     }
 
 
@@ -338,7 +340,8 @@ def main() -> int:
         console.print(f"{r['items']:,} items: speed ratio on the run's Job completing "
                       f"{r['speed_ratio_job']:.3f}; operator writes {r['write_kinds']}")
         console.print(f"{r['items']:,} items: host-adjusted speed ratio "
-                      f"{r['speed_ratio_host']:.3f} (pairs {r['pair_speed_ratio_host']})")
+                      f"{r['speed_ratio_host']:.3f} (pairs {r['pair_speed_ratio_host']}); "
+                      f"fitted on every run {r['host_fit']}")
     console.print(f"results: {path}")
     return 0
 

@@ -16,6 +16,7 @@ pair. Run alone, `python bench/hostspeed.py 60` prints a minute of samples.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import statistics
 import subprocess
@@ -72,6 +73,44 @@ class HostSpeed:
         return {"chunk_ms": round(statistics.median(samples), 3) if samples else None,
                 "samples": len(samples),
                 "steal_s": round(steal_seconds() - self.steal0, 1)}
+
+
+def _solve(rows: list[list[float]], y: list[float]) -> list[float]:
+    """Least squares by the normal equations (a few parameters, a few dozen runs)."""
+    k = len(rows[0])
+    m = [[sum(r[i] * r[j] for r in rows) for j in range(k)]
+         + [sum(r[i] * v for r, v in zip(rows, y, strict=True))] for i in range(k)]
+    for i in range(k):
+        pivot = m[i][i]
+        m[i] = [v / pivot for v in m[i]]
+        for r in range(k):
+            if r != i:
+                f = m[r][i]
+                m[r] = [a - f * b for a, b in zip(m[r], m[i], strict=True)]
+    return [m[i][k] for i in range(k)]
+
+
+def _resid_sd(rows: list[list[float]], y: list[float], beta: list[float]) -> float:
+    res = [v - sum(b * x for b, x in zip(beta, r, strict=True))
+           for r, v in zip(rows, y, strict=True)]
+    return math.sqrt(sum(e * e for e in res) / max(1, len(y) - len(beta)))
+
+
+def side_ratio_fit(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Every run's log time fitted on its side and its log host chunk: bare / run with
+    the host's speed held equal, how time follows the chunk (1: in proportion), and the
+    spread left unexplained with and without the chunk (lower: the probe explains it).
+    A cross-check on the per-pair division, which assumes a proportion of exactly 1."""
+    y = [math.log(float(r["done_s"])) for r in runs]
+    side = [1.0 if r["side"] == "run" else 0.0 for r in runs]
+    chunk = [math.log(float(r["host"]["chunk_ms"])) for r in runs]
+    with_chunk = [[1.0, s, c] for s, c in zip(side, chunk, strict=True)]
+    alone = [[1.0, s] for s in side]
+    b, b0 = _solve(with_chunk, y), _solve(alone, y)
+    return {"ratio": round(math.exp(-b[1]), 3), "chunk_elasticity": round(b[2], 2),
+            "resid_sd": round(_resid_sd(with_chunk, y, b), 4),
+            "ratio_without_chunk": round(math.exp(-b0[1]), 3),
+            "resid_sd_without_chunk": round(_resid_sd(alone, y, b0), 4)}
 
 
 def probe(out: Path) -> None:

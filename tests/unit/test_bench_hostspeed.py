@@ -10,7 +10,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from fanout import host_adjusted
-from hostspeed import HostSpeed
+from hostspeed import HostSpeed, side_ratio_fit
 
 
 def test_the_probe_samples_while_it_runs_and_leaves_nothing_behind() -> None:
@@ -42,3 +42,17 @@ def test_a_side_on_slower_cores_is_judged_on_its_work_not_its_time() -> None:
 
 def test_a_pair_missing_a_side_is_left_out() -> None:
     assert host_adjusted([run(1, "bare", 100.0, 5.0)]) == []
+
+
+def test_the_fit_recovers_a_side_cost_hidden_under_host_speed() -> None:
+    # Time in proportion to the host's chunk, the run 5 % slower at equal speed; the
+    # host slowest exactly when the bare Job ran, so the raw times hide the cost.
+    chunks = {(1, "bare"): 8.0, (1, "run"): 6.0, (2, "run"): 7.0, (2, "bare"): 7.5,
+              (3, "bare"): 6.5, (3, "run"): 7.2}
+    runs = [run(p, s, round(12.0 * c * (1.05 if s == "run" else 1.0), 6), c)
+            for (p, s), c in chunks.items()]
+    fit = side_ratio_fit(runs)
+    assert fit["ratio"] == round(1 / 1.05, 3)
+    assert fit["chunk_elasticity"] == 1.0
+    assert fit["resid_sd"] < 1e-6 < fit["resid_sd_without_chunk"]
+    assert host_adjusted(runs) == [round(1 / 1.05, 3)] * 3
