@@ -21,11 +21,13 @@ deps: ## install missing Debian packages and Go
 	@bash hack/deps.sh
 
 # The operator (operator/) and the test bed (localcluster/, not part of the product or
-# its images) in one pip run, so the test bed's "nightshift" is this checkout's.
+# its images) in one install, so the test bed's "nightshift" is this checkout's. uv
+# (from PyPI, into the venv) installs them: from its cache (~/.cache/uv) in about 27 s
+# on the 2-core VM, where pip took 63-70 s.
 $(VENV)/.installed: operator/pyproject.toml localcluster/pyproject.toml
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e 'operator[dev]' -e localcluster
+	$(PY) -m pip install -q uv
+	$(VENV)/bin/uv pip install -q --python $(PY) -e 'operator[dev]' -e localcluster
 	touch $@
 
 venv: deps $(VENV)/.installed ## virtualenv with the operator and test bed (editable) and dev tools
