@@ -285,6 +285,15 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
     name = f"g{layout[:4]}{uuid.uuid4().hex[:4]}"
     # The real node is this host: a host directory for the bricks, removed after.
     brick_root = tempfile.mkdtemp(prefix="nightshift-gluster-test-")
+    # GlusterFS keeps new files off a brick with less than cluster.min-free-disk (10 %)
+    # free: DHT then writes every file to one brick, with pointers on the other, and the
+    # placement checks below would fail for the host's reason, not ours (seen here at
+    # 8.7 % free).
+    usage = shutil.disk_usage(brick_root)
+    if usage.free < 0.11 * usage.total:
+        pytest.fail(f"the filesystem of {brick_root} has {100 * usage.free / usage.total:.1f} "
+                    "% free, under GlusterFS's cluster.min-free-disk (10 %): free disk space "
+                    "and run the test again")
     obj = {"metadata": {"name": name, "namespace": namespace, "uid": "u"},
            "spec": {"type": "glusterfs", "glusterfs": {
                "layout": layout, "pool": "real", "servers": 1, "bricksPerNode": 2,
