@@ -257,6 +257,7 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
     }
     if run_only:
         return run_side | {"run_only": True}
+    adjusted = host_adjusted(runs)
     return run_side | {
         "pairs": pairs, "bare_s": stats(bare_s),
         # Per pair, then the median: a slow stretch of the machine hits both sides of a
@@ -269,8 +270,8 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
         "cpu_ratio": round(stats([cluster_cpu(r) for r in runs if r["side"] == "bare"])[1]
                            / stats([cluster_cpu(r) for r in runs if r["side"] == "run"])[1], 3),
         "pair_speed_ratio": [round(b / r, 3) for b, r in zip(bare_s, run_s, strict=True)],
-        "pair_speed_ratio_host": host_adjusted(runs),
-        "speed_ratio_host": stats(host_adjusted(runs))[1],
+        "pair_speed_ratio_host": adjusted,
+        "speed_ratio_host": stats(adjusted)[1],
         "host_fit": side_ratio_fit(runs),
     }
 

@@ -39,10 +39,17 @@ def chunk() -> float:
     return (time.thread_time() - t) * 1000
 
 
+def cpu_seconds_by_state() -> list[float]:
+    """/proc/stat's all-cores line in seconds since boot: user, nice, system, idle,
+    iowait, irq, softirq, steal, ..."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    return [int(x) / os.sysconf("SC_CLK_TCK") for x in fields]
+
+
 def steal_seconds() -> float:
-    """CPU seconds the hypervisor gave to others while this VM wanted them (/proc/stat)."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
+    """CPU seconds the hypervisor gave to others while this VM wanted them."""
+    states = cpu_seconds_by_state()
+    return states[7] if len(states) > 7 else 0.0
 
 
 class HostSpeed:

@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
 import urllib3
 import yaml
 from auditlog import Audit, foreign_writes, pod_work, pod_writes
-from hostspeed import HostSpeed
+from hostspeed import HostSpeed, cpu_seconds_by_state
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -97,9 +97,8 @@ def cpu_seconds(pid: int) -> float:
 
 def machine_busy_seconds() -> float:
     """CPU seconds all cores spent not idle since boot (/proc/stat)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    states = cpu_seconds_by_state()
+    return sum(states[:8]) - states[3] - states[4]  # less idle and iowait
 
 
 def loadavg() -> float:
@@ -114,7 +113,7 @@ class Bench:
         self.kube = Kube.from_env(str(self.layout.kubeconfig))
         self.audit = Audit(self.layout.logs / "audit.log")
         self.pids = part_pids(self.layout)
-        self.nice = 0  # the cluster's parts' nice value during the bench (renice)
+        self.nice = 0  # the cluster's parts' nice value, as renice() last set it
 
     def host_speed(self) -> HostSpeed:
         """A host-speed probe at the cluster's nice value, so it gets its turns."""
@@ -126,6 +125,8 @@ class Bench:
         On a machine shared with other work, a negative value keeps others' builds and
         tests from showing up as the cluster's time; 0 puts things back.
         """
+        if pids is None:
+            self.nice = nice  # the host-speed probe runs at the cluster's value
         for pid in pids if pids is not None else list(self.pids.values()):
             for task in Path(f"/proc/{pid}/task").glob("*"):
                 try:
@@ -252,7 +253,6 @@ def prepared(nodes: int, namespaces: Sequence[str], renice: int = 0) -> Bench:
     bench = Bench()
     if renice:
         bench.renice(renice)
-        bench.nice = renice
         atexit.register(bench.renice, 0)
     for f in sorted((ROOT / "crds").glob("*.yaml")):
         for doc in yaml.safe_load_all(f.read_text()):
