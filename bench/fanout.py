@@ -56,6 +56,7 @@ from jobbench import (
     stats,
 )
 from jobvariants import kwok_task, only, rendered_job, stage
+from profiles import Window, note_pods_created
 from rich.table import Table
 
 from nightshift.api import names
@@ -100,34 +101,34 @@ def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: fl
     load_start = loadavg()
     mark = bench.audit.mark()
     cpu0 = bench.cpu()
-    speed = bench.host_speed()
-    speed.start()
-    t0 = time.time()
-    bench.create(pipelinerun(n, task_s, **stage_extra))
-    t_job_done = None
-    run: dict[str, Any] = {}
-    with progress(label, pods or n) as update:
-        while True:
-            js = kube.list("batch/v1", "Job", NS_RUN, label_selector=f"{names.LABEL_RUN}=fan")
-            done, cond = job_state(js[0] if js else None)
-            update(done)
-            if cond and t_job_done is None:
-                t_job_done = time.time()
-            run = kube.get(names.API_VERSION, names.PIPELINERUN, "fan", NS_RUN) or {}
-            phase = (run.get("status") or {}).get("phase")
-            if phase in ("Succeeded", "Failed"):
-                t_done = time.time()
-                break
-            if time.time() - t0 > timeout:
-                raise RuntimeError(f"{label}: not done after {timeout:.0f} s ({done}/{n})")
-            time.sleep(0.25)
-    host = speed.stop()
+    with bench.beside(label) as beside:
+        t0 = time.time()
+        bench.create(pipelinerun(n, task_s, **stage_extra))
+        t_job_done = None
+        run: dict[str, Any] = {}
+        with progress(label, pods or n) as update:
+            while True:
+                js = kube.list("batch/v1", "Job", NS_RUN, label_selector=f"{names.LABEL_RUN}=fan")
+                done, cond = job_state(js[0] if js else None)
+                update(done)
+                if cond and t_job_done is None:
+                    t_job_done = time.time()
+                run = kube.get(names.API_VERSION, names.PIPELINERUN, "fan", NS_RUN) or {}
+                phase = (run.get("status") or {}).get("phase")
+                if phase in ("Succeeded", "Failed"):
+                    t_done = time.time()
+                    break
+                if time.time() - t0 > timeout:
+                    raise RuntimeError(f"{label}: not done after {timeout:.0f} s ({done}/{n})")
+                time.sleep(0.25)
+        host = beside.finish()
     if phase != "Succeeded":
         raise RuntimeError(f"{label}: the run ended {phase}")
     cpu = bench.cpu_since(cpu0)
     entries = bench.audit.since(mark)
     creates = pod_writes(entries, NS_RUN, None)
     binds = pod_writes(entries, NS_RUN, "binding")
+    note_pods_created(host, creates, t0)
     writes = [e for e in entries
               if (e.get("user") or {}).get("username") == OPERATOR
               and e.get("verb") in WRITES and e.get("stage") == "ResponseComplete"
@@ -295,12 +296,21 @@ def main() -> int:
     ap.add_argument("--renice", type=int, default=0,
                     help="run the cluster's parts at this nice value meanwhile (e.g. -10 on "
                          "a shared machine; put back to 0 at the end)")
+    ap.add_argument("--profile", metavar="DELAY:SECONDS",
+                    help="CPU profiles of the API server, controller-manager, scheduler and "
+                         "KWOK over this window of every run (e.g. 30:120; the API server's "
+                         "needs `nightshift-localcluster up --profiling`); bench/profiles.py")
     args = ap.parse_args()
+    try:
+        window = Window.parse(args.profile) if args.profile else None
+    except ValueError as e:
+        ap.error(str(e))
     if args.batch < 1 or (args.batch > 1 and not args.run_only):
         ap.error("--batch K needs K >= 1, and K > 1 only with --run-only (the bare Job "
                  "side has one pod per item)")
     bench = prepared(args.nodes, (NS_JOB, NS_RUN), args.renice)
-    path = results_path("fanout")
+    bench.profile = window
+    path = results_path("fanout", stamp=bench.stamp)
     results = []
     for n in args.sizes:
         results.append(one_size(bench, n, args.task_seconds, args.pairs, args.renice,

@@ -34,6 +34,7 @@ import urllib3
 import yaml
 from auditlog import Audit, foreign_writes, pod_work, pod_writes
 from hostspeed import HostSpeed, cpu_seconds_by_state
+from profiles import Profiles, Window, note_pods_created, profiles_for
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -114,10 +115,18 @@ class Bench:
         self.audit = Audit(self.layout.logs / "audit.log")
         self.pids = part_pids(self.layout)
         self.nice = 0  # the cluster's parts' nice value, as renice() last set it
+        self.profile: Window | None = None  # --profile: CPU profiles in every run
+        self.stamp = time.strftime("%Y%m%d-%H%M%S")
 
-    def host_speed(self) -> HostSpeed:
-        """A host-speed probe at the cluster's nice value, so it gets its turns."""
-        return HostSpeed(self.nice)
+    def beside(self, label: str) -> Beside:
+        """What runs beside a timed run: the host-speed probe at the cluster's nice value
+        (so it gets its turns) and, with --profile, the parts' CPU profiles."""
+        prof = None
+        if self.profile is not None:
+            slug = "-".join(label.replace("/", "of").split())
+            prof = profiles_for(self.layout, self.profile,
+                                results_path("prof", stamp=f"{self.stamp}-{slug}").with_suffix(""))
+        return Beside(HostSpeed(self.nice), prof)
 
     def renice(self, nice: int, pids: list[int] | None = None) -> None:
         """Every thread of the cluster's parts (or of `pids`) to this nice value.
@@ -264,11 +273,38 @@ def prepared(nodes: int, namespaces: Sequence[str], renice: int = 0) -> Bench:
     return bench
 
 
-def results_path(name: str, directory: Path | None = None) -> Path:
+def results_path(name: str, directory: Path | None = None, stamp: str | None = None) -> Path:
     """<directory>/<name>-<time>.json, bench/results by default (made if missing)."""
     out = directory or ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    return out / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    return out / f"{name}-{stamp or time.strftime('%Y%m%d-%H%M%S')}.json"
+
+
+class Beside:
+    """The probe and profiles of one timed run. As a context, it never outlives the run:
+    a run that raises still stops the probe and removes its file."""
+
+    def __init__(self, speed: HostSpeed, profiles: Profiles | None) -> None:
+        self.speed = speed
+        self.profiles = profiles
+        self.result: dict[str, Any] | None = None
+
+    def __enter__(self) -> Beside:
+        self.speed.start()
+        if self.profiles is not None:
+            self.profiles.start(time.time())
+        return self
+
+    def finish(self) -> dict[str, Any]:
+        """The host's speed meanwhile and, with profiles, where each part's file is."""
+        if self.result is None:
+            self.result = self.speed.stop()
+            if self.profiles is not None:
+                self.result["profiles"] = self.profiles.finish()
+        return self.result
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
 
 
 @dataclass
@@ -332,37 +368,37 @@ def run_job(bench: Bench, job: dict[str, Any], cms: list[dict[str, Any]], label:
     load_start = loadavg()
     mark = bench.audit.mark()
     cpu0 = bench.cpu()
-    speed = bench.host_speed()
-    speed.start()
-    t0 = time.time()
-    bench.create(job)
-    name = job["metadata"]["name"]
-    pod_bytes = 0
-    with progress(label, n) as update:
-        while True:
-            current = bench.kube.get("batch/v1", "Job", name, ns)
-            done, cond = job_state(current)
-            update(done)
-            if cond:
-                t_done = time.time()
-                break
-            if time.time() - t0 > timeout:
-                raise RuntimeError(f"{label}: not done after {timeout:.0f} s ({done}/{n})")
-            if not pod_bytes and done:
-                pod_bytes = sample_pod_bytes(bench, ns)
-            time.sleep(0.25)
-    if cond != "Complete":
-        raise RuntimeError(f"{label}: the Job ended {cond}, not Complete")
-    status = (current or {}).get("status") or {}
-    completion = None
-    if status.get("completionTime"):
-        completion = k8s_time(status["completionTime"]) - k8s_time(
-            current["metadata"]["creationTimestamp"])  # type: ignore[index]
-    host = speed.stop()
+    with bench.beside(label) as beside:
+        t0 = time.time()
+        bench.create(job)
+        name = job["metadata"]["name"]
+        pod_bytes = 0
+        with progress(label, n) as update:
+            while True:
+                current = bench.kube.get("batch/v1", "Job", name, ns)
+                done, cond = job_state(current)
+                update(done)
+                if cond:
+                    t_done = time.time()
+                    break
+                if time.time() - t0 > timeout:
+                    raise RuntimeError(f"{label}: not done after {timeout:.0f} s ({done}/{n})")
+                if not pod_bytes and done:
+                    pod_bytes = sample_pod_bytes(bench, ns)
+                time.sleep(0.25)
+        if cond != "Complete":
+            raise RuntimeError(f"{label}: the Job ended {cond}, not Complete")
+        status = (current or {}).get("status") or {}
+        completion = None
+        if status.get("completionTime"):
+            completion = k8s_time(status["completionTime"]) - k8s_time(
+                current["metadata"]["creationTimestamp"])  # type: ignore[index]
+        host = beside.finish()
     cpu = bench.cpu_since(cpu0)
     entries = bench.audit.since(mark)
     creates = pod_writes(entries, ns, None)
     binds = pod_writes(entries, ns, "binding")
+    note_pods_created(host, creates, t0)
     return Timed(done_s=round(t_done - t0, 2), cpu=cpu,
                  foreign_writes=foreign_writes(entries, (ns,)),
                  pod_work=pod_work(entries, ns), completion_s=completion,

@@ -122,8 +122,9 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
             f"http://127.0.0.1:{ports.etcd_client}/health"), 30, etcd)
 
         say("kube-apiserver")
-        api_argv = components.apiserver(layout, pki, ports, profiling=profiling)
-        if node is not None:
+        if node is None:
+            api_argv = components.apiserver(layout, pki, ports, profiling=profiling)
+        else:
             api_argv = [*components.apiserver(layout, pki, ports, bind="0.0.0.0",  # noqa: S104  (the real node's kubelet reaches it at the gateway)
                                               advertise=node.gateway, profiling=profiling),
                         *realnode.apiserver_flags(pki, node)]

@@ -1,0 +1,148 @@
+"""CPU profiles of the control plane's parts over the same window of every timed run.
+
+Where a run's CPU goes, part by part, is what tells a cost per pod from the bed's noise:
+`--profile 30:120` takes a 120-s CPU profile (Go's `/debug/pprof/profile`) of the API
+server, controller-manager, scheduler and KWOK, starting 30 s after the run's create
+call, in every run of a set, so both sides of a pair are sampled over the same stretch
+of their lives. Profiling samples at 100 Hz and costs each part about 1 % of its CPU,
+the same on both sides.
+
+The API server serves `/debug/pprof` only when the cluster was started with
+`nightshift-localcluster up --profiling`; the controller-manager and scheduler serve it
+on their secure ports (the admin's token, authorized by the API server), KWOK on its
+plain-HTTP server address. A part that refuses is recorded with its error, not skipped
+in silence.
+
+Read a pair with Go's own tool, e.g. where the PipelineRun's API server spent more:
+    go tool pprof -top -cum -diff_base=<bare>.pprof <run>.pprof
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# state.json's process name -> its ports key, and whether it serves HTTPS.
+PARTS = {
+    "kube-apiserver": ("apiserver", True),
+    "kube-controller-manager": ("controller_manager", True),
+    "kube-scheduler": ("scheduler", True),
+    "kwok": ("kwok", False),
+}
+
+
+@dataclass(frozen=True)
+class Window:
+    delay_s: float
+    seconds: int
+
+    @classmethod
+    def parse(cls, text: str) -> Window:
+        """"DELAY:SECONDS", e.g. "30:120"."""
+        try:
+            delay, seconds = text.split(":")
+            w = cls(float(delay), int(seconds))
+        except ValueError as e:
+            raise ValueError(f"--profile {text!r}: expected DELAY:SECONDS, e.g. 30:120") from e
+        if w.delay_s < 0 or w.seconds < 1:
+            raise ValueError(f"--profile {text!r}: the delay must be >= 0 and seconds >= 1")
+        return w
+
+
+def endpoints(state: dict[str, Any]) -> dict[str, str]:
+    """Each part's profile URL (without the query) from the cluster's state.json."""
+    out = {}
+    for part, (port_key, https) in PARTS.items():
+        port = state["ports"][port_key]
+        out[part] = f"{'https' if https else 'http'}://127.0.0.1:{port}/debug/pprof/profile"
+    return out
+
+
+def admin_auth(kubeconfig: Path) -> tuple[str, str]:
+    """The admin's token and the cluster CA's file, from the local cluster's kubeconfig."""
+    cfg = yaml.safe_load(kubeconfig.read_text())
+    return (cfg["users"][0]["user"]["token"],
+            cfg["clusters"][0]["cluster"]["certificate-authority"])
+
+
+@dataclass
+class Profiles:
+    """One run's profiles: start() at the create call, finish() once the run is done."""
+
+    window: Window
+    urls: dict[str, str]
+    token: str
+    ca_file: str
+    out_prefix: Path
+    stop: threading.Event = field(default_factory=threading.Event)
+    threads: list[threading.Thread] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    t0: float = 0.0
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        for part, url in self.urls.items():
+            th = threading.Thread(target=self._take, args=(part, url), daemon=True)
+            th.start()
+            self.threads.append(th)
+
+    def _take(self, part: str, url: str) -> None:
+        if self.stop.wait(max(0.0, self.t0 + self.window.delay_s - time.time())):
+            self.results[part] = {"error": "the run ended before the window began"}
+            return
+        started = time.time()
+        # The API server's CA signs its certificate; the controller-manager's and
+        # scheduler's are self-signed at start, on loopback only.
+        ctx = ssl.create_default_context(cafile=self.ca_file)
+        if part != "kube-apiserver":
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        https = url.startswith("https")
+        # KWOK's plain-HTTP server gets no token.
+        headers = {"Authorization": f"Bearer {self.token}"} if https else {}
+        # Loopback URLs built by endpoints(), http or https only.
+        req = urllib.request.Request(f"{url}?seconds={self.window.seconds}",  # noqa: S310
+                                     headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.window.seconds + 60,  # noqa: S310
+                                        context=ctx if https else None) as r:
+                data = r.read()
+        except OSError as e:
+            self.results[part] = {"error": f"{url}: {e}"}
+            return
+        path = self.out_prefix.with_name(f"{self.out_prefix.name}-{part}.pprof")
+        path.write_bytes(data)
+        self.results[part] = {"file": path.name, "from_s": round(started - self.t0, 2),
+                              "to_s": round(time.time() - self.t0, 2)}
+
+    def finish(self) -> dict[str, dict[str, Any]]:
+        """Wait for the windows under way (a run shorter than its window cuts nothing
+        short: the profile is of the window, drain excluded only if the run outlasts it)."""
+        self.stop.set()
+        for th in self.threads:
+            th.join(self.window.seconds + 90)
+        return dict(sorted(self.results.items()))
+
+
+def profiles_for(layout: Any, window: Window, out_prefix: Path) -> Profiles:
+    state = json.loads((layout.state / "state.json").read_text())
+    token, ca = admin_auth(layout.kubeconfig)
+    return Profiles(window=window, urls=endpoints(state), token=token, ca_file=ca,
+                    out_prefix=out_prefix)
+
+
+def note_pods_created(host: dict[str, Any], creates: list[float], t0: float) -> None:
+    """Beside each profile, the pods created within its window (from the audit log): the
+    work it sampled, to compare two windows per pod rather than per second."""
+    for res in (host.get("profiles") or {}).values():
+        if "from_s" in res:
+            lo, hi = t0 + res["from_s"], t0 + res["to_s"]
+            res["pods_created"] = sum(1 for c in creates if lo <= c <= hi)
