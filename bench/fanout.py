@@ -297,8 +297,8 @@ def main() -> int:
                     help="run the cluster's parts at this nice value meanwhile (e.g. -10 on "
                          "a shared machine; put back to 0 at the end)")
     ap.add_argument("--profile", metavar="DELAY:SECONDS",
-                    help="CPU profiles of the API server, controller-manager, scheduler and "
-                         "KWOK over this window of every run (e.g. 30:120; the API server's "
+                    help="CPU profiles of the API server, controller-manager and scheduler "
+                         "over this window of every run (e.g. 30:120; the API server's "
                          "needs `nightshift-localcluster up --profiling`); bench/profiles.py")
     args = ap.parse_args()
     try:

@@ -2,16 +2,19 @@
 
 Where a run's CPU goes, part by part, is what tells a cost per pod from the bed's noise:
 `--profile 30:120` takes a 120-s CPU profile (Go's `/debug/pprof/profile`) of the API
-server, controller-manager, scheduler and KWOK, starting 30 s after the run's create
-call, in every run of a set, so both sides of a pair are sampled over the same stretch
+server, controller-manager and scheduler, starting 30 s after the run's create call, in
+every run of a set, so both sides of a pair are sampled over the same stretch
 of their lives. Profiling samples at 100 Hz and costs each part about 1 % of its CPU,
 the same on both sides.
 
 The API server serves `/debug/pprof` only when the cluster was started with
 `nightshift-localcluster up --profiling`; the controller-manager and scheduler serve it
-on their secure ports (the admin's token, authorized by the API server), KWOK on its
-plain-HTTP server address. A part that refuses is recorded with its error, not skipped
-in silence.
+on their secure ports (the admin's token, authorized by the API server). KWOK v0.8.0
+cannot be profiled this way: its server registers only `pprof.Index`
+(`pkg/kwok/server/profiling.go`), which serves the runtime's named profiles (heap,
+goroutine) and answers 404 for `profile`, the CPU profile; its CPU seconds per run are
+in every run's record all the same. A part that refuses is recorded with its error, not
+skipped in silence.
 
 Read a pair with Go's own tool, e.g. where the PipelineRun's API server spent more:
     go tool pprof -top -cum -diff_base=<bare>.pprof <run>.pprof
@@ -30,12 +33,12 @@ from typing import Any
 
 import yaml
 
-# state.json's process name -> its ports key, and whether it serves HTTPS.
+# state.json's process name -> its ports key, and whether it serves HTTPS (all do now;
+# the flag keeps the token off any plain-HTTP part added later).
 PARTS = {
     "kube-apiserver": ("apiserver", True),
     "kube-controller-manager": ("controller_manager", True),
     "kube-scheduler": ("scheduler", True),
-    "kwok": ("kwok", False),
 }
 
 
@@ -106,7 +109,7 @@ class Profiles:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         https = url.startswith("https")
-        # KWOK's plain-HTTP server gets no token.
+        # A plain-HTTP server gets no token.
         headers = {"Authorization": f"Bearer {self.token}"} if https else {}
         # Loopback URLs built by endpoints(), http or https only.
         req = urllib.request.Request(f"{url}?seconds={self.window.seconds}",  # noqa: S310

@@ -32,7 +32,6 @@ def test_endpoints_come_from_the_clusters_state() -> None:
         "kube-apiserver": "https://127.0.0.1:1/debug/pprof/profile",
         "kube-controller-manager": "https://127.0.0.1:2/debug/pprof/profile",
         "kube-scheduler": "https://127.0.0.1:3/debug/pprof/profile",
-        "kwok": "http://127.0.0.1:4/debug/pprof/profile",
     }
 
 
