@@ -56,7 +56,7 @@ from jobbench import (
     stats,
 )
 from jobvariants import kwok_task, only, rendered_job, stage
-from profiles import Window, note_pods_created
+from profiles import Window, note_window_work
 from rich.table import Table
 
 from nightshift.api import names
@@ -128,7 +128,7 @@ def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: fl
     entries = bench.audit.since(mark)
     creates = pod_writes(entries, NS_RUN, None)
     binds = pod_writes(entries, NS_RUN, "binding")
-    note_pods_created(host, creates, t0)
+    note_window_work(host, entries, NS_RUN, t0)
     writes = [e for e in entries
               if (e.get("user") or {}).get("username") == OPERATOR
               and e.get("verb") in WRITES and e.get("stage") == "ResponseComplete"

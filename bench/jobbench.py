@@ -34,7 +34,7 @@ import urllib3
 import yaml
 from auditlog import Audit, foreign_writes, pod_work, pod_writes
 from hostspeed import HostSpeed, cpu_seconds_by_state
-from profiles import Profiles, Window, note_pods_created, profiles_for
+from profiles import Profiles, Window, note_window_work, profiles_for
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -398,7 +398,7 @@ def run_job(bench: Bench, job: dict[str, Any], cms: list[dict[str, Any]], label:
     entries = bench.audit.since(mark)
     creates = pod_writes(entries, ns, None)
     binds = pod_writes(entries, ns, "binding")
-    note_pods_created(host, creates, t0)
+    note_window_work(host, entries, ns, t0)
     return Timed(done_s=round(t_done - t0, 2), cpu=cpu,
                  foreign_writes=foreign_writes(entries, (ns,)),
                  pod_work=pod_work(entries, ns), completion_s=completion,

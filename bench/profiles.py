@@ -23,7 +23,10 @@ Read a pair with Go's own tool, e.g. where the PipelineRun's API server spent mo
 from __future__ import annotations
 
 import json
+import re
 import ssl
+import statistics
+import subprocess
 import threading
 import time
 import urllib.request
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from auditlog import pod_work, ts
 
 # state.json's process name -> its ports key, and whether it serves HTTPS (all do now;
 # the flag keeps the token off any plain-HTTP part added later).
@@ -142,10 +146,85 @@ def profiles_for(layout: Any, window: Window, out_prefix: Path) -> Profiles:
                     out_prefix=out_prefix)
 
 
-def note_pods_created(host: dict[str, Any], creates: list[float], t0: float) -> None:
-    """Beside each profile, the pods created within its window (from the audit log): the
-    work it sampled, to compare two windows per pod rather than per second."""
+def note_window_work(host: dict[str, Any], entries: list[dict[str, Any]], namespace: str,
+                     t0: float) -> None:
+    """Beside each profile, the pod writes the run made within its window (audit log):
+    the work it sampled. Two runs' windows compare per write, not per second, since both
+    cores are busy in every window and only the work done in it differs."""
     for res in (host.get("profiles") or {}).values():
         if "from_s" in res:
+            res["t0"] = round(t0, 3)
             lo, hi = t0 + res["from_s"], t0 + res["to_s"]
-            res["pods_created"] = sum(1 for c in creates if lo <= c <= hi)
+            work = pod_work([e for e in entries if lo <= ts(e) <= hi], namespace)
+            res["pod_writes"] = work
+            res["pods_created"] = work.get("create pod", 0)
+
+
+_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "mins": 6e4, "hrs": 3.6e6}
+
+
+def _ms(text: str) -> float:
+    num = text.rstrip("abcdefghijklmnopqrstuvwxyzµ")
+    return float(num) * _UNIT_MS[text[len(num):]]
+
+
+def top_cum(path: Path, nodes: int = 500) -> tuple[float, dict[str, float]]:
+    """A profile's total CPU ms, and each function's cumulative ms (`go tool pprof`)."""
+    out = subprocess.run(["go", "tool", "pprof", "-top", "-cum", f"-nodecount={nodes}",
+                          str(path)], capture_output=True, text=True, check=True).stdout
+    return parse_top(out)
+
+
+def parse_top(out: str) -> tuple[float, dict[str, float]]:
+    """`go tool pprof -top -cum`'s text: the total, and each listed function's cum."""
+    m = re.search(r"Total samples = (\S+)", out)
+    if m is None:
+        raise ValueError("not `go tool pprof -top` output: no 'Total samples' line")
+    cum = {}
+    for line in out.splitlines():
+        cols = line.split(maxsplit=5)
+        if len(cols) == 6 and cols[1].endswith("%") and cols[4].endswith("%"):
+            cum[cols[5]] = _ms(cols[3])
+    return _ms(m.group(1)), cum
+
+
+def summarize(result: Path, top: int = 12) -> None:
+    """Per part: each run's CPU in its window per pod write made in it, and the functions
+    whose cumulative CPU per write grew most from the bare Job's median to the
+    PipelineRun's (`go tool pprof -diff_base` shows the same per second, not per write)."""
+    data = json.loads(result.read_text())
+    for size in data["results"]:
+        runs = [r for r in size["runs"] if (r.get("host") or {}).get("profiles")]
+        parts = sorted({p for r in runs for p in r["host"]["profiles"]})
+        for part in parts:
+            print(f"\n== {size['items']:,} items, {part}: CPU in the window, per pod write")
+            per_write: dict[str, list[dict[str, float]]] = {"bare": [], "run": []}
+            for r in runs:
+                res = r["host"]["profiles"][part]
+                writes = sum((res.get("pod_writes") or {}).values())
+                if "file" not in res or not writes:
+                    print(f"  pair {r['pair']} {r['side']:4}  {res.get('error', 'no writes')}")
+                    continue
+                total, cum = top_cum(result.parent / res["file"])
+                print(f"  pair {r['pair']} {r['side']:4}  {total / 1000:6.1f} CPU s  "
+                      f"{writes:6} pod writes ({res['pods_created']} creates)  "
+                      f"{total / writes:6.3f} ms/write")
+                per_write[r["side"]].append({f: v / writes for f, v in cum.items()}
+                                            | {"": total / writes})
+            if not per_write["bare"] or not per_write["run"]:
+                continue
+            med = {side: {f: statistics.median(p.get(f, 0.0) for p in rows)
+                          for f in set().union(*rows)} for side, rows in per_write.items()}
+            print(f"  median ms/write: bare {med['bare']['']:.3f}, run {med['run']['']:.3f}")
+            grew = sorted(((med["run"].get(f, 0.0) - med["bare"].get(f, 0.0), f)
+                           for f in set(med["run"]) | set(med["bare"]) if f), reverse=True)
+            for d, f in grew[:top]:
+                print(f"  {d:+7.4f} ms/write  {med['bare'].get(f, 0.0):6.4f} -> "
+                      f"{med['run'].get(f, 0.0):6.4f}  {f[:100]}")
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) != 2:
+        sys.exit("usage: python bench/profiles.py bench/results/fanout-<time>.json")
+    summarize(Path(sys.argv[1]))

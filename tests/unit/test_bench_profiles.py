@@ -6,6 +6,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from hostspeed import HostSpeed
 from jobbench import Beside
-from profiles import Profiles, Window, endpoints, note_pods_created
+from profiles import Profiles, Window, endpoints, note_window_work, parse_top
 
 
 def test_window_parses_and_names_the_flag_when_wrong() -> None:
@@ -83,12 +84,25 @@ def test_a_run_shorter_than_the_delay_takes_no_profile(tmp_path: Path, pprof_ser
     assert _Pprof.seen == []
 
 
-def test_pods_created_are_counted_within_each_window() -> None:
-    host: dict[str, Any] = {"profiles": {"kwok": {"from_s": 10.0, "to_s": 20.0},
+def _pod_write(t: float, verb: str, sub: str | None = None) -> dict[str, Any]:
+    ref = {"resource": "pods", "namespace": "ns", **({"subresource": sub} if sub else {})}
+    return {"verb": verb, "stage": "ResponseComplete", "objectRef": ref,
+            "responseStatus": {"code": 201 if verb == "create" else 200},
+            "requestReceivedTimestamp": datetime.fromtimestamp(t, UTC).isoformat()}
+
+
+def test_the_pod_writes_within_each_window_are_counted_by_kind() -> None:
+    host: dict[str, Any] = {"profiles": {"api": {"from_s": 10.0, "to_s": 20.0},
                                          "x": {"error": "e"}}}
-    note_pods_created(host, [1005.0, 1010.0, 1015.0, 1020.0, 1021.0], t0=1000.0)
-    assert host["profiles"]["kwok"]["pods_created"] == 3
-    assert "pods_created" not in host["profiles"]["x"]
+    entries = [_pod_write(1005.0, "create"), _pod_write(1010.0, "create"),
+               _pod_write(1015.0, "create", "binding"), _pod_write(1019.5, "patch", "status"),
+               _pod_write(1021.0, "create")]
+    note_window_work(host, entries, "ns", t0=1000.0)
+    api = host["profiles"]["api"]
+    assert api["pod_writes"] == {"create binding": 1, "create pod": 1, "patch status": 1}
+    assert api["pods_created"] == 1
+    assert api["t0"] == 1000.0
+    assert "pod_writes" not in host["profiles"]["x"]
 
 
 def test_a_run_that_raises_stops_the_probe_and_removes_its_file() -> None:
@@ -98,3 +112,23 @@ def test_a_run_that_raises_stops_the_probe_and_removes_its_file() -> None:
         raise RuntimeError("the run failed")
     assert speed.proc is None
     assert not speed.out.exists()
+
+
+TOP = """File: kube-apiserver
+Duration: 10s, Total samples = 7.91s (79.09%)
+Showing nodes accounting for 0.02s, 0.25% of 7.91s total
+      flat  flat%   sum%        cum   cum%
+         0     0%     0%      3.44s 43.49%  k8s.io/apiserver/pkg/storage/cacher.(*C).Update
+     0.02s  0.25%  0.25%     950ms 12.01%  sigs.k8s.io/smd/v6/typed.(*TypedValue).Compare
+     10ms  0.13%  0.38%     1.50mins 99.00%  runtime.main
+"""
+
+
+def test_pprof_top_text_is_read_in_milliseconds_whatever_its_units() -> None:
+    total, cum = parse_top(TOP)
+    assert total == pytest.approx(7910.0)
+    assert cum["k8s.io/apiserver/pkg/storage/cacher.(*C).Update"] == pytest.approx(3440.0)
+    assert cum["sigs.k8s.io/smd/v6/typed.(*TypedValue).Compare"] == 950.0
+    assert cum["runtime.main"] == pytest.approx(90_000.0)
+    with pytest.raises(ValueError, match="Total samples"):
+        parse_top("File: x\n")
