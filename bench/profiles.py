@@ -188,12 +188,51 @@ def parse_top(out: str) -> tuple[float, dict[str, float]]:
     return _ms(m.group(1)), cum
 
 
+def cpu_per_write(runs: list[dict[str, Any]], key: str = "side") -> dict[str, dict[str, float]]:
+    """Each part's CPU over the whole run per pod write, host-adjusted (µs per write per
+    chunk-ms of bench/hostspeed.py): the median per `key` (a fan-out's side, an
+    ablation's variant). Same work, same cores: a part that costs more here costs more
+    per write, whatever the run's pace."""
+    rows: dict[str, list[dict[str, float]]] = {}
+    for r in runs:
+        writes = sum(v for k, v in r["pod_work"].items() if k != "conflict")
+        chunk = (r.get("host") or {}).get("chunk_ms")
+        if writes and chunk:
+            rows.setdefault(r[key], []).append({p: 1e6 * cpu / writes / chunk
+                                                for p, cpu in r["cpu_s"].items()})
+    return {k: {p: round(statistics.median(x.get(p, 0.0) for x in xs), 1)
+                for p in sorted(set().union(*xs))}
+            for k, xs in rows.items()}
+
+
+def parts_total(per_part: dict[str, float]) -> float:
+    """The cluster's parts together, less "other" (everything else on the machine)."""
+    return sum(v for p, v in per_part.items() if p != "other")
+
+
+def print_cpu_per_write(size: dict[str, Any]) -> None:
+    per = cpu_per_write(size["runs"])
+    if set(per) != {"bare", "run"}:
+        return
+    print(f"\n== {size['items']:,} items, every part over the whole run: µs per pod write "
+          "per chunk-ms, median")
+    total = {s: parts_total(per[s]) for s in per}
+    for p in per["bare"]:
+        b, r = per["bare"][p], per["run"].get(p, 0.0)
+        share = 100 * (r - b) / (total["run"] - total["bare"])
+        print(f"  {p:24} bare {b:7.1f}  run {r:7.1f}  {r - b:+7.1f}  "
+              f"({share:5.1f} % of the parts' difference)")
+    print(f"  {'all parts (not other)':24} bare {total['bare']:7.1f}  run {total['run']:7.1f}  "
+          f"bare / run {total['bare'] / total['run']:.3f}")
+
+
 def summarize(result: Path, top: int = 12) -> None:
     """Per part: each run's CPU in its window per pod write made in it, and the functions
     whose cumulative CPU per write grew most from the bare Job's median to the
     PipelineRun's (`go tool pprof -diff_base` shows the same per second, not per write)."""
     data = json.loads(result.read_text())
     for size in data["results"]:
+        print_cpu_per_write(size)
         runs = [r for r in size["runs"] if (r.get("host") or {}).get("profiles")]
         parts = sorted({p for r in runs for p in r["host"]["profiles"]})
         for part in parts:

@@ -17,7 +17,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from hostspeed import HostSpeed
 from jobbench import Beside
-from profiles import Profiles, Window, endpoints, note_window_work, parse_top
+from profiles import (
+    Profiles,
+    Window,
+    cpu_per_write,
+    endpoints,
+    note_window_work,
+    parse_top,
+    parts_total,
+)
 
 
 def test_window_parses_and_names_the_flag_when_wrong() -> None:
@@ -132,3 +140,22 @@ def test_pprof_top_text_is_read_in_milliseconds_whatever_its_units() -> None:
     assert cum["runtime.main"] == pytest.approx(90_000.0)
     with pytest.raises(ValueError, match="Total samples"):
         parse_top("File: x\n")
+
+
+def _run(key: str, cpu_api: float, writes: int, chunk: float) -> dict[str, Any]:
+    return {"variant": key, "side": key, "cpu_s": {"kube-apiserver": cpu_api, "other": 5.0},
+            "pod_work": {"create pod": writes, "conflict": 7}, "host": {"chunk_ms": chunk}}
+
+
+def test_cpu_per_write_holds_the_host_equal_and_leaves_other_out_of_the_total() -> None:
+    runs = [
+        # The same work on cores 25 % slower costs 25 % more CPU: the same per chunk-ms.
+        _run("bare", 100.0, 1000, 8.0), _run("bare", 80.0, 1000, 6.4),
+        # 10 % more CPU for the same writes on the same cores.
+        _run("full", 110.0, 1000, 8.0),
+    ]
+    per = cpu_per_write(runs, key="variant")
+    assert per["bare"]["kube-apiserver"] == 12500.0  # 1e6 * 100 / 1000 / 8, conflicts left out
+    assert per["full"]["kube-apiserver"] == 13750.0
+    assert parts_total(per["bare"]) == 12500.0
+    assert cpu_per_write(runs)["bare"] == per["bare"]  # by side, the default key
