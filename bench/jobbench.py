@@ -34,7 +34,7 @@ import urllib3
 import yaml
 from auditlog import Audit, foreign_writes, pod_work, pod_writes
 from hostspeed import HostSpeed, cpu_seconds_by_state
-from profiles import Profiles, Window, note_window_work, profiles_for
+from profiles import Beside, Window, note_window_work, profiles_for
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -278,33 +278,6 @@ def results_path(name: str, directory: Path | None = None, stamp: str | None = N
     out = directory or ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     return out / f"{name}-{stamp or time.strftime('%Y%m%d-%H%M%S')}.json"
-
-
-class Beside:
-    """The probe and profiles of one timed run. As a context, it never outlives the run:
-    a run that raises still stops the probe and removes its file."""
-
-    def __init__(self, speed: HostSpeed, profiles: Profiles | None) -> None:
-        self.speed = speed
-        self.profiles = profiles
-        self.result: dict[str, Any] | None = None
-
-    def __enter__(self) -> Beside:
-        self.speed.start()
-        if self.profiles is not None:
-            self.profiles.start(time.time())
-        return self
-
-    def finish(self) -> dict[str, Any]:
-        """The host's speed meanwhile and, with profiles, where each part's file is."""
-        if self.result is None:
-            self.result = self.speed.stop()
-            if self.profiles is not None:
-                self.result["profiles"] = self.profiles.finish()
-        return self.result
-
-    def __exit__(self, *exc: object) -> None:
-        self.finish()
 
 
 @dataclass

@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 from auditlog import pod_work, ts
+from hostspeed import HostSpeed
 
 # state.json's process name -> its ports key, and whether it serves HTTPS (all do now;
 # the flag keeps the token off any plain-HTTP part added later).
@@ -131,12 +132,39 @@ class Profiles:
                               "to_s": round(time.time() - self.t0, 2)}
 
     def finish(self) -> dict[str, dict[str, Any]]:
-        """Wait for the windows under way (a run shorter than its window cuts nothing
-        short: the profile is of the window, drain excluded only if the run outlasts it)."""
+        """Cancel windows not yet begun and wait for those under way: a run that ends
+        inside its window still gets the whole window, its drain's start included."""
         self.stop.set()
         for th in self.threads:
             th.join(self.window.seconds + 90)
         return dict(sorted(self.results.items()))
+
+
+class Beside:
+    """The probe and profiles of one timed run. As a context, it never outlives the run:
+    a run that raises still stops the probe and removes its file."""
+
+    def __init__(self, speed: HostSpeed, profiles: Profiles | None) -> None:
+        self.speed = speed
+        self.profiles = profiles
+        self.result: dict[str, Any] | None = None
+
+    def __enter__(self) -> Beside:
+        self.speed.start()
+        if self.profiles is not None:
+            self.profiles.start(time.time())
+        return self
+
+    def finish(self) -> dict[str, Any]:
+        """The host's speed meanwhile and, with profiles, where each part's file is."""
+        if self.result is None:
+            self.result = self.speed.stop()
+            if self.profiles is not None:
+                self.result["profiles"] = self.profiles.finish()
+        return self.result
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
 
 
 def profiles_for(layout: Any, window: Window, out_prefix: Path) -> Profiles:

@@ -16,8 +16,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from hostspeed import HostSpeed
-from jobbench import Beside
 from profiles import (
+    Beside,
     Profiles,
     Window,
     cpu_per_write,
