@@ -216,6 +216,11 @@ def parse_top(out: str) -> tuple[float, dict[str, float]]:
     return _ms(m.group(1)), cum
 
 
+def _medians(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Each key's median over the rows (0 where a row lacks it)."""
+    return {k: statistics.median(r.get(k, 0.0) for r in rows) for k in set().union(*rows)}
+
+
 def cpu_per_write(runs: list[dict[str, Any]], key: str = "side") -> dict[str, dict[str, float]]:
     """Each part's CPU over the whole run per pod write, host-adjusted (µs per write per
     chunk-ms of bench/hostspeed.py): the median per `key` (a fan-out's side, an
@@ -228,8 +233,7 @@ def cpu_per_write(runs: list[dict[str, Any]], key: str = "side") -> dict[str, di
         if writes and chunk:
             rows.setdefault(r[key], []).append({p: 1e6 * cpu / writes / chunk
                                                 for p, cpu in r["cpu_s"].items()})
-    return {k: {p: round(statistics.median(x.get(p, 0.0) for x in xs), 1)
-                for p in sorted(set().union(*xs))}
+    return {k: {p: round(v, 1) for p, v in sorted(_medians(xs).items())}
             for k, xs in rows.items()}
 
 
@@ -280,8 +284,7 @@ def summarize(result: Path, top: int = 12) -> None:
                                             | {"": total / writes})
             if not per_write["bare"] or not per_write["run"]:
                 continue
-            med = {side: {f: statistics.median(p.get(f, 0.0) for p in rows)
-                          for f in set().union(*rows)} for side, rows in per_write.items()}
+            med = {side: _medians(rows) for side, rows in per_write.items()}
             print(f"  median ms/write: bare {med['bare']['']:.3f}, run {med['run']['']:.3f}")
             grew = sorted(((med["run"].get(f, 0.0) - med["bare"].get(f, 0.0), f)
                            for f in set(med["run"]) | set(med["bare"]) if f), reverse=True)
