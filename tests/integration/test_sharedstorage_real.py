@@ -284,16 +284,18 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
     need_image(real_node, f"{gluster.IMAGE}:{TAG}")
     name = f"g{layout[:4]}{uuid.uuid4().hex[:4]}"
     # The real node is this host: a host directory for the bricks, removed after.
-    brick_root = tempfile.mkdtemp(prefix="nightshift-gluster-test-")
     # GlusterFS keeps new files off a brick with less than cluster.min-free-disk (10 %)
     # free: DHT then writes every file to one brick, with pointers on the other, and the
     # placement checks below would fail for the host's reason, not ours (seen here at
-    # 8.7 % free).
-    usage = shutil.disk_usage(brick_root)
+    # 8.7 % free). Checked on the bricks' parent before making them, so a refusal leaves
+    # no directory behind.
+    bricks_parent = tempfile.gettempdir()
+    usage = shutil.disk_usage(bricks_parent)
     if usage.free < 0.11 * usage.total:
-        pytest.fail(f"the filesystem of {brick_root} has {100 * usage.free / usage.total:.1f} "
-                    "% free, under GlusterFS's cluster.min-free-disk (10 %): free disk space "
-                    "and run the test again")
+        pytest.fail(f"the filesystem of {bricks_parent} has "
+                    f"{100 * usage.free / usage.total:.1f} % free, under GlusterFS's "
+                    "cluster.min-free-disk (10 %): free disk space and run the test again")
+    brick_root = tempfile.mkdtemp(prefix="nightshift-gluster-test-", dir=bricks_parent)
     obj = {"metadata": {"name": name, "namespace": namespace, "uid": "u"},
            "spec": {"type": "glusterfs", "glusterfs": {
                "layout": layout, "pool": "real", "servers": 1, "bricksPerNode": 2,
