@@ -25,6 +25,8 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from nightshift_localcluster.procs import free_port
+
 if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
 else:
@@ -36,12 +38,6 @@ VERSION = "v1.8.0"
 def binary() -> Path:
     cache = Path(os.environ.get("NIGHTSHIFT_CACHE") or Path.home() / ".cache" / "nightshift")
     return cache / "bin" / f"versitygw-{VERSION}" / "versitygw"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class VersityGW:

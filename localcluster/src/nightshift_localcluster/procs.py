@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import ssl
@@ -17,11 +18,47 @@ from pathlib import Path
 
 from nightshift_localcluster.paths import LocalClusterError
 
+# Listening ports come from below the kernel's ephemeral range. A port the kernel picks
+# for bind(0) is from that range, so between this check and the bind of the part that
+# gets it, it could be handed to any outgoing connection (etcd's, the API server's, a
+# test's) as its local port: `up` then failed with "address already in use" (seen here).
+# Below the range the kernel never hands a port out on its own. Kubernetes' NodePort
+# range (30000-32767) is left out too: the real node's kube-proxy routes those ports on
+# the bridge's gateway address, where the parts pods reach listen, to Services.
+PORT_FLOOR = 20000
+NODE_PORTS = 30000
+_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_given: set[int] = set()
+
+
+def ephemeral_low() -> int:
+    try:
+        return int(_PORT_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A loopback port nothing listens on, never one this process gave out before."""
+    low = min(ephemeral_low(), NODE_PORTS)
+    if low - PORT_FLOOR >= 1000:
+        for _ in range(200):
+            port = PORT_FLOOR + secrets.randbelow(low - PORT_FLOOR)
+            if port in _given:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            _given.add(port)
+            return port
+    # A machine whose ephemeral range starts low: the kernel's pick, as before.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return int(s.getsockname()[1])
+        port = int(s.getsockname()[1])
+    _given.add(port)
+    return port
 
 
 # Children started by this process: poll() is the reliable liveness check for them.
