@@ -301,6 +301,20 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
                "layout": layout, "pool": "real", "servers": 1, "bricksPerNode": 2,
                "brickPath": brick_root, "clients": {"pools": ["real"]}}}}
     st = Storage.of(obj)
+    # Whatever fails, the server stops before its bricks go (it would write them again),
+    # and neither the cluster-scoped PV nor the host directory outlives the test.
+    try:
+        gluster_volume_and_pod_io(kubectl, namespace, layout, st, obj, Path(brick_root))
+    finally:
+        try:
+            remove_gluster(kubectl, namespace, st)
+        finally:
+            shutil.rmtree(brick_root, ignore_errors=True)
+
+
+def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st: Storage,
+                              obj: dict[str, Any], brick_root: Path) -> None:
+    name = st.name
     objs = place(gluster.render_gluster(st))
     for o in objs:
         kubectl.apply(o)
@@ -344,12 +358,12 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
               ["a", "b"])
     for item in ("a", "b"):
         committed = [p for b in ("brick0", "brick1")
-                     for p in (Path(brick_root) / f"{namespace}-{name}" / b / "out" /
+                     for p in (brick_root / f"{namespace}-{name}" / b / "out" /
                                item).glob("item.txt") if p.stat().st_size > 0]
         assert [p.read_text() for p in committed] == [f"{item}\n"], (item, committed)
     # The files are on the bricks (host directories): data files, and DHT's zero-size
     # pointers where a file's hash names another brick than the one holding it.
-    bricks = [Path(brick_root) / f"{namespace}-{name}" / f"brick{b}" for b in (0, 1)]
+    bricks = [brick_root / f"{namespace}-{name}" / f"brick{b}" for b in (0, 1)]
     files = [[p for d in b.iterdir() if d.is_dir() and d.name != ".glusterfs"
               for p in d.glob("f*")] for b in bricks]
     data = [sum(1 for p in fs if p.stat().st_size > 0) for fs in files]
@@ -364,6 +378,10 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
         assert data == [200, 0] and pointers[1] > 0
     if layout == "distribute":
         server_killed_mid_write(kubectl, namespace, name, volume, mount)
+
+
+def remove_gluster(kubectl: Kubectl, namespace: str, st: Storage) -> None:
+    name = st.name
     for kind, obj_name in (("job", "io"), ("job", "writer"),
                            ("daemonset", f"{name}-gluster-client"),
                            ("statefulset", f"{name}-gluster"),
@@ -374,8 +392,6 @@ def test_real_glusterd_volume_fuse_mount_and_pod_io(
         "get", "pod", f"{name}-gluster-0", "-n", namespace, check=False).returncode != 0, 120)
     # The clients' PersistentVolume is cluster-scoped: not removed with the namespace.
     kubectl("delete", "pv", gluster_pv(st), "--wait=false", check=False)
-    shutil.rmtree(brick_root, ignore_errors=True)
-
 
 
 # A writer that keeps going through an outage: each file written, read back and
