@@ -242,20 +242,27 @@ def parts_total(per_part: dict[str, float]) -> float:
     return sum(v for p, v in per_part.items() if p != "other")
 
 
+def baseline_name(size: dict[str, Any]) -> str:
+    """What the "bare" side ran: the bare Job, or with `--baseline full` the run's own Job
+    (the side keeps its key, "bare", in the results)."""
+    return "full" if size.get("baseline") == "full" else "bare"
+
+
 def print_cpu_per_write(size: dict[str, Any]) -> None:
     per = cpu_per_write(size["runs"])
     if set(per) != {"bare", "run"}:
         return
+    base = baseline_name(size)
     print(f"\n== {size['items']:,} items, every part over the whole run: µs per pod write "
-          "per chunk-ms, median")
+          f"per chunk-ms, median ({base} Job against the PipelineRun)")
     total = {s: parts_total(per[s]) for s in per}
     for p in per["bare"]:
         b, r = per["bare"][p], per["run"].get(p, 0.0)
         share = 100 * (r - b) / (total["run"] - total["bare"])
-        print(f"  {p:24} bare {b:7.1f}  run {r:7.1f}  {r - b:+7.1f}  "
+        print(f"  {p:24} {base} {b:7.1f}  run {r:7.1f}  {r - b:+7.1f}  "
               f"({share:5.1f} % of the parts' difference)")
-    print(f"  {'all parts (not other)':24} bare {total['bare']:7.1f}  run {total['run']:7.1f}  "
-          f"bare / run {total['bare'] / total['run']:.3f}")
+    print(f"  {'all parts (not other)':24} {base} {total['bare']:7.1f}  "
+          f"run {total['run']:7.1f}  {base} / run {total['bare'] / total['run']:.3f}")
 
 
 def summarize(result: Path, top: int = 12) -> None:
@@ -285,7 +292,8 @@ def summarize(result: Path, top: int = 12) -> None:
             if not per_write["bare"] or not per_write["run"]:
                 continue
             med = {side: _medians(rows) for side, rows in per_write.items()}
-            print(f"  median ms/write: bare {med['bare']['']:.3f}, run {med['run']['']:.3f}")
+            print(f"  median ms/write: {baseline_name(size)} {med['bare']['']:.3f}, "
+                  f"run {med['run']['']:.3f}")
             grew = sorted(((med["run"].get(f, 0.0) - med["bare"].get(f, 0.0), f)
                            for f in set(med["run"]) | set(med["bare"]) if f), reverse=True)
             for d, f in grew[:top]:

@@ -25,6 +25,7 @@ from profiles import (
     note_window_work,
     parse_top,
     parts_total,
+    print_cpu_per_write,
 )
 
 
@@ -159,3 +160,14 @@ def test_cpu_per_write_holds_the_host_equal_and_leaves_other_out_of_the_total() 
     assert per["full"]["kube-apiserver"] == 13750.0
     assert parts_total(per["bare"]) == 12500.0
     assert cpu_per_write(runs)["bare"] == per["bare"]  # by side, the default key
+
+
+def test_the_per_write_table_names_the_baseline_the_set_ran(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    runs = [_run("bare", 100.0, 1000, 8.0), _run("run", 110.0, 1000, 8.0)]
+    print_cpu_per_write({"items": 10000, "runs": runs, "baseline": "full"})
+    out = capsys.readouterr().out
+    assert "(full Job against the PipelineRun)" in out
+    assert "full / run 0.909" in out
+    print_cpu_per_write({"items": 10000, "runs": runs})  # sets before --baseline existed
+    assert "bare / run 0.909" in capsys.readouterr().out
