@@ -4,6 +4,7 @@ range."""
 
 from __future__ import annotations
 
+import secrets
 import socket
 
 import pytest
@@ -38,7 +39,7 @@ def test_a_port_someone_listens_on_is_skipped(monkeypatch: pytest.MonkeyPatch) -
             picks.append(n)
             return 0
 
-        monkeypatch.setattr(procs.secrets, "randbelow", first)
+        monkeypatch.setattr(secrets, "randbelow", first)
         port = procs.free_port()
         assert port != busy
         assert picks == [1000] * 200, "every pick tried the busy port, then the kernel's"
