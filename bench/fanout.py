@@ -333,9 +333,11 @@ def main() -> int:
             console.print(f"{r['items']:,} items: operator writes {r['write_kinds']}")
         console.print(f"results: {path}")
         return 0
-    table = Table(title="bare Indexed Job vs PipelineRun: time to done, "
+    # --baseline full: the "bare" side ran the run's own Job, unchanged.
+    base = "full" if args.baseline == "full" else "bare"
+    table = Table(title=f"{base} Indexed Job vs PipelineRun: time to done, "
                         f"median of {args.pairs} alternating pairs")
-    for col in ("items", "bare Job s (min/med/max)", "PipelineRun s (min/med/max)",
+    for col in ("items", f"{base} Job s (min/med/max)", "PipelineRun s (min/med/max)",
                 "speed ratio", "per pair", "CPU ratio", "writes/item", "peak RSS MB",
                 "status bytes"):
         table.add_column(col, justify="right")
