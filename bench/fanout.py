@@ -334,7 +334,7 @@ def main() -> int:
         console.print(f"results: {path}")
         return 0
     # --baseline full: the "bare" side ran the run's own Job, unchanged.
-    base = "full" if args.baseline == "full" else "bare"
+    base = args.baseline
     table = Table(title=f"{base} Indexed Job vs PipelineRun: time to done, "
                         f"median of {args.pairs} alternating pairs")
     for col in ("items", f"{base} Job s (min/med/max)", "PipelineRun s (min/med/max)",

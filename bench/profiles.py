@@ -245,7 +245,7 @@ def parts_total(per_part: dict[str, float]) -> float:
 def baseline_name(size: dict[str, Any]) -> str:
     """What the "bare" side ran: the bare Job, or with `--baseline full` the run's own Job
     (the side keeps its key, "bare", in the results)."""
-    return "full" if size.get("baseline") == "full" else "bare"
+    return str(size.get("baseline", "bare"))  # sets before --baseline existed: bare
 
 
 def print_cpu_per_write(size: dict[str, Any]) -> None:

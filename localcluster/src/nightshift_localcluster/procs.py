@@ -39,7 +39,7 @@ def ephemeral_low() -> int:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A loopback port nothing listens on, never one this process gave out before."""
+    """A port on `host` nothing listens on, never one this process gave out before."""
     low = min(ephemeral_low(), NODE_PORTS)
     if low - PORT_FLOOR >= 1000:
         for _ in range(200):
