@@ -162,6 +162,10 @@ class Bench:
         out["other"] = round(now["machine"] - before["machine"] - sum(out.values()), 1)
         return out
 
+    def server_version(self) -> str:
+        """The API server's release (a bed may run another: NIGHTSHIFT_KUBERNETES_VERSION)."""
+        return str(self.kube._call("GET", "/version").get("gitVersion", "?"))
+
     def ensure_nodes(self, count: int) -> None:
         for node in nodes(count):
             self.kube.apply(node)

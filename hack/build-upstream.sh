@@ -5,8 +5,8 @@
 # Usage: hack/build-upstream.sh [all|etcd|kubernetes|kwok|karpenter|mpi-operator|versitygw|crds|argo]...
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=versions.env
-. "$here/versions.env"
+# shellcheck source=versions.sh
+. "$here/versions.sh"
 CACHE=${NIGHTSHIFT_CACHE:-$HOME/.cache/nightshift}
 mkdir -p "$CACHE/bin" "$CACHE/src"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,13 +27,15 @@ def repo_root(start: Path | None = None) -> Path:
     )
 
 
-def read_versions(root: Path) -> dict[str, str]:
+def read_versions(root: Path, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """hack/versions.env's pins; NIGHTSHIFT_<KEY> in the environment overrides one, as
+    hack/versions.sh does for the build, so a bench bed can run another release."""
     versions: dict[str, str] = {}
     for raw in (root / "hack" / "versions.env").read_text().splitlines():
         line = raw.strip()
         if line and not line.startswith("#") and "=" in line:
             key, value = line.split("=", 1)
-            versions[key] = value
+            versions[key] = environ.get(f"NIGHTSHIFT_{key}") or value
     return versions
 
 
