@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,15 @@ def api(cluster: Cluster) -> Iterator[Api]:
     a.client.close()
 
 
+@pytest.fixture(scope="module")
+def release(api: Api) -> str:
+    """The API server's release, for `validate --kubernetes-version`: its wording of a
+    failed CEL rule changed in 1.35, and this suite runs against any cluster."""
+    status, body = api.call("GET", "/version")
+    assert status == 200, body
+    return f"{body['major']}.{body['minor'].rstrip('+')}"
+
+
 def collection(obj: dict[str, Any]) -> str:
     group_version = obj["apiVersion"]
     namespace = obj["metadata"]["namespace"]
@@ -102,13 +112,13 @@ def placed(manifest: dict[str, Any], namespace: str, name: str | None = None
                          ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_validate_says_what_the_api_server_says(
         table: str, case: str, manifest: dict[str, Any], where: str, api: Api,
-        crds: list[str], namespace: str, tmp_path: Path,
+        release: str, crds: list[str], namespace: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     obj = placed(manifest, namespace)
     status, body = api.call("POST", collection(obj), obj,
                             [("dryRun", "All"), ("fieldValidation", "Strict")])
     theirs = api_server_errors(status, body)
-    mine = validate_errors(tmp_path, capsys, obj)
+    mine = validate_errors(tmp_path, capsys, obj, "--kubernetes-version", release)
     assert mine == theirs
     # The table says where each case is caught: admission ("cel") or the operator.
     assert bool(theirs) == (where == "cel"), theirs
@@ -118,7 +128,7 @@ def test_validate_says_what_the_api_server_says(
                          ids=[c[0] for c in bad_pipelineruns.BAD_UPDATES])
 def test_transition_rules_as_the_api_server(
         case: str, base: dict[str, Any], change: dict[str, Any], text: str, api: Api,
-        crds: list[str], namespace: str, tmp_path: Path,
+        release: str, crds: list[str], namespace: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     created = placed(base, namespace, f"upd-{case}")
     created["spec"]["suspend"] = True  # no operator starts anything meanwhile
@@ -131,7 +141,8 @@ def test_transition_rules_as_the_api_server(
     theirs = api_server_errors(status, body)
     old = tmp_path / "old.yaml"
     old.write_text(yaml.safe_dump(stored))
-    mine = validate_errors(tmp_path, capsys, changed, "--old", str(old))
+    mine = validate_errors(tmp_path, capsys, changed, "--old", str(old),
+                           "--kubernetes-version", release)
     assert theirs and mine == theirs
     assert any(text in m for m in mine)
 
@@ -146,3 +157,33 @@ def test_unknown_fields_as_the_api_server(api: Api, crds: list[str], namespace: 
     assert api_server_errors(status, body) == validate_errors(tmp_path, capsys, obj) == [
         'unknown field "spec.paralelism"', 'unknown field "spec.stages[0].retry"']
 
+
+
+RECORD = os.environ.get("NIGHTSHIFT_RECORD_API_MESSAGES", "")
+
+
+@pytest.mark.skipif(not RECORD, reason="records only with NIGHTSHIFT_RECORD_API_MESSAGES")
+def test_record_the_api_servers_messages(api: Api, release: str, crds: list[str],
+                                         namespace: str) -> None:
+    """Writes this API server's errors for every "cel" case and every bad update to
+    $NIGHTSHIFT_RECORD_API_MESSAGES (tests/api_messages/v<release>.json), which
+    tests/unit/test_validate_cli.py holds `validate --kubernetes-version` to offline."""
+    out: dict[str, Any] = {"release": release, "create": {}, "update": {}}
+    for table, case, manifest, where in CASES:
+        if where != "cel":
+            continue
+        obj = placed(manifest, namespace)
+        status, body = api.call("POST", collection(obj), obj,
+                                [("dryRun", "All"), ("fieldValidation", "Strict")])
+        out["create"].setdefault(table, {})[case] = api_server_errors(status, body)
+    for case, base, change, _ in bad_pipelineruns.BAD_UPDATES:
+        created = placed(base, namespace, f"rec-{case}")
+        created["spec"]["suspend"] = True
+        status, stored = api.call("POST", collection(created), created)
+        assert status < 300, stored
+        changed = copy.deepcopy(stored)
+        changed["spec"].update(change)
+        status, body = api.call("PUT", f"{collection(created)}/{created['metadata']['name']}",
+                                changed, [("dryRun", "All")])
+        out["update"][case] = api_server_errors(status, body)
+    Path(RECORD).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")

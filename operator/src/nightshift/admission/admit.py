@@ -15,7 +15,7 @@ from typing import Any
 
 from nightshift.admission import fielderr as fe
 from nightshift.admission import schema
-from nightshift.admission.cel import cel_errors
+from nightshift.admission.cel import NEWEST, cel_errors
 from nightshift.admission.crds import Crd
 from nightshift.admission.fielderr import FieldError
 from nightshift.admission.meta import validate_meta
@@ -49,7 +49,10 @@ def stored_form(obj: dict[str, Any], crd: Crd) -> dict[str, Any]:
     return out
 
 
-def admit(obj: dict[str, Any], crd: Crd, old: dict[str, Any] | None = None) -> Admission:
+def admit(obj: dict[str, Any], crd: Crd, old: dict[str, Any] | None = None,
+          minor: int = NEWEST) -> Admission:
+    """The API server's verdict on a create (an update with `old`), in the words of
+    Kubernetes 1.`minor` (the newest behaviour by default)."""
     result = Admission(unknown=list(schema.unknown_fields(obj, crd.schema)))
     new = stored_form(obj, crd)
     result.stored = new
@@ -66,6 +69,6 @@ def admit(obj: dict[str, Any], crd: Crd, old: dict[str, Any] | None = None) -> A
         if not meta.get("name") and meta.get("generateName"):
             # What the rules see of a generated name: its length (58 + 5 characters).
             meta["name"] = str(meta["generateName"])[:58] + "xxxxx"
-        errs += cel_errors(seen, crd.schema, prior)
+        errs += cel_errors(seen, crd.schema, prior, minor=minor)
     result.errors = errs
     return result

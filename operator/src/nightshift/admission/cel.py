@@ -81,9 +81,24 @@ def _child(path: str | None, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
+# The first Kubernetes minor whose API server shows a failed rule's value, not the
+# node's type: an object's or a list's error then has no value, a scalar's the value
+# itself (apiextensions-apiserver v0.35.0, pkg/apiserver/schema/cel/validation.go).
+# Before it, every failed rule printed the type ("object", "string", ...).
+RULE_VALUE_SHOWN = 35
+NEWEST = 10**6  # "no particular release": the newest behaviour
+
+
+def _failed_rule_value(value: Any, shown_type: str, minor: int) -> Any:
+    if minor < RULE_VALUE_SHOWN:
+        return shown_type
+    return fe.OMIT if shown_type in ("object", "array") else value
+
+
 def rule_errors(value: Any, s: dict[str, Any], path: str | None, old: Any,
-                root: bool = False) -> list[FieldError]:
-    """The failed rules of one node (not of its children)."""
+                root: bool = False, minor: int = NEWEST) -> list[FieldError]:
+    """The failed rules of one node (not of its children), worded as the API server of
+    Kubernetes 1.`minor` words them."""
     celpy = _celpy()
     from celpy import celtypes
 
@@ -112,7 +127,8 @@ def rule_errors(value: Any, s: dict[str, Any], path: str | None, old: Any,
         if rule.get("messageExpression"):
             with contextlib.suppress(celpy.CELEvalError):
                 message = str(evaluate(rule["messageExpression"], value, old))
-        errs.append(_for_reason(rule.get("reason"), where, shown_type, message))
+        errs.append(_for_reason(rule.get("reason"), where,
+                                _failed_rule_value(value, shown_type, minor), message))
     return errs
 
 
@@ -145,16 +161,17 @@ def _for_reason(reason: str | None, path: str, value: Any, detail: str) -> Field
 
 
 def cel_errors(value: Any, s: dict[str, Any], old: Any = None, path: str | None = None,
-               root: bool = True) -> list[FieldError]:
+               root: bool = True, minor: int = NEWEST) -> list[FieldError]:
     """Every failed rule in the object, children after their parent as the API server
     walks them."""
     if value is None:
         return []
-    errs = rule_errors(value, s, path, old)
+    errs = rule_errors(value, s, path, old, minor=minor)
     if isinstance(value, list) and isinstance(s.get("items"), dict):
         olds = _correlate(value, old, s)
         for i, v in enumerate(value):
-            errs += cel_errors(v, s["items"], olds[i], f"{path or ''}[{i}]", root=False)
+            errs += cel_errors(v, s["items"], olds[i], f"{path or ''}[{i}]", root=False,
+                               minor=minor)
     elif isinstance(value, dict):
         props = s.get("properties") or {}
         extra = s.get("additionalProperties")
@@ -162,9 +179,11 @@ def cel_errors(value: Any, s: dict[str, Any], old: Any = None, path: str | None 
         for k, v in value.items():
             if k in props:
                 if not (root and k == "metadata"):
-                    errs += cel_errors(v, props[k], old_map.get(k), _child(path, k), False)
+                    errs += cel_errors(v, props[k], old_map.get(k), _child(path, k), False,
+                                       minor)
             elif isinstance(extra, dict):
-                errs += cel_errors(v, extra, old_map.get(k), f"{path or ''}[{k}]", False)
+                errs += cel_errors(v, extra, old_map.get(k), f"{path or ''}[{k}]", False,
+                                   minor)
     return errs
 
 

@@ -72,7 +72,20 @@ def add_command(sub: Any) -> None:
     p.add_argument("--default-storage-class", metavar="NAME")
     p.add_argument("--cluster-cidr", action="append", default=[], metavar="CIDR",
                    help="the cluster's pod and node ranges (repeatable)")
+    p.add_argument("--kubernetes-version", type=kubernetes_minor, default=None,
+                   metavar="1.N", help="word admission errors as this release's API server "
+                   "does (e.g. 1.34 or v1.37.2; from 1.35 a failed CEL rule shows the value, "
+                   "not the type); default: the newest")
     p.set_defaults(run_validate=run)
+
+
+def kubernetes_minor(text: str) -> int:
+    """1.34, v1.37.2 -> 34, 37 (argparse names the flag in the error)."""
+    parts = text.strip().removeprefix("v").split(".")
+    if len(parts) < 2 or parts[0] != "1" or not parts[1].isdigit():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Kubernetes release: write 1.N or v1.N.P, e.g. 1.34 or v1.37.2")
+    return int(parts[1])
 
 
 def _expand(paths: Sequence[str]) -> Iterator[str]:
@@ -132,7 +145,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         return 1
     skipped = 0
     for name, i, obj in loaded:
-        checked = check_object(name, i, obj, args.namespace, facts, old)
+        checked = check_object(name, i, obj, args.namespace, facts, old,
+                               args.kubernetes_version)
         if checked is None:
             skipped += 1
         else:
@@ -141,8 +155,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
 
 def check_object(file: str, doc: int, obj: dict[str, Any], namespace: str,
-                 facts: Any, old: dict[tuple[str, str, str], dict[str, Any]]
-                 ) -> Checked | None:
+                 facts: Any, old: dict[tuple[str, str, str], dict[str, Any]],
+                 minor: int | None = None) -> Checked | None:
     """The findings for one object; None for kinds that are not Nightshift's."""
     from nightshift.admission import crds, operatorside
     from nightshift.admission.admit import admit
@@ -164,7 +178,8 @@ def check_object(file: str, doc: int, obj: dict[str, Any], namespace: str,
     obj = dict(obj)
     obj["metadata"] = {**meta, "namespace": checked.namespace} if crd.namespaced else meta
     previous = old.get((kind, checked.namespace, name))
-    admission = admit(obj, crd, old=previous)
+    admission = admit(obj, crd, old=previous) if minor is None else \
+        admit(obj, crd, old=previous, minor=minor)
     checked.findings += [Finding("admission", m) for m in admission.messages]
     if admission.ok:
         checked.findings += [Finding("operator", str(p))
