@@ -97,6 +97,27 @@ def validate_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], obj: dic
                   if f["source"] == "admission")
 
 
+def dry_run_update(api: Api, base: dict[str, Any], change: dict[str, Any]
+                   ) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """Creates `base` (suspended: no operator starts anything), then sends it with
+    `change` as a dry-run update: (the stored object, status, body). The operator may
+    still write the new object (its finalizer, its status) between the two calls, so a
+    conflict is retried on the object as it is then, as kubectl would."""
+    base["spec"]["suspend"] = True
+    status, stored = api.call("POST", collection(base), base)
+    assert status < 300, stored
+    where = f"{collection(base)}/{base['metadata']['name']}"
+    for _ in range(5):
+        changed = copy.deepcopy(stored)
+        changed["spec"].update(change)
+        status, body = api.call("PUT", where, changed, [("dryRun", "All")])
+        if status != 409:
+            return stored, status, body
+        status, stored = api.call("GET", where)
+        assert status == 200, stored
+    raise AssertionError(f"{where}: five conflicts in a row: {body.get('message')}")
+
+
 def placed(manifest: dict[str, Any], namespace: str, name: str | None = None
            ) -> dict[str, Any]:
     m = copy.deepcopy(manifest)
@@ -130,15 +151,10 @@ def test_transition_rules_as_the_api_server(
         case: str, base: dict[str, Any], change: dict[str, Any], text: str, api: Api,
         release: str, crds: list[str], namespace: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    created = placed(base, namespace, f"upd-{case}")
-    created["spec"]["suspend"] = True  # no operator starts anything meanwhile
-    status, stored = api.call("POST", collection(created), created)
-    assert status < 300, stored
+    stored, status, body = dry_run_update(api, placed(base, namespace, f"upd-{case}"), change)
+    theirs = api_server_errors(status, body)
     changed = copy.deepcopy(stored)
     changed["spec"].update(change)
-    status, body = api.call("PUT", f"{collection(created)}/{created['metadata']['name']}",
-                            changed, [("dryRun", "All")])
-    theirs = api_server_errors(status, body)
     old = tmp_path / "old.yaml"
     old.write_text(yaml.safe_dump(stored))
     mine = validate_errors(tmp_path, capsys, changed, "--old", str(old),
@@ -177,13 +193,6 @@ def test_record_the_api_servers_messages(api: Api, release: str, crds: list[str]
                                 [("dryRun", "All"), ("fieldValidation", "Strict")])
         out["create"].setdefault(table, {})[case] = api_server_errors(status, body)
     for case, base, change, _ in bad_pipelineruns.BAD_UPDATES:
-        created = placed(base, namespace, f"rec-{case}")
-        created["spec"]["suspend"] = True
-        status, stored = api.call("POST", collection(created), created)
-        assert status < 300, stored
-        changed = copy.deepcopy(stored)
-        changed["spec"].update(change)
-        status, body = api.call("PUT", f"{collection(created)}/{created['metadata']['name']}",
-                                changed, [("dryRun", "All")])
+        _, status, body = dry_run_update(api, placed(base, namespace, f"rec-{case}"), change)
         out["update"][case] = api_server_errors(status, body)
     Path(RECORD).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
