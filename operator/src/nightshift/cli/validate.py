@@ -160,6 +160,7 @@ def check_object(file: str, doc: int, obj: dict[str, Any], namespace: str,
     """The findings for one object; None for kinds that are not Nightshift's."""
     from nightshift.admission import crds, operatorside
     from nightshift.admission.admit import admit
+    from nightshift.admission.cel import NEWEST
 
     api_version, kind = str(obj.get("apiVersion") or ""), str(obj.get("kind") or "")
     raw_meta = obj.get("metadata")
@@ -178,8 +179,7 @@ def check_object(file: str, doc: int, obj: dict[str, Any], namespace: str,
     obj = dict(obj)
     obj["metadata"] = {**meta, "namespace": checked.namespace} if crd.namespaced else meta
     previous = old.get((kind, checked.namespace, name))
-    admission = admit(obj, crd, old=previous) if minor is None else \
-        admit(obj, crd, old=previous, minor=minor)
+    admission = admit(obj, crd, old=previous, minor=NEWEST if minor is None else minor)
     checked.findings += [Finding("admission", m) for m in admission.messages]
     if admission.ok:
         checked.findings += [Finding("operator", str(p))
