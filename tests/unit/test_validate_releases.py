@@ -25,8 +25,8 @@ pytest.importorskip("celpy")
 
 TABLES = {"pipelinerun": bad_pipelineruns, "virtualcluster": bad_virtualclusters,
           "sharedstorage": bad_sharedstorages}
-RECORDED = {json.loads(p.read_text())["release"]: json.loads(p.read_text())
-            for p in sorted((ROOT / "tests" / "api_messages").glob("v*.json"))}
+RECORDED = {r["release"]: r for r in (json.loads(p.read_text()) for p in
+                                      sorted((ROOT / "tests" / "api_messages").glob("v*.json")))}
 NEWEST = max(RECORDED, key=lambda r: tuple(int(x) for x in r.split(".")))
 CREATES = [(r, t, c[0], c[1]) for r in RECORDED for t, m in TABLES.items() for c in m.BAD
            if c[2] == "cel"]
