@@ -310,7 +310,8 @@ def main() -> int:
                  "side has one pod per item)")
     bench = prepared(args.nodes, (NS_JOB, NS_RUN), args.renice)
     bench.profile = window
-    console.print(f"API server: Kubernetes {bench.server_version()}")
+    release = bench.server_version()
+    console.print(f"API server: Kubernetes {release}")
     path = results_path("fanout", stamp=bench.stamp)
     results = []
     for n in args.sizes:
@@ -318,7 +319,7 @@ def main() -> int:
                                 args.run_only, args.batch, args.baseline))
         path.write_text(json.dumps({"results": results, "nodes": args.nodes, "pool": POOL,
                                     "renice": args.renice,
-                                    "kubernetes": bench.server_version()}, indent=2))
+                                    "kubernetes": release}, indent=2))
 
     if args.run_only:
         table = Table(title="PipelineRun alone: time to done and the operator's cost")

@@ -97,10 +97,18 @@ def validate_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], obj: dic
                   if f["source"] == "admission")
 
 
+def dry_run_create(api: Api, obj: dict[str, Any]) -> list[str]:
+    """The API server's errors for creating `obj` (dry run, strict field validation)."""
+    status, body = api.call("POST", collection(obj), obj,
+                            [("dryRun", "All"), ("fieldValidation", "Strict")])
+    return api_server_errors(status, body)
+
+
 def dry_run_update(api: Api, base: dict[str, Any], change: dict[str, Any]
-                   ) -> tuple[dict[str, Any], int, dict[str, Any]]:
+                   ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """Creates `base` (suspended: no operator starts anything), then sends it with
-    `change` as a dry-run update: (the stored object, status, body). The operator may
+    `change` as a dry-run update: (the stored object, the update sent, the API server's
+    errors for it). The operator may
     still write the new object (its finalizer, its status) between the two calls, so a
     conflict is retried on the object as it is then, as kubectl would."""
     base["spec"]["suspend"] = True
@@ -112,7 +120,7 @@ def dry_run_update(api: Api, base: dict[str, Any], change: dict[str, Any]
         changed["spec"].update(change)
         status, body = api.call("PUT", where, changed, [("dryRun", "All")])
         if status != 409:
-            return stored, status, body
+            return stored, changed, api_server_errors(status, body)
         status, stored = api.call("GET", where)
         assert status == 200, stored
     raise AssertionError(f"{where}: five conflicts in a row: {body.get('message')}")
@@ -136,9 +144,7 @@ def test_validate_says_what_the_api_server_says(
         release: str, crds: list[str], namespace: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     obj = placed(manifest, namespace)
-    status, body = api.call("POST", collection(obj), obj,
-                            [("dryRun", "All"), ("fieldValidation", "Strict")])
-    theirs = api_server_errors(status, body)
+    theirs = dry_run_create(api, obj)
     mine = validate_errors(tmp_path, capsys, obj, "--kubernetes-version", release)
     assert mine == theirs
     # The table says where each case is caught: admission ("cel") or the operator.
@@ -151,10 +157,8 @@ def test_transition_rules_as_the_api_server(
         case: str, base: dict[str, Any], change: dict[str, Any], text: str, api: Api,
         release: str, crds: list[str], namespace: str, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    stored, status, body = dry_run_update(api, placed(base, namespace, f"upd-{case}"), change)
-    theirs = api_server_errors(status, body)
-    changed = copy.deepcopy(stored)
-    changed["spec"].update(change)
+    stored, changed, theirs = dry_run_update(api, placed(base, namespace, f"upd-{case}"),
+                                             change)
     old = tmp_path / "old.yaml"
     old.write_text(yaml.safe_dump(stored))
     mine = validate_errors(tmp_path, capsys, changed, "--old", str(old),
@@ -168,11 +172,8 @@ def test_unknown_fields_as_the_api_server(api: Api, crds: list[str], namespace: 
                                           capsys: pytest.CaptureFixture[str]) -> None:
     run = bad_pipelineruns.run([bad_pipelineruns.stage("a", retry=3)], paralelism={"a": 1})
     obj = placed(run, namespace)
-    status, body = api.call("POST", collection(obj), obj,
-                            [("dryRun", "All"), ("fieldValidation", "Strict")])
-    assert api_server_errors(status, body) == validate_errors(tmp_path, capsys, obj) == [
+    assert dry_run_create(api, obj) == validate_errors(tmp_path, capsys, obj) == [
         'unknown field "spec.paralelism"', 'unknown field "spec.stages[0].retry"']
-
 
 
 RECORD = os.environ.get("NIGHTSHIFT_RECORD_API_MESSAGES", "")
@@ -183,16 +184,14 @@ def test_record_the_api_servers_messages(api: Api, release: str, crds: list[str]
                                          namespace: str) -> None:
     """Writes this API server's errors for every "cel" case and every bad update to
     $NIGHTSHIFT_RECORD_API_MESSAGES (tests/api_messages/v<release>.json), which
-    tests/unit/test_validate_cli.py holds `validate --kubernetes-version` to offline."""
+    tests/unit/test_validate_releases.py holds `validate --kubernetes-version` to offline."""
     out: dict[str, Any] = {"release": release, "create": {}, "update": {}}
     for table, case, manifest, where in CASES:
         if where != "cel":
             continue
-        obj = placed(manifest, namespace)
-        status, body = api.call("POST", collection(obj), obj,
-                                [("dryRun", "All"), ("fieldValidation", "Strict")])
-        out["create"].setdefault(table, {})[case] = api_server_errors(status, body)
+        out["create"].setdefault(table, {})[case] = dry_run_create(
+            api, placed(manifest, namespace))
     for case, base, change, _ in bad_pipelineruns.BAD_UPDATES:
-        _, status, body = dry_run_update(api, placed(base, namespace, f"rec-{case}"), change)
-        out["update"][case] = api_server_errors(status, body)
+        out["update"][case] = dry_run_update(
+            api, placed(base, namespace, f"rec-{case}"), change)[2]
     Path(RECORD).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
