@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -167,6 +171,7 @@ class OperatorProcess:
         self.module = module
         self.namespace = namespace
         self.proc: subprocess.Popen[bytes] | None = None
+        self.health_port = 0
 
     def start(self) -> None:
         env = {**os.environ, **self.cluster.operator_env(),
@@ -174,10 +179,28 @@ class OperatorProcess:
                # fromS3 tests list tests/s3server.py's versitygw, on a free loopback port.
                "NIGHTSHIFT_S3_ENDPOINTS": "http://127.0.0.1:*", **self.env}
         out = self.log.open("ab")
+        self.health_port = free_loopback_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, "operator", "--health-port", "0",
+            [sys.executable, "-m", self.module, "operator",
+             "--health-port", str(self.health_port), "--health-host", "127.0.0.1",
              "--namespace", self.namespace],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=ROOT)
+
+    def wait_up(self, timeout: float = 60) -> float:
+        """Wait until kopf serves its liveness endpoint (it starts that after the
+        operator's start-up: imports, login, handlers registered); the seconds it took.
+        A process that exits meanwhile fails the test with its log's tail."""
+        t0 = time.monotonic()
+        url = f"http://127.0.0.1:{self.health_port}/healthz"
+        while time.monotonic() - t0 < timeout:
+            if self.proc is None or self.proc.poll() is not None:
+                pytest.fail(f"the operator exited before it was up:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2):
+                    return time.monotonic() - t0
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.1)
+        pytest.fail(f"the operator did not serve {url} within {timeout:.0f} s:\n{self.tail()}")
 
     def kill(self) -> None:
         """SIGKILL: no clean shutdown, as when a node dies under the operator."""
@@ -196,6 +219,14 @@ class OperatorProcess:
 
     def tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def free_loopback_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick; another process could take
+    it before ours binds, which on a test machine does not happen in practice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
