@@ -98,7 +98,12 @@ def test_a_job_lost_mid_run_reruns_only_the_unrecorded_items(
             return None
         return job
 
-    job = wait_for("the paused Job and the record to agree", settled, 60)
+    def explain() -> str:
+        job = _job(kube, namespace, first) or {}
+        return (f"Job status {job.get('status')}; the run's record of stage a "
+                f"{_stage(kube, namespace, 'lost', 'a')}")
+
+    job = wait_for("the paused Job and the record to agree", settled, 60, explain=explain)
     done = ranges.parse(job["status"]["completedIndexes"])
     assert 4 <= len(done) < n, done
     kubectl("delete", "job", first, "-n", namespace, "--wait=true")

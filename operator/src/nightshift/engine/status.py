@@ -26,9 +26,11 @@ class StatusWriter:
     """Writes an object's status subresource when it changed.
 
     `progress_keys` name counters that move with every pod: a change in nothing but
-    those is written at most every `progress_interval` seconds (the next pass carries
-    it), so a 100,000-item stage costs a status write per interval, not per pod.
-    Phase and condition changes are written at once.
+    those is written at most every `progress_interval` seconds, so a 100,000-item stage
+    costs a status write per interval, not per pod. Phase and condition changes are
+    written at once. A change held back sets `deferred`, the seconds until it is due:
+    the caller must pass again by then (`sooner`), or a run with no more events (the
+    last pods done, a paused stage) shows old counts until the resync.
     """
 
     api_version: str
@@ -37,11 +39,13 @@ class StatusWriter:
     progress_interval: float = 0.0
     clock: Callable[[], float] = time.monotonic
     last_write: float = float("-inf")
+    deferred: float | None = None
 
     def write(self, kube: Kube, obj: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         """Patch `obj`'s status to `new` if needed; True when written. The engine's own
         condition (ReconcileError) is kept: planners do not know it, and only the
         engine clears it."""
+        self.deferred = None
         old = obj.get("status") or {}
         new = with_engine_conditions(old, new)
         if new == old:
@@ -50,12 +54,20 @@ class StatusWriter:
         if (self.progress_keys and without(new, self.progress_keys)
                 == without(old, self.progress_keys)
                 and now - self.last_write < self.progress_interval):
+            self.deferred = self.progress_interval - (now - self.last_write)
             return False
         meta = obj["metadata"]
         kube.patch_status(self.api_version, self.kind, meta["name"], meta.get("namespace"),
                           dict(new), resource_version=meta.get("resourceVersion"))
         self.last_write = now
         return True
+
+
+def sooner(a: float | None, b: float | None) -> float | None:
+    """The earlier of two requeue delays, None meaning "only the resync"."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
 
 
 def with_engine_conditions(old: Mapping[str, Any],

@@ -22,7 +22,7 @@ from nightshift import metrics
 from nightshift.api import names
 from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
-from nightshift.engine.status import StatusWriter
+from nightshift.engine.status import StatusWriter, sooner
 from nightshift.kube import Kube, KubeError, naming
 from nightshift.pipelinerun import binding, cost, mpijob, references, stalled
 from nightshift.pipelinerun import items as itemsmod
@@ -199,7 +199,8 @@ def _finish(kube: Kube, config: OperatorConfig, state: LoopState, run: dict[str,
         with contextlib.suppress(KubeError):
             kube.event(run, ev.type, ev.reason, ev.message)
     terminal = p.status.get("phase") in TERMINAL_PHASES
-    return Outcome(requeue_after=None if terminal else p.requeue_after)
+    return Outcome(requeue_after=None if terminal
+                   else sooner(p.requeue_after, state.writer.deferred))
 
 
 def _apply(kube: Kube, namespace: str, p: Plan) -> list[tuple[str, str]]:
