@@ -67,6 +67,10 @@ VARIANTS: dict[str, list[str] | None] = {
     # The bare Job padded with one annotation to the full pod's bytes: bytes without a
     # feature (one extra field), to tell a cost per byte from a cost per feature.
     "bare+padding": [],
+    # The bare Job with as many more managed fields as the full pod has (short empty
+    # annotations), then padded to its bytes: against bare+padding, a cost per managed
+    # field (the field manager walks them on every write) from a cost per byte.
+    "bare+fields": [],
     "full+resources": None,
     "full+affinity": None,
 }
@@ -127,15 +131,32 @@ def pod_as_created(job: dict[str, Any], index: int = 0) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", **tmpl}
 
 
-def created_sizes(bench: Bench, jobs: dict[str, tuple[dict[str, Any], Any]]) -> dict[str, int]:
-    """Bytes of each variant's pod as the API server stores it at creation (a dry-run
-    create: defaults and managedFields included, nothing written)."""
+def stored_pod(bench: Bench, job: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the API server stores it at creation (a dry-run create: defaults and
+    managedFields included, nothing written)."""
+    path = bench.kube.path("v1", "Pod", NAMESPACE) + "?dryRun=All"
+    return bench.kube._call("POST", path, pod_as_created(job))
+
+
+def size(obj: dict[str, Any]) -> int:
+    return len(json.dumps(obj, separators=(",", ":")))
+
+
+def managed_fields(obj: dict[str, Any]) -> int:
+    """Entries in an object's managedFields sets, every manager's (a field and each
+    of its parents' "." markers count once)."""
+    def count(node: Any) -> int:
+        return sum(1 + count(v) for v in node.values()) if isinstance(node, dict) else 0
+    return sum(count(m.get("fieldsV1") or {}) for m in obj["metadata"].get("managedFields", []))
+
+
+def created_sizes(bench: Bench, jobs: dict[str, tuple[dict[str, Any], Any]]
+                  ) -> dict[str, tuple[int, int]]:
+    """Each variant's pod as created: its bytes and its managed fields."""
     out = {}
     for v, (job, _) in jobs.items():
-        pod = pod_as_created(job)
-        path = bench.kube.path("v1", "Pod", NAMESPACE) + "?dryRun=All"
-        stored = bench.kube._call("POST", path, pod)
-        out[v] = len(json.dumps(stored, separators=(",", ":")))
+        stored = stored_pod(bench, job)
+        out[v] = (size(stored), managed_fields(stored))
     return out
 
 
@@ -146,11 +167,22 @@ def pad_to_full(bench: Bench, jobs: dict[str, tuple[dict[str, Any], Any]]) -> No
     """Give "bare+padding" an annotation that makes its pod, as created, as large as
     the full variant's (two dry-run creates: the annotation's overhead is measured)."""
     job = jobs["bare+padding"][0]
-    target = created_sizes(bench, {"full": jobs.get("full") or variant_job("full", 1, 1)})
+    target = size(stored_pod(bench, (jobs.get("full") or variant_job("full", 1, 1))[0]))
     ann = job["spec"]["template"]["metadata"].setdefault("annotations", {})
     ann[PADDING] = ""
-    base = created_sizes(bench, {"bare+padding": jobs["bare+padding"]})["bare+padding"]
-    ann[PADDING] = "x" * max(0, target["full"] - base)
+    ann[PADDING] = "x" * max(0, target - size(stored_pod(bench, job)))
+
+
+def fields_to_full(bench: Bench, jobs: dict[str, tuple[dict[str, Any], Any]]) -> None:
+    """Give "bare+fields" one short empty annotation per managed field the full pod has
+    beyond it, then pad the first one's value to the full pod's bytes."""
+    job = jobs["bare+fields"][0]
+    full = stored_pod(bench, (jobs.get("full") or variant_job("full", 1, 1))[0])
+    ann = job["spec"]["template"]["metadata"].setdefault("annotations", {})
+    extra = managed_fields(full) - managed_fields(stored_pod(bench, job))
+    keys = [f"f{i:02d}" for i in range(max(extra, 1))]
+    ann.update(dict.fromkeys(keys, ""))
+    ann[keys[0]] = "x" * max(0, size(full) - size(stored_pod(bench, job)))
 
 
 def cluster_cpu(run: dict[str, Any]) -> float:
@@ -214,9 +246,12 @@ def main() -> int:
         jobs = {v: (on_real_node(j), cms) for v, (j, cms) in jobs.items()}
     if "bare+padding" in jobs:
         pad_to_full(bench, jobs)
+    if "bare+fields" in jobs:
+        fields_to_full(bench, jobs)
+    sizes = created_sizes(bench, jobs)
+    for v, (nbytes, nfields) in sizes.items():
+        console.print(f"  {v:22} {nbytes:6,} bytes, {nfields} managed fields as created")
     if args.sizes:
-        for v, size in created_sizes(bench, jobs).items():
-            console.print(f"  {v:22} {size:6,} bytes as created")
         return 0
     out_dir = Path(__file__).resolve().parent / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -254,7 +289,7 @@ def main() -> int:
                          "load_end": t.load_end, "pod_bytes": t.pod_bytes,
                          "drain_s": round(drain_s, 1), "cpu_s": t.cpu,
                          "foreign_writes": t.foreign_writes, "pod_work": t.pod_work,
-                         "host": t.host})
+                         "host": t.host, "managed_fields": sizes[v][1]})
             left = (time.monotonic() - t_start) / k * (total - k)
             console.print(f"  [{k}/{total}] {v:22} {t.done_s:7.2f} s  "
                           f"{args.items / t.done_s:5.1f} pods/s  last create {t.last_create_s} s"
@@ -269,7 +304,8 @@ def main() -> int:
     table = Table(title=f"{args.items:,} items of {args.task_seconds:g} s, "
                         f"{args.rounds} runs per variant")
     for col in ("variant", "min s", "median s", "max s", "median pods/s", "vs bare",
-                "last create (med)", "last bind (med)", "pod bytes", "cluster CPU s (med)",
+                "last create (med)", "last bind (med)", "pod bytes", "managed fields",
+                "cluster CPU s (med)",
                 "API server CPU s", "KWOK CPU s", "other CPU s", "load (med)",
                 "parts µs/write/chunk-ms (med)", "per write vs bare"):
         table.add_column(col, justify="right")
@@ -283,7 +319,7 @@ def main() -> int:
                       f"{med / bare:.2f}" if bare else "",
                       f"{stats([x['last_create_s'] or 0 for x in rs])[1]:.1f}",
                       f"{stats([x['last_bind_s'] or 0 for x in rs])[1]:.1f}",
-                      str(rs[0]["pod_bytes"]),
+                      str(rs[0]["pod_bytes"]), str(sizes[v][1]),
                       f"{stats([cluster_cpu(x) for x in rs])[1]:.0f}",
                       f"{stats([x['cpu_s'].get('kube-apiserver', 0) for x in rs])[1]:.0f}",
                       f"{stats([x['cpu_s'].get('kwok', 0) for x in rs])[1]:.0f}",
