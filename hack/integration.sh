@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make integration`: the integration suite on the local cluster, real node included.
-#   1. start the local cluster (left as it was found: a cluster already up stays up);
+#   1. start the local cluster (left as it was found: a cluster already up stays up),
+#      with `make test` the unit tests beside it and step 2 (NIGHTSHIFT_UNIT_BESIDE);
 #   2. build our images into the real node's containerd when the cluster has one;
 #   3. run pytest tests/integration (with $KUBECONFIG set, steps 1-2 are skipped and the
 #      suite runs against that cluster instead);
@@ -95,6 +96,37 @@ kind_parts_ready() {
   return "$rc"
 }
 
+# With NIGHTSHIFT_UNIT_BESIDE=1 (`make test`) the unit tests run beside the cluster's
+# start and the image build, which mostly wait on docker, disks and the kubelet's image
+# list (about 75 s warm); their output follows the images, and a failure stops there,
+# before the integration tests. They get the same pytest arguments as the suite.
+unit_pid="" unit_log=""
+start_unit() {
+  [ "${NIGHTSHIFT_UNIT_BESIDE:-}" = 1 ] || return 0
+  unit_log=$(mktemp "${TMPDIR:-/tmp}/nightshift-unit.XXXXXX")
+  echo "integration: the unit tests run beside the cluster's start (their output follows)"
+  "$venv/bin/pytest" tests/unit -n 2 "$@" >"$unit_log" 2>&1 &
+  unit_pid=$!
+}
+unit_done() {
+  [ -n "$unit_pid" ] || return 0
+  wait "$unit_pid"
+  local rc=$?
+  unit_pid=""
+  cat "$unit_log"; rm -f "$unit_log"
+  took "waiting for the unit tests after that"
+  [ "$rc" = 0 ] && return 0
+  echo "integration: the unit tests failed (rc $rc); the integration tests did not run" >&2
+  return "$rc"
+}
+# shellcheck disable=SC2317  # reached through the EXIT traps below
+stop_unit() {
+  [ -n "$unit_pid" ] || return 0
+  kill "$unit_pid" 2>/dev/null
+  wait "$unit_pid" 2>/dev/null
+  rm -f "$unit_log"
+}
+
 # The real-node tests look for our images in the Node's status (a test that found none
 # would skip), which the kubelet fills from an image list it refreshes every 30 s: right
 # after `make images` a test dispatched first could miss them. Wait until all are there.
@@ -114,7 +146,10 @@ wait_node_images() (
   return 1
 )
 
+start_unit "$@"
+trap stop_unit EXIT
 if [ -n "${KUBECONFIG:-}" ]; then
+  unit_done || exit $?
   suite "$@"
   exit $?
 fi
@@ -124,6 +159,7 @@ was_up=0
 took "starting the local cluster"
 # shellcheck disable=SC2317  # reached through the EXIT trap below
 stop() {
+  stop_unit
   # Tools built ahead for a kind subset that did not run (the suite failed): stop them.
   if [ -n "$kind_prebuild_pid" ]; then
     kill -TERM -- "-$kind_prebuild_pid" 2>/dev/null
@@ -144,6 +180,7 @@ if [ "$real_node" = 1 ]; then
 else
   echo "integration: no real node in this cluster; its tests will be skipped"
 fi
+unit_done || exit $?
 # After a whole-suite pass, the e2e subset on kind (hack/e2e-kind.sh: a kind cluster
 # built here, the chart installed with Helm, the simulated examples/ci runs), as a
 # collaboration's CI runs it; `make e2e` runs the same hack/e2e.sh on any KUBECONFIG.
