@@ -37,26 +37,55 @@ took() { echo "integration: $1 took $((SECONDS - t0)) s"; t0=$SECONDS; }
 # real node) the kind e2e subset runs during the disruptive tests once the first phase
 # has passed: it has its own cluster and only reads images from the real node's
 # containerd, so the API server's restarts do not touch it (about 90 s saved).
+# Jobs beside another phase: each in its own process group (setsid: one kill stops all
+# of it, pytest-xdist's workers or go's compilers included), its output kept in a file
+# until it is waited for. `beside NAME CMD...` starts one; `beside_wait NAME [last]`
+# waits, prints its output (with `last`, only the last line when it passed) and returns
+# its exit code; `beside_stop NAME` stops it if it still runs. NAME_pid and NAME_log
+# hold its state (globals, or locals of the caller).
+beside() {
+  local -n b_pid=$1_pid b_log=$1_log
+  b_log=$(mktemp "${TMPDIR:-/tmp}/nightshift-$1.XXXXXX")
+  shift
+  setsid "$@" >"$b_log" 2>&1 &
+  b_pid=$!
+}
+beside_wait() {
+  local -n b_pid=$1_pid b_log=$1_log
+  [ -n "$b_pid" ] || return 0
+  wait "$b_pid"
+  local rc=$?
+  b_pid=""
+  if [ "$rc" = 0 ] && [ "${2:-}" = last ]; then tail -n 1 "$b_log"; else cat "$b_log"; fi
+  rm -f "$b_log"
+  return "$rc"
+}
+# shellcheck disable=SC2317  # reached through the EXIT traps below
+beside_stop() {
+  local -n b_pid=$1_pid
+  [ -n "$b_pid" ] || return 0
+  kill -TERM -- "-$b_pid" 2>/dev/null
+  beside_wait "$1" >/dev/null
+}
+
 kind_beside=0
 suite() {
   "$venv/bin/pytest" "${args[@]}" -m "not disruptive" "$@"
   local rc1=$?
   took "the suite without the disruptive tests"
   [ "$rc1" != 0 ] && [ "$rc1" != 5 ] && return "$rc1"
-  local kind_pid="" kind_log=""
+  # shellcheck disable=SC2034  # set and read through beside's namerefs
+  local e2e_kind_pid="" e2e_kind_log=""
   if [ "$kind_beside" = 1 ] && [ "$rc1" = 0 ]; then
-    kind_log=$(mktemp "${TMPDIR:-/tmp}/nightshift-e2e-kind.XXXXXX")
     echo "integration: the kind e2e subset runs beside the disruptive tests (its output follows them)"
-    VENV=$venv bash hack/e2e-kind.sh >"$kind_log" 2>&1 &
-    kind_pid=$!
+    beside e2e_kind env VENV="$venv" bash hack/e2e-kind.sh
   fi
   "$venv/bin/pytest" tests/integration -p no:xdist -m disruptive --durations=5 -rs "$@"
   local rc2=$?
   took "the disruptive tests"
-  if [ -n "$kind_pid" ]; then
-    wait "$kind_pid"
+  if [ -n "$e2e_kind_pid" ]; then
+    beside_wait e2e_kind
     local rc3=$?
-    cat "$kind_log"; rm -f "$kind_log"
     kind_parts_ready
     took "waiting for the kind e2e subset after them"
     [ "$rc3" != 0 ] && { echo "integration: the kind e2e subset failed (rc $rc3)" >&2; return "$rc3"; }
@@ -72,59 +101,39 @@ suite() {
 # filesystem, the node image in docker) stay with the subset beside the disruptive tests:
 # built beside the parallel phase they slowed it (etcd's writes; 738 s against 565 s).
 # The subset, started beside the disruptive tests, waits for the tools on kind.sh's lock.
+# shellcheck disable=SC2034  # set and read through beside's namerefs
 kind_prebuild_pid="" kind_prebuild_log=""
 prebuild_kind_parts() {
-  kind_prebuild_log=$(mktemp "${TMPDIR:-/tmp}/nightshift-kind-parts.XXXXXX")
   local low=(nice -n 19)
   command -v ionice >/dev/null && low+=(ionice -c 3)
-  # Its own process group (setsid), so a failed suite can stop all of it at once.
   # shellcheck disable=SC2016  # expanded by the inner bash
-  setsid bash -c 's=$SECONDS; "$@"; rc=$?
+  beside kind_prebuild bash -c 's=$SECONDS; "$@"; rc=$?
     echo "integration: kind'"'"'s Go tools built ahead in $((SECONDS - s)) s (rc $rc)"
-    exit "$rc"' _ "${low[@]}" bash hack/kind.sh tools >"$kind_prebuild_log" 2>&1 &
-  kind_prebuild_pid=$!
+    exit "$rc"' _ "${low[@]}" bash hack/kind.sh tools
 }
 # Waits for that build and says how it went (its whole log if it failed: the subset
 # tried again after it and failed with its own message).
-kind_parts_ready() {
-  [ -n "$kind_prebuild_pid" ] || return 0
-  wait "$kind_prebuild_pid"
-  local rc=$?
-  kind_prebuild_pid=""
-  if [ "$rc" = 0 ]; then tail -n 1 "$kind_prebuild_log"; else cat "$kind_prebuild_log"; fi
-  rm -f "$kind_prebuild_log"
-  return "$rc"
-}
+kind_parts_ready() { beside_wait kind_prebuild last; }
 
 # With NIGHTSHIFT_UNIT_BESIDE=1 (`make test`) the unit tests run beside the cluster's
 # start and the image build, which mostly wait on docker, disks and the kubelet's image
 # list (about 75 s warm); their output follows the images, and a failure stops there,
 # before the integration tests. They get the same pytest arguments as the suite.
+# shellcheck disable=SC2034  # set and read through beside's namerefs
 unit_pid="" unit_log=""
 start_unit() {
   [ "${NIGHTSHIFT_UNIT_BESIDE:-}" = 1 ] || return 0
-  unit_log=$(mktemp "${TMPDIR:-/tmp}/nightshift-unit.XXXXXX")
   echo "integration: the unit tests run beside the cluster's start (their output follows)"
-  "$venv/bin/pytest" tests/unit -n 2 "$@" >"$unit_log" 2>&1 &
-  unit_pid=$!
+  beside unit "$venv/bin/pytest" tests/unit -n 2 "$@"
 }
 unit_done() {
   [ -n "$unit_pid" ] || return 0
-  wait "$unit_pid"
+  beside_wait unit
   local rc=$?
-  unit_pid=""
-  cat "$unit_log"; rm -f "$unit_log"
   took "waiting for the unit tests after that"
   [ "$rc" = 0 ] && return 0
   echo "integration: the unit tests failed (rc $rc); the integration tests did not run" >&2
   return "$rc"
-}
-# shellcheck disable=SC2317  # reached through the EXIT traps below
-stop_unit() {
-  [ -n "$unit_pid" ] || return 0
-  kill "$unit_pid" 2>/dev/null
-  wait "$unit_pid" 2>/dev/null
-  rm -f "$unit_log"
 }
 
 # The real-node tests look for our images in the Node's status (a test that found none
@@ -147,7 +156,7 @@ wait_node_images() (
 )
 
 start_unit "$@"
-trap stop_unit EXIT
+trap 'beside_stop unit' EXIT
 if [ -n "${KUBECONFIG:-}" ]; then
   unit_done || exit $?
   suite "$@"
@@ -159,12 +168,9 @@ was_up=0
 took "starting the local cluster"
 # shellcheck disable=SC2317  # reached through the EXIT trap below
 stop() {
-  stop_unit
+  beside_stop unit
   # Tools built ahead for a kind subset that did not run (the suite failed): stop them.
-  if [ -n "$kind_prebuild_pid" ]; then
-    kill -TERM -- "-$kind_prebuild_pid" 2>/dev/null
-    kind_parts_ready >/dev/null
-  fi
+  beside_stop kind_prebuild
   [ "$was_up" = 1 ] || [ -n "${NIGHTSHIFT_KEEP_CLUSTER:-}" ] || "$lc" down
 }
 trap stop EXIT
