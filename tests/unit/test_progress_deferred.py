@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from nightshift.api.requeue import sooner
 from nightshift.config import OperatorConfig
-from nightshift.engine.status import sooner
 from nightshift.pipelinerun import reconcile as pipelinerun
 from tests.bad_pipelineruns import stage
 from tests.unit.test_chart_kubecalls import RecordingKube

@@ -29,8 +29,8 @@ class StatusWriter:
     those is written at most every `progress_interval` seconds, so a 100,000-item stage
     costs a status write per interval, not per pod. Phase and condition changes are
     written at once. A change held back sets `deferred`, the seconds until it is due:
-    the caller must pass again by then (`sooner`), or a run with no more events (the
-    last pods done, a paused stage) shows old counts until the resync.
+    the caller must pass again by then (`api.requeue.sooner`), or a run with no more
+    events (the last pods done, a paused stage) shows old counts until the resync.
     """
 
     api_version: str
@@ -61,13 +61,6 @@ class StatusWriter:
                           dict(new), resource_version=meta.get("resourceVersion"))
         self.last_write = now
         return True
-
-
-def sooner(a: float | None, b: float | None) -> float | None:
-    """The earlier of two requeue delays, None meaning "only the resync"."""
-    if a is None:
-        return b
-    return a if b is None else min(a, b)
 
 
 def with_engine_conditions(old: Mapping[str, Any],

@@ -26,6 +26,7 @@ from nightshift.api.conditions import rfc3339
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
+from nightshift.api.requeue import sooner
 from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun import binding, launch, mpijob, references, runnerparts, validate
 from nightshift.pipelinerun import items as itemsmod
@@ -254,7 +255,7 @@ class _Planner:
                 continue
             if (binding.waits(st, spec, self.binding.missing_entries)
                     or st.name in self.refs.waiting_stages):
-                self.requeue = min(self.requeue or STORAGE_WAIT, STORAGE_WAIT)
+                self.requeue = sooner(self.requeue, STORAGE_WAIT)
                 continue
             if st.name not in self.obs.items:
                 self.resolve.append(st.name)
@@ -271,7 +272,7 @@ class _Planner:
         assert lost is not None  # noqa: S101  (invariant for mypy: a lost Job is one we saw)
         if self.obs.live_pods.get(lost.name):
             # Its pods are still going (a Job deleted with orphaned or terminating pods).
-            self.requeue = min(self.requeue or LOST_POD_WAIT, LOST_POD_WAIT)
+            self.requeue = sooner(self.requeue, LOST_POD_WAIT)
             return
         self._create(spec, st, v, lost.attempt + 1, rerun)
         latest = v.latest
@@ -304,7 +305,7 @@ class _Planner:
         batches = batchmod.completions(completions, st.batch)
         parallelism = self._parallelism(spec, st, batches, start)
         if st.mpi is not None:
-            self.requeue = min(self.requeue or MPI_POLL, MPI_POLL)
+            self.requeue = sooner(self.requeue, MPI_POLL)
             self.apply.append(mpijob.render_mpijob(
                 run=self.ref, spec=spec, stage=st, attempt=attempt,
                 suspend=spec.suspend or spec.cancel, rerun=rerun))
@@ -334,7 +335,7 @@ class _Planner:
         want_suspend = spec.suspend or spec.cancel
         if st.mpi is not None:
             # No watch on MPIJobs (the CRD is optional): look again while one runs.
-            self.requeue = min(self.requeue or MPI_POLL, MPI_POLL)
+            self.requeue = sooner(self.requeue, MPI_POLL)
             if latest.suspended != want_suspend:
                 self.patch.append(mpijob.suspend_patch(latest.name, self.ref.namespace,
                                                        want_suspend))
@@ -384,7 +385,7 @@ class _Planner:
         allowed, wait = launch.paced(int(target), spec.launch.max_pods_per_minute, start,
                                      self.obs.now)
         if wait is not None:
-            self.requeue = wait if self.requeue is None else min(self.requeue, wait)
+            self.requeue = sooner(self.requeue, wait)
         return allowed
 
     # --- status ------------------------------------------------------------------
@@ -435,7 +436,7 @@ class _Planner:
         if not self.final and any(stalledmod.unready(j) for j in self.obs.jobs):
             # Look again soon: a Job whose pods do not start sends no events.
             wait = stalledmod.STALL_SECONDS
-            self.requeue = min(self.requeue or wait, wait)
+            self.requeue = sooner(self.requeue, wait)
         status, events = build_status(
             old=self.old, records=records, problems=[str(p) for p in self.problems],
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,

@@ -20,9 +20,10 @@ from pydantic import ValidationError
 
 from nightshift import metrics
 from nightshift.api import names
+from nightshift.api.requeue import sooner
 from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
-from nightshift.engine.status import StatusWriter, sooner
+from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
 from nightshift.pipelinerun import binding, cost, mpijob, references, stalled
 from nightshift.pipelinerun import items as itemsmod
