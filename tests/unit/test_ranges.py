@@ -10,7 +10,12 @@ from nightshift.api import ranges
     ([3], "3"),
     ([3, 17, 18, 19], "3,17-19"),
     ([19, 3, 18, 17, 3], "3,17-19"),
-    ([0, 1, 2, 4, 6, 7], "0-2,4,6-7"),
+    # Two neighbours as "6,7", as the Job controller writes them (orderedIntervals.String
+    # in k8s.io/kubernetes pkg/controller/job/indexed_job_utils.go), so the run's record
+    # of a stage equals its Job's status.completedIndexes.
+    ([0, 1, 2, 4, 6, 7], "0-2,4,6,7"),
+    ([4, 5], "4,5"),
+    ([0, 1, 2, 3, 5, 6, 9], "0-3,5,6,9"),
 ])
 def test_compress_and_parse(indexes: list[int], text: str) -> None:
     assert ranges.compress(indexes) == text

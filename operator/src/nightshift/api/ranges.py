@@ -20,15 +20,20 @@ def compress(indexes: Iterable[int]) -> str:
             prev = i
             continue
         if start is not None:
-            parts.append(_span(start, prev))
+            parts.append(span(start, prev))
         start = prev = i
     if start is not None:
-        parts.append(_span(start, prev))
+        parts.append(span(start, prev))
     return ",".join(parts)
 
 
-def _span(start: int, end: int | None) -> str:
-    return str(start) if end is None or end == start else f"{start}-{end}"
+def span(start: int, end: int | None) -> str:
+    """One range's text: "3", "4,5" or "17-19"."""
+    # As the Job controller writes them (orderedIntervals.String): two neighbours are
+    # "4,5", not "4-5", so a record compares equal to the Job field it was read from.
+    if end is None or end == start:
+        return str(start)
+    return f"{start},{end}" if end == start + 1 else f"{start}-{end}"
 
 
 def parse(text: str | None) -> list[int]:

@@ -103,11 +103,11 @@ def record_ranges(indexes: Iterable[int], limit: int) -> tuple[str, bool]:
     kept: list[tuple[int, int]] = []
     used = -1
     for lo, hi in spans:
-        n = len(str(lo) if lo == hi else f"{lo}-{hi}") + 1
+        n = len(ranges.span(lo, hi)) + 1
         if used + n <= limit:
             kept.append((lo, hi))
             used += n
-    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in sorted(kept)), True
+    return ",".join(ranges.span(lo, hi) for lo, hi in sorted(kept)), True
 
 
 def _parse(text: Any) -> set[int]:
