@@ -139,12 +139,18 @@ def crds(kubectl: Kubectl) -> list[str]:
 
 @pytest.fixture
 def namespace(kubectl: Kubectl) -> Iterator[str]:
-    name = f"t-{SESSION}-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name)
-    wait_for("default service account", lambda: kubectl(
-        "get", "sa", "default", "-n", name, check=False).returncode == 0, 30)
+    name = make_namespace(kubectl.kube, f"t-{SESSION}-{uuid.uuid4().hex[:6]}")
     yield name
-    kubectl("delete", "namespace", name, "--wait=false", check=False)
+    kubectl.kube.delete("v1", "Namespace", name)  # not waited for, as --wait=false
+
+
+def make_namespace(kube: Kube, name: str) -> str:
+    """A new namespace, once its default ServiceAccount exists (pods are refused until
+    then)."""
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    wait_for("default service account",
+             lambda: kube.get("v1", "ServiceAccount", "default", name) is not None, 30)
+    return name
 
 
 @pytest.fixture
@@ -153,7 +159,7 @@ def pool(kubectl: Kubectl, namespace: str) -> Iterator[str]:
     name = f"p-{namespace}"
     kubectl.apply(kwok_node_pool(name))
     yield name
-    kubectl("delete", "node", f"kwok-{name}", "--wait=false", check=False)
+    kubectl.kube.delete("v1", "Node", f"kwok-{name}")
 
 
 class OperatorProcess:

@@ -153,11 +153,9 @@ def test_a_batch_runs_its_items_in_order_and_retries_one_in_place(
 
 def _pods(kubectl: Kubectl, namespace: str, job: str) -> list[dict[str, Any]]:
     """The stage Job's pods, by its own selector (stage Jobs select on their labels)."""
-    obj = json.loads(kubectl("get", "job", job, "-n", namespace, "-o", "json").stdout)
-    out: list[dict[str, Any]] = json.loads(kubectl(
-        "get", "pods", "-n", namespace, "-l", it.job_pods_selector(obj), "-o",
-        "json").stdout)["items"]
-    return out
+    obj = kubectl.kube.get("batch/v1", "Job", job, namespace)
+    assert obj is not None, f"Job {namespace}/{job} is gone"
+    return kubectl.kube.list("v1", "Pod", namespace, label_selector=it.job_pods_selector(obj))
 
 
 def test_a_failed_step_says_its_last_lines_in_the_sample(

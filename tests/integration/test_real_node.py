@@ -100,8 +100,8 @@ def run_stage(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, run_name:
 
 def wait_job(kubectl: Kubectl, name: str, namespace: str, timeout: float = 180) -> None:
     def finished() -> str | None:
-        conds = json.loads(kubectl("get", "job", name, "-n", namespace, "-o", "json").stdout)
-        for c in conds.get("status", {}).get("conditions", []):
+        job = kubectl.kube.get("batch/v1", "Job", name, namespace) or {}
+        for c in job.get("status", {}).get("conditions", []):
             if c["type"] in ("Complete", "Failed") and c["status"] == "True":
                 return str(c["type"])
         return None

@@ -31,7 +31,7 @@ from nightshift.api import names
 from nightshift.kube import Kube
 from tests.bad_sharedstorages import BAD, POOLS, VC
 from tests.clusterutil import Kubectl, wait_for
-from tests.integration.conftest import SESSION, Cluster, OperatorProcess
+from tests.integration.conftest import SESSION, Cluster, OperatorProcess, make_namespace
 from tests.integration.prutil import (
     KWOK_FAST,
     kwok_node_pool,
@@ -64,10 +64,7 @@ def storage_operator(cluster: Cluster, crds: list[str],
 
 @pytest.fixture
 def ns(kubectl: Kubectl) -> Iterator[str]:
-    name = f"{PREFIX}-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name)
-    wait_for("default service account", lambda: kubectl(
-        "get", "sa", "default", "-n", name, check=False).returncode == 0, 30)
+    name = make_namespace(kubectl.kube, f"{PREFIX}-{uuid.uuid4().hex[:6]}")
     yield name
     # While this module's operator still runs: our finalizers go with their objects.
     for kind in ("sharedstorages", "pipelineruns", "virtualclusters"):
@@ -151,7 +148,7 @@ def gone(kube: Kube, ns: str, name: str) -> bool:
 @pytest.mark.parametrize(("case", "manifest", "expected"), CEL, ids=[c[0] for c in CEL])
 def test_refused_by_the_api_server(case: str, manifest: dict[str, Any], expected: str,
                                    kubectl: Kubectl, crds: list[str], namespace: str) -> None:
-    r = kubectl.apply(_in(namespace, manifest), check=False)
+    r = kubectl.apply_as_user(_in(namespace, manifest))
     assert r.returncode != 0, f"{case}: the API server accepted it"
     assert expected in r.stderr, f"{case}: expected {expected!r} in:\n{r.stderr}"
 

@@ -334,9 +334,9 @@ def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st:
         assert "cluster.nufa: on" in info
     # OnDelete (a client restart would take the mount from under running pods), so no
     # `rollout status`: wait for its pod on the real node to be Ready.
-    wait_for("the gluster client Ready", lambda: kubectl(
-        "-n", namespace, "get", "daemonset", f"{name}-gluster-client", "-o",
-        "jsonpath={.status.numberReady}", check=False).stdout.strip() == "1", 180)
+    wait_for("the gluster client Ready", lambda: ((kubectl.kube.get(
+        "apps/v1", "DaemonSet", f"{name}-gluster-client", namespace) or {}).get(
+        "status") or {}).get("numberReady") == 1, 180)
     volume, mount = gluster.pod_volume(st, "/data")
     kubectl.apply(pod_job("io", namespace, {
         "image": RUNNER, "command": ["sh", "-c", WRITE_READ], "volumeMounts": [mount]},
@@ -388,8 +388,8 @@ def remove_gluster(kubectl: Kubectl, namespace: str, st: Storage) -> None:
                            ("job", f"{name}-gluster-volume")):
         kubectl("-n", namespace, "delete", kind, obj_name, "--wait=true", "--timeout=120s",
                 check=False)
-    wait_for("the server pod gone", lambda: kubectl(
-        "get", "pod", f"{name}-gluster-0", "-n", namespace, check=False).returncode != 0, 120)
+    wait_for("the server pod gone", lambda: kubectl.kube.get(
+        "v1", "Pod", f"{name}-gluster-0", namespace) is None, 120)
     # The clients' PersistentVolume is cluster-scoped: not removed with the namespace.
     kubectl("delete", "pv", gluster_pv(st), "--wait=false", check=False)
 
@@ -427,9 +427,8 @@ def server_killed_mid_write(kubectl: Kubectl, namespace: str, name: str,
     kubectl.apply(pod_job("writer", namespace, {
         "image": RUNNER, "command": ["sh", "-c", WRITER], "volumeMounts": [mount]},
         volumes=[volume]))
-    wait_for("the writer running", lambda: kubectl(
-        "-n", namespace, "get", "pods", "-l", "job-name=writer", "-o",
-        "jsonpath={.items[0].status.phase}", check=False).stdout == "Running", 60)
+    wait_for("the writer running", lambda: [p["status"].get("phase") for p in kubectl.kube.list(
+        "v1", "Pod", namespace, label_selector="job-name=writer")][:1] == ["Running"], 60)
     time.sleep(8)
     kubectl("-n", namespace, "delete", "pod", f"{name}-gluster-0", "--grace-period=0",
             "--force")
@@ -511,9 +510,8 @@ def test_real_ganesha_serves_a_user_space_client_in_a_pod(
         # reclaim Job removes the export directory (root-owned files in it included).
         kubectl("-n", namespace, "delete", "deployment", f"{name}-nfs", "--wait=true",
                 "--timeout=60s")
-        wait_for("the server pod gone", lambda: not json.loads(kubectl(
-            "-n", namespace, "get", "pods", "-l", f"{names.LABEL_STORAGE}={name}", "-o",
-            "json").stdout)["items"], 60)
+        wait_for("the server pod gone", lambda: not kubectl.kube.list(
+            "v1", "Pod", namespace, label_selector=f"{names.LABEL_STORAGE}={name}"), 60)
         (job,) = place([reclaim.reclaim_job(st, st.spec, NODE_NAME, 0, nfs.IMAGE)])
         kubectl.apply(job)
         wait_job(kubectl, job["metadata"]["name"], namespace, timeout=120)

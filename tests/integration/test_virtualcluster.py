@@ -297,7 +297,7 @@ def test_bad_virtualclusters(kube: Kube, kubectl: Kubectl, namespace: str,
     if expected.startswith("spec.nodeClass"):
         # The local cluster detects kwok; the AWS checks need the aws provider.
         m["spec"]["provider"] = "aws"
-    r = kubectl.apply(m, namespace, check=False)
+    r = kubectl.apply_as_user(m, namespace)
     if r.returncode != 0:
         # provider: aws without a role is CEL's to refuse, naming the same field.
         assert "nodeClass.role" in r.stderr and expected == "spec.nodeClass.role", r.stderr
