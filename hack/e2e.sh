@@ -87,8 +87,14 @@ values=(-f "$work/values.json"); [ -n "${E2E_VALUES:-}" ] && values=(-f "$E2E_VA
 
 step "CRDs"
 k apply --server-side --force-conflicts -f crds/ >/dev/null || die "applying crds/ failed"
+# Polled, not `kubectl wait --for=condition=Established`: that fails at once on a CRD
+# whose status has no conditions yet, as a just-created one may.
+established() {
+  [ "$(k get crd "$1" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" = True ]
+}
 for crd in pipelineruns virtualclusters sharedstorages; do
-  k wait --for=condition=Established --timeout=60s "crd/$crd.nightshift.io" >/dev/null || die "CRD $crd not established"
+  for _ in $(seq 120); do established "$crd.nightshift.io" && break; sleep 0.5; done
+  established "$crd.nightshift.io" || die "CRD $crd not established after 60 s"
 done
 # The runs' namespace first: the chart puts the operator's Role for it there.
 k create namespace "$RUNS" >/dev/null 2>&1 || true

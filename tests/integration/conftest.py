@@ -8,6 +8,7 @@ NIGHTSHIFT_KEEP_CLUSTER=1).
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -132,8 +133,17 @@ def crds(kubectl: Kubectl) -> list[str]:
     for f in files:
         kubectl("apply", "--server-side", "--force-conflicts", "-f", str(f))
         names.append(kubectl("get", "-f", str(f), "-o", "name").stdout.strip())
+
+    # Not `kubectl wait --for=condition=Established`: it fails at once on a CRD whose
+    # status has no conditions yet (localcluster's wait_established says more).
+    def established(n: str) -> bool:
+        crd = kubectl.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                               n.split("/", 1)[1]) or {}
+        return any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in (crd.get("status") or {}).get("conditions") or [])
+
     for n in names:
-        kubectl("wait", "--for=condition=Established", "--timeout=60s", n)
+        wait_for(f"{n} Established", functools.partial(established, n), 60)
     return names
 
 

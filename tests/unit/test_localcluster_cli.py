@@ -1,13 +1,20 @@
-"""The test bed's command line: `env`'s exports, and what `up --profiling` turns on."""
+"""The test bed's command line: `env`'s exports, what `up --profiling` turns on, and
+how `up` waits for its CRDs."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from nightshift_localcluster import cluster, components, realnode
 from nightshift_localcluster.components import Ports
 from nightshift_localcluster.nodeconfig import NODE_NAME
-from nightshift_localcluster.paths import Layout
+from nightshift_localcluster.paths import Layout, LocalClusterError
 from nightshift_localcluster.pki import Pki
 
 
@@ -32,3 +39,45 @@ def test_the_api_server_serves_pprof_only_when_asked(tmp_path: Path) -> None:
     assert "--profiling=false" in components.apiserver(layout, pki, ports)
     on = components.apiserver(layout, pki, ports, profiling=True)
     assert "--profiling=true" in on and "--profiling=false" not in on
+
+
+
+Crd = dict[str, Any]
+
+
+def _crd_lister(answers: list[list[Crd]]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """A stand-in for cluster.kubectl: each `get crd` call lists the next answer (the
+    last one again once they run out)."""
+    def kubectl(layout: Layout, *args: str, check: bool = True
+                ) -> subprocess.CompletedProcess[str]:
+        assert args[:2] == ("get", "crd") and args[-2:] == ("-o", "json")
+        items = answers.pop(0) if len(answers) > 1 else answers[0]
+        wanted = set(args[2:-2])
+        out = {"items": [c for c in items if c["metadata"]["name"] in wanted]}
+        return subprocess.CompletedProcess(list(args), 0, json.dumps(out), "")
+    return kubectl
+
+
+def _crd(name: str, established: bool | None) -> Crd:
+    crd: Crd = {"metadata": {"name": name}}
+    if established is not None:
+        crd["status"] = {"conditions": [{"type": "Established",
+                                         "status": "True" if established else "False"}]}
+    return crd
+
+
+def test_crds_are_waited_for_through_a_status_without_conditions(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # No conditions yet: the state `kubectl wait --for=condition=Established` fails on.
+    answers = [[_crd("a.x", None), _crd("b.x", None)],
+               [_crd("a.x", True), _crd("b.x", False)],
+               [_crd("a.x", True), _crd("b.x", True)]]
+    monkeypatch.setattr(cluster, "kubectl", _crd_lister(answers))
+    cluster.wait_established(Layout.discover(), "a.x", "b.x", timeout=10)
+    assert answers == [[_crd("a.x", True), _crd("b.x", True)]]
+
+
+def test_a_crd_never_established_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster, "kubectl", _crd_lister([[_crd("a.x", True), _crd("b.x", None)]]))
+    with pytest.raises(LocalClusterError, match=r"not Established after 1 s: b\.x$"):
+        cluster.wait_established(Layout.discover(), "a.x", "b.x", timeout=1)

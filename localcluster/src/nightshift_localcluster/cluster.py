@@ -80,6 +80,31 @@ def kubectl(layout: Layout, *args: str, input_: str | None = None,
     return r
 
 
+def wait_established(layout: Layout, *crds: str, timeout: float = 60) -> None:
+    """Wait until every named CRD is Established. Not `kubectl wait
+    --for=condition=Established`: on a CRD created a moment before, whose status has no
+    conditions yet, it fails at once (".status.conditions accessor error: <nil> is of
+    the type <nil>") instead of waiting; a CI start-up failed on it."""
+    pending = list(crds)
+
+    def established() -> bool:
+        r = kubectl(layout, "get", "crd", *pending, "-o", "json", check=False)
+        if r.returncode != 0:
+            return False
+        for crd in json.loads(r.stdout).get("items", []):
+            conds = (crd.get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True"
+                   for c in conds):
+                pending.remove(crd["metadata"]["name"])
+        return not pending
+
+    try:
+        procs.wait_until("CRDs Established", established, timeout, interval=0.5)
+    except LocalClusterError:
+        raise LocalClusterError(f"CRDs not Established after {timeout:.0f} s: "
+                                f"{', '.join(pending)}") from None
+
+
 def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
        profiling: bool = False) -> State:
     state, alive, dead = running(layout)
@@ -147,10 +172,9 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
         say("Karpenter CRDs (core, EC2NodeClass, KWOKNodeClass) and the MPIJob CRD")
         for f in [*components.crd_files(layout), components.mpi_crd_file(layout)]:
             kubectl(layout, "apply", "--server-side", "--force-conflicts", "-f", str(f))
-        kubectl(layout, "wait", "--for=condition=Established", "--timeout=60s",
-                "crd/nodepools.karpenter.sh", "crd/nodeclaims.karpenter.sh",
-                "crd/kwoknodeclasses.karpenter.kwok.sh", "crd/ec2nodeclasses.karpenter.k8s.aws",
-                "crd/mpijobs.kubeflow.org")
+        wait_established(layout, "nodepools.karpenter.sh", "nodeclaims.karpenter.sh",
+                         "kwoknodeclasses.karpenter.kwok.sh",
+                         "ec2nodeclasses.karpenter.k8s.aws", "mpijobs.kubeflow.org")
 
         say("karpenter (KWOK provider, AWS instance catalog)")
         argv, env = components.karpenter(layout, ports)

@@ -82,8 +82,7 @@ def run() -> int:
     kube = Kube.from_env(str(layout.kubeconfig))
     for f in sorted((layout.root / "crds").glob("*.yaml")):
         lc.kubectl(layout, "apply", "--server-side", "--force-conflicts", "-f", str(f))
-    lc.kubectl(layout, "wait", "--for=condition=Established", "--timeout=60s",
-               "crd/pipelineruns.nightshift.io", "crd/virtualclusters.nightshift.io")
+    lc.wait_established(layout, "pipelineruns.nightshift.io", "virtualclusters.nightshift.io")
     lc.kubectl(layout, "create", "namespace", NAMESPACE, check=False)
     # A fresh run each time: the demo is meant to be watched from the start.
     lc.kubectl(layout, "delete", "pipelinerun", "nightly", "-n", NAMESPACE,
