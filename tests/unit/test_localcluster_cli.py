@@ -52,8 +52,9 @@ def _crd_lister(answers: list[list[Crd]]) -> Callable[..., subprocess.CompletedP
                 ) -> subprocess.CompletedProcess[str]:
         assert args[:2] == ("get", "crd") and args[-2:] == ("-o", "json")
         items = answers.pop(0) if len(answers) > 1 else answers[0]
-        wanted = set(args[2:-2])
-        out = {"items": [c for c in items if c["metadata"]["name"] in wanted]}
+        found = [c for c in items if c["metadata"]["name"] in args[2:-2]]
+        # As kubectl answers: one name with the object itself, several with a List.
+        out = found[0] if len(args[2:-2]) == 1 else {"kind": "List", "items": found}
         return subprocess.CompletedProcess(list(args), 0, json.dumps(out), "")
     return kubectl
 
@@ -71,6 +72,7 @@ def test_crds_are_waited_for_through_a_status_without_conditions(
     # No conditions yet: the state `kubectl wait --for=condition=Established` fails on.
     answers = [[_crd("a.x", None), _crd("b.x", None)],
                [_crd("a.x", True), _crd("b.x", False)],
+               [_crd("a.x", True), _crd("b.x", None)],  # b.x alone: the object, no List
                [_crd("a.x", True), _crd("b.x", True)]]
     monkeypatch.setattr(cluster, "kubectl", _crd_lister(answers))
     cluster.wait_established(Layout.discover(), "a.x", "b.x", timeout=10)

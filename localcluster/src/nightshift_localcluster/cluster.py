@@ -91,7 +91,9 @@ def wait_established(layout: Layout, *crds: str, timeout: float = 60) -> None:
         r = kubectl(layout, "get", "crd", *pending, "-o", "json", check=False)
         if r.returncode != 0:
             return False
-        for crd in json.loads(r.stdout).get("items", []):
+        doc = json.loads(r.stdout)
+        # kubectl answers one name with the object itself, several with a List.
+        for crd in doc["items"] if doc.get("kind") == "List" else [doc]:
             conds = (crd.get("status") or {}).get("conditions") or []
             if any(c.get("type") == "Established" and c.get("status") == "True"
                    for c in conds):
