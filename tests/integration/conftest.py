@@ -122,8 +122,10 @@ def kubectl(cluster: Cluster) -> Kubectl:
 
 
 @pytest.fixture(scope="session")
-def kube(cluster: Cluster) -> Kube:
-    return Kube.from_env(cluster.kubeconfig)
+def kube(kubectl: Kubectl) -> Kube:
+    """The tests' in-process client: kubectl's own (field manager nightshift-tests, so
+    what a test applies is never taken for the operator's)."""
+    return kubectl.kube
 
 
 @pytest.fixture(scope="session")
