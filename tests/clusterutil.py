@@ -70,7 +70,7 @@ class Kubectl:
         if (namespace and self.kube.resource(obj["apiVersion"], obj["kind"]).namespaced
                 and meta.setdefault("namespace", namespace) != namespace):
             raise AssertionError(f"{obj['kind']} {meta.get('name')} is in namespace "
-                                     f"{meta['namespace']}, not {namespace}")
+                                 f"{meta['namespace']}, not {namespace}")
         return self.kube.apply(obj)
 
     def apply_as_user(self, manifest: Mapping[str, Any] | str, namespace: str | None = None
