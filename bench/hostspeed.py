@@ -15,6 +15,7 @@ pair. Run alone, `python bench/hostspeed.py 60` prints a minute of samples.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import math
 import os
@@ -131,10 +132,14 @@ def probe(out: Path) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) == 3 and sys.argv[1] == "--probe":
+    if len(sys.argv) == 3 and sys.argv[1] == "--probe":  # the probe a bench starts
         probe(Path(sys.argv[2]))
         return 0
-    seconds = int(sys.argv[1]) if len(sys.argv) > 1 else 60
+    ap = argparse.ArgumentParser(description="Sample this machine's core speed: the CPU "
+                                 "time of a fixed chunk of work, every 0.2 s.")
+    ap.add_argument("seconds", nargs="?", type=int, default=60,
+                    help="how long to sample (default 60)")
+    seconds = ap.parse_args().seconds
     samples = []
     for _ in range(int(seconds / PERIOD_S)):
         samples.append(chunk())
