@@ -67,13 +67,19 @@ def ns(kubectl: Kubectl) -> Iterator[str]:
     name = make_namespace(kubectl.kube, f"{PREFIX}-{uuid.uuid4().hex[:6]}")
     yield name
     # While this module's operator still runs: our finalizers go with their objects.
-    for kind in ("sharedstorages", "pipelineruns", "virtualclusters"):
-        if kubectl("-n", name, "delete", kind, "--all", "--timeout=60s",
-                   check=False).returncode:
-            for obj in kubectl("-n", name, "get", kind, "-o", "name").stdout.split():
-                kubectl("-n", name, "patch", obj, "--type=merge", "-p",
-                        '{"metadata": {"finalizers": null}}', check=False)
-    kubectl("delete", "namespace", name, "--wait=false", check=False)
+    kube = kubectl.kube
+    for kind in (names.SHAREDSTORAGE, names.PIPELINERUN, names.VIRTUALCLUSTER):
+        def left(kind: str = kind) -> list[dict[str, Any]]:
+            return kube.list(names.API_VERSION, kind, name)
+        for obj in left():
+            kube.delete(names.API_VERSION, kind, obj["metadata"]["name"], name)
+        try:
+            wait_for(f"every {kind} in {name} gone", lambda: not left(), 60)
+        except AssertionError:  # the operator did not finish: strip what holds them
+            for obj in left():
+                kube.merge_patch(names.API_VERSION, kind, obj["metadata"]["name"], name,
+                                 {"metadata": {"finalizers": None}})
+    kube.delete("v1", "Namespace", name)
 
 
 @pytest.fixture
@@ -87,7 +93,7 @@ def kwok_pool(kubectl: Kubectl, ns: str) -> Iterator[str]:
                                    {"type": "Hostname", "address": f"kwok-{name}"}]
     kubectl.apply(node)
     yield name
-    kubectl("delete", "node", f"kwok-{name}", "--wait=false", check=False)
+    kubectl.kube.delete("v1", "Node", f"kwok-{name}")
 
 
 def _in(ns: str, manifest: dict[str, Any], name: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from nightshift.api import names
-from nightshift.kube import Kube
+from nightshift.kube import Kube, KubeError
 from nightshift.virtualcluster import objectnames as vcnames
 from nightshift.virtualcluster.catalog import CLASS_CATEGORIES, category_of, parse_quantity
 from nightshift.virtualcluster.nodepools import render_virtualcluster
@@ -107,16 +107,20 @@ def claim_cpu(claims: list[dict[str, Any]]) -> float:
 
 
 @pytest.fixture
-def cleanup(kube: Kube, kubectl: Kubectl, operator: OperatorProcess) -> Iterator[list[str]]:
+def cleanup(kube: Kube, operator: OperatorProcess) -> Iterator[list[str]]:
     """VirtualClusters to force-delete after the test, so no NodePool outlives it and
     the operator (session-scoped) is still there to remove the finalizer."""
     made: list[str] = []  # "namespace/name"
     yield made
+    force = {"metadata": {"annotations": {names.ANNOTATION_FORCE_DELETE: "true"}}}
     for ref in made:
         ns, name = ref.split("/")
-        kubectl("annotate", "-n", ns, "virtualcluster", name,
-                "nightshift.io/force-delete=true", "--overwrite", check=False)
-        kubectl("delete", "-n", ns, "virtualcluster", name, "--wait=false", check=False)
+        try:
+            kube.merge_patch(names.API_VERSION, names.VIRTUALCLUSTER, name, ns, force)
+        except KubeError as e:
+            if e.status != 404:  # already gone is fine
+                raise
+        kube.delete(names.API_VERSION, names.VIRTUALCLUSTER, name, ns)
     for ref in made:
         ns, name = ref.split("/")
         wait_for(f"VirtualCluster {ref} to be gone",
