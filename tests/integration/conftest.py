@@ -55,6 +55,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
+# Each file's wall seconds (its tests' set-up, call and tear-down, module fixtures
+# included), summed where the reports arrive: under xdist, the controller. A file runs
+# on one worker, so the longest is the floor under the parallel phase, and this is what
+# keeps LONG_FILES_FIRST's order true.
+FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::", 1)[0]
+    FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not FILE_SECONDS:
+        return
+    terminalreporter.section("longest files (wall seconds on their worker)")
+    for path, seconds in sorted(FILE_SECONDS.items(), key=lambda kv: -kv[1])[:8]:
+        terminalreporter.write_line(f"{seconds:8.1f}s {path}")
+
+
 @dataclass(frozen=True)
 class Cluster:
     kubeconfig: str
