@@ -158,11 +158,11 @@ def crds(kubectl: Kubectl) -> list[str]:
 
     # Not `kubectl wait --for=condition=Established`: it fails at once on a CRD whose
     # status has no conditions yet (localcluster's wait_established says more).
+    from nightshift_localcluster.cluster import established_now
+
     def established(n: str) -> bool:
-        crd = kubectl.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                               n.split("/", 1)[1]) or {}
-        return any(c.get("type") == "Established" and c.get("status") == "True"
-                   for c in (crd.get("status") or {}).get("conditions") or [])
+        return established_now(kubectl.kube.get(
+            "apiextensions.k8s.io/v1", "CustomResourceDefinition", n.split("/", 1)[1]) or {})
 
     for n in names:
         wait_for(f"{n} Established", functools.partial(established, n), 60)

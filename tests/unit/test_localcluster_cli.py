@@ -41,7 +41,6 @@ def test_the_api_server_serves_pprof_only_when_asked(tmp_path: Path) -> None:
     assert "--profiling=true" in on and "--profiling=false" not in on
 
 
-
 Crd = dict[str, Any]
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from nightshift.api import conditions
 from nightshift_localcluster import components, procs, realnode, tools
 from nightshift_localcluster.components import Ports, Qps
 from nightshift_localcluster.nodeconfig import NODE_NAME
@@ -80,6 +81,12 @@ def kubectl(layout: Layout, *args: str, input_: str | None = None,
     return r
 
 
+def established_now(crd: Mapping[str, Any]) -> bool:
+    """Whether a CRD's Established condition is True (a new one may have none yet)."""
+    found = conditions.find((crd.get("status") or {}).get("conditions"), "Established")
+    return found is not None and found.get("status") == "True"
+
+
 def wait_established(layout: Layout, *crds: str, timeout: float = 60) -> None:
     """Wait until every named CRD is Established. Not `kubectl wait
     --for=condition=Established`: on a CRD created a moment before, whose status has no
@@ -94,9 +101,7 @@ def wait_established(layout: Layout, *crds: str, timeout: float = 60) -> None:
         doc = json.loads(r.stdout)
         # kubectl answers one name with the object itself, several with a List.
         for crd in doc["items"] if doc.get("kind") == "List" else [doc]:
-            conds = (crd.get("status") or {}).get("conditions") or []
-            if any(c.get("type") == "Established" and c.get("status") == "True"
-                   for c in conds):
+            if established_now(crd):
                 pending.remove(crd["metadata"]["name"])
         return not pending
 
