@@ -119,6 +119,71 @@ def test_requeue_after_runs_the_next_pass_without_any_event() -> None:
     run(main)
 
 
+def test_a_wakeup_for_a_transition_cuts_the_settle_short() -> None:
+    rec = Recorder()
+
+    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
+        rec.enter(name)
+        rec.leave()
+        return Outcome()
+
+    async def main() -> None:
+        loops = make(pass_fn, settle=60.0)
+        loops.ensure("ns", "a")
+        await until("first pass", lambda: len(rec.calls) == 1)
+        loops.wake("ns", "a")  # progress: lands within the settle interval
+        await asyncio.sleep(0.3)
+        assert len(rec.calls) == 1
+        loops.wake("ns", "a", now=True)  # a stage Job finished
+        await until("the pass the transition asked for", lambda: len(rec.calls) == 2)
+        loops.wake("ns", "a")  # answered already: back to settling
+        await asyncio.sleep(0.3)
+        assert len(rec.calls) == 2
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_a_transition_during_a_pass_runs_the_next_one_without_settling() -> None:
+    rec = Recorder()
+    release = threading.Event()
+
+    def pass_fn(_ns: str, name: str, state: State) -> Outcome:
+        rec.enter(name)
+        state.passes += 1
+        if state.passes == 1:
+            release.wait(5)
+        rec.leave()
+        return Outcome()
+
+    async def main() -> None:
+        loops = make(pass_fn, settle=60.0)
+        loops.ensure("ns", "a")
+        await until("first pass", lambda: len(rec.calls) == 1)
+        loops.wake("ns", "a", now=True)  # after the pass read the Jobs
+        release.set()
+        await until("second pass", lambda: len(rec.calls) == 2)
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_stopping_does_not_wait_out_the_settle() -> None:
+    def pass_fn(_ns: str, _name: str, _s: State) -> Outcome:
+        return Outcome()
+
+    async def main() -> None:
+        loops = make(pass_fn, settle=60.0)
+        loops.ensure("ns", "a")
+        loops.wake("ns", "a")
+        await asyncio.sleep(0.1)  # the loop now settles for a minute
+        loops.stop("ns", "a")
+        await until("the loop ends", lambda: not loops.running() and not loops._loops)
+        await loops.shutdown()
+
+    run(main)
+
+
 def test_unexpected_errors_back_off_then_report_then_clear() -> None:
     rec = Recorder()
     fail = {"left": 4}

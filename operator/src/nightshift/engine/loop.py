@@ -18,7 +18,8 @@ that observes, plans (pure) and applies; `state` is what the object's loop remem
 between passes (lost on restart, harmlessly: the next pass re-reads everything). The
 engine supplies, the same for every kind:
 - wake-ups and their coalescing: events only set a flag; a pass runs at most once per
-  settle interval however many arrive;
+  settle interval however many arrive, except that a wake-up for a transition someone
+  waits on (`wake(..., now=True)`: a stage Job finished) runs it without the settle;
 - a per-object lock, so a pass in flight is never overlapped by another one for the
   same object (a deletion racing a pass, an object re-created under the same name);
 - the error policy: any exception is logged and retried with exponential backoff
@@ -119,10 +120,11 @@ class Loops(Generic[S]):
     def running(self) -> list[Key]:
         return [k for k, lp in self._loops.items() if not lp.stopping]
 
-    def wake(self, namespace: str, name: str) -> None:
-        """Something the object owns changed: run a pass soon (coalesced)."""
+    def wake(self, namespace: str, name: str, *, now: bool = False) -> None:
+        """Something the object owns changed: run a pass soon (coalesced), or with
+        `now` as soon as the pass in flight (if any) ends, without the settle."""
         metrics.WAKEUPS.labels(self.kind).inc()
-        self.wakeups.wake(self.key(namespace, name))
+        self.wakeups.wake(self.key(namespace, name), now=now)
 
     def on_object_event(self, event_type: str | None, body: Mapping[str, Any]) -> None:
         """The kind's own watch event (type None: kopf's initial listing)."""
@@ -157,7 +159,7 @@ class Loops(Generic[S]):
         current = self._loops.get(key)
         if current is not None:
             current.stopping = True
-            self.wakeups.wake(key)
+            self.wakeups.wake(key, now=True)
 
     async def shutdown(self) -> None:
         tasks = [lp.task for lp in self._loops.values() if lp.task is not None]
@@ -176,6 +178,7 @@ class Loops(Generic[S]):
                 async with lock:
                     if me.stopping:
                         break
+                    self.wakeups.passing(key)
                     outcome, error = await self._one_pass(namespace, name, me.state)
                     if error is None:
                         if reported:
@@ -203,8 +206,9 @@ class Loops(Generic[S]):
                 await self.wakeups.wait(key, outcome.requeue_after or self.resync)
                 if me.stopping:
                     break
-                # Let a burst of events (many Jobs or nodes changing together) land first.
-                await asyncio.sleep(self.settle)
+                # Let a burst of events (many Jobs or nodes changing together) land first,
+                # unless one marks a transition that should not wait.
+                await self.wakeups.settle(key, self.settle)
         finally:
             if self._loops.get(key) is me:
                 del self._loops[key]

@@ -7,6 +7,7 @@ deleting a run never waits for the operator.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -37,15 +38,35 @@ async def pipelinerun_event(type: str | None, body: kopf.Body, **_: Any) -> None
     LOOPS.on_object_event(type, body)
 
 
+# A Job's conditions that end it, interim ones included: the Job controller sets
+# SuccessCriteriaMet (FailureTarget) as soon as the outcome is decided and Complete
+# (Failed) once its pods' finalizers are gone; the run's pass counts either.
+FINISHED = ("SuccessCriteriaMet", "Complete", "FailureTarget", "Failed")
+
+
+def finished(status: Mapping[str, Any]) -> bool:
+    return any(c.get("type") in FINISHED and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
 @kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_RUN: kopf.PRESENT})
-async def job_event(meta: kopf.Meta, status: kopf.Status, namespace: str | None,
-                    **_: Any) -> None:
+async def job_event(type: str | None, meta: kopf.Meta, status: kopf.Status,
+                    namespace: str | None, **_: Any) -> None:
     run = meta["labels"][names.LABEL_RUN]
     state = LOOPS.states().get(LOOPS.key(namespace or "", run))
+    now = False
     if state is not None:
         # Each change of the Ready count, when it happened: what the stage's cost
         # integrates (pipelinerun/cost.py), finer than the passes this wakes.
         state.ready_samples.append((datetime.now(UTC), str(meta["name"]),
                                     str(meta["labels"].get(names.LABEL_STAGE, meta["name"])),
                                     int(status.get("ready") or 0)))
-    LOOPS.wake(namespace or "", run)
+        # A stage's end is what the next stage and the run's phase wait on: pass
+        # without the settle interval, once per Job. A finished Job's later events wake
+        # as usual, and so does a restart's initial listing (type None), whose first
+        # pass runs at once anyway.
+        uid = str(meta.get("uid") or meta["name"])
+        if finished(status) and uid not in state.finished_jobs:
+            state.finished_jobs.add(uid)
+            now = type is not None
+    LOOPS.wake(namespace or "", run, now=now)

@@ -55,6 +55,9 @@ class LoopState:
     cost: dict[str, Any] | None = None
     # Job -> its pods' stall: since when none is ready, when to read them next, why.
     stalls: dict[str, stalled.Stall] = field(default_factory=dict)
+    # UIDs of the run's Jobs the watch has seen finish: each finish wakes the loop for a
+    # pass now (the barrier to the next stage, the run's end), once.
+    finished_jobs: set[str] = field(default_factory=set)
 
 
 def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
