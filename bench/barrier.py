@@ -14,8 +14,8 @@ runs (bench/jobbench.py):
   operator this script starts.
 Watches on the side's Jobs and on the PipelineRun stamp, on this process's clock, when
 each Job appeared and when it first showed a condition that ends it
-(`SuccessCriteriaMet`, `Complete`, `FailureTarget` or `Failed`; the operator starts the
-next stage on the first two), and when the run's phase became Succeeded. Per run:
+(`SuccessCriteriaMet`, `Complete` or `Failed`: the ones the operator's pass counts), and
+when the run's phase became Succeeded. Per run:
 - barrier k: Job k+1 appeared - Job k finished, for every stage but the last;
 - end (pipelinerun): run Succeeded - last Job finished;
 - done: first create call to the last Job finished (script) or to Succeeded (run).
@@ -46,7 +46,7 @@ from rich.table import Table
 
 from nightshift.api import names
 
-ENDS = ("SuccessCriteriaMet", "Complete", "FailureTarget", "Failed")
+ENDS = ("SuccessCriteriaMet", "Complete", "Failed")
 
 
 class Stamps:

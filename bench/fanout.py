@@ -121,6 +121,14 @@ def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: fl
                 if time.time() - t0 > timeout:
                     raise RuntimeError(f"{label}: not done after {timeout:.0f} s ({done}/{n})")
                 time.sleep(0.25)
+            # The run counts its Job's SuccessCriteriaMet, which the Job controller sets
+            # just before Complete: the run may say Succeeded first.
+            while t_job_done is None and time.time() - t_done < 30:
+                js = kube.list("batch/v1", "Job", NS_RUN,
+                               label_selector=f"{names.LABEL_RUN}=fan")
+                if job_state(js[0] if js else None)[1]:
+                    t_job_done = time.time()
+                time.sleep(0.05)
         host = beside.finish()
     if phase != "Succeeded":
         raise RuntimeError(f"{label}: the run ended {phase}")

@@ -63,7 +63,7 @@ def test_progress_wakes_to_be_coalesced(loops: FakeLoops) -> None:
 
 
 @pytest.mark.parametrize("finish", [("SuccessCriteriaMet",), ("SuccessCriteriaMet", "Complete"),
-                                    ("FailureTarget",), ("Failed",)])
+                                    ("Failed",), ("FailureTarget", "Failed")])
 def test_a_jobs_finish_asks_for_a_pass_now_once(loops: FakeLoops, finish: tuple[str, ...]) -> None:
     assert event(loops, "MODIFIED", job("a", ready=3)) is False
     assert event(loops, "MODIFIED", job("a", *finish)) is True
@@ -71,6 +71,13 @@ def test_a_jobs_finish_asks_for_a_pass_now_once(loops: FakeLoops, finish: tuple[
     assert event(loops, "MODIFIED", job("a", *finish, "Complete")) is False
     # Another stage's (or attempt's) Job finishing is its own transition.
     assert event(loops, "MODIFIED", job("b", *finish)) is True
+
+
+def test_an_interim_failure_target_waits_for_failed(loops: FakeLoops) -> None:
+    # The pass counts a failed attempt at Failed (progress.ENDING): a pass now at
+    # FailureTarget would see nothing new, and use up the Job's one pass now.
+    assert event(loops, "MODIFIED", job("a", "FailureTarget")) is False
+    assert event(loops, "MODIFIED", job("a", "FailureTarget", "Failed")) is True
 
 
 def test_a_restarts_initial_listing_does_not_ask(loops: FakeLoops) -> None:

@@ -7,7 +7,6 @@ deleting a run never waits for the operator.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -19,7 +18,7 @@ from nightshift.config import OperatorConfig
 from nightshift.engine.kopfapp import KindWiring, register
 from nightshift.engine.loop import Loops, PassFn
 from nightshift.kube import Kube
-from nightshift.pipelinerun import reconcile
+from nightshift.pipelinerun import progress, reconcile
 
 LOOPS: Loops[reconcile.LoopState] = Loops(names.PIPELINERUN, reconcile.LoopState)
 
@@ -38,17 +37,6 @@ async def pipelinerun_event(type: str | None, body: kopf.Body, **_: Any) -> None
     LOOPS.on_object_event(type, body)
 
 
-# A Job's conditions that end it, interim ones included: the Job controller sets
-# SuccessCriteriaMet (FailureTarget) as soon as the outcome is decided and Complete
-# (Failed) once its pods' finalizers are gone; the run's pass counts either.
-FINISHED = ("SuccessCriteriaMet", "Complete", "FailureTarget", "Failed")
-
-
-def finished(status: Mapping[str, Any]) -> bool:
-    return any(c.get("type") in FINISHED and c.get("status") == "True"
-               for c in status.get("conditions") or [])
-
-
 @kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_RUN: kopf.PRESENT})
 async def job_event(type: str | None, meta: kopf.Meta, status: kopf.Status,
                     namespace: str | None, **_: Any) -> None:
@@ -61,12 +49,12 @@ async def job_event(type: str | None, meta: kopf.Meta, status: kopf.Status,
         state.ready_samples.append((datetime.now(UTC), str(meta["name"]),
                                     str(meta["labels"].get(names.LABEL_STAGE, meta["name"])),
                                     int(status.get("ready") or 0)))
-        # A stage's end is what the next stage and the run's phase wait on: pass
-        # without the settle interval, once per Job. A finished Job's later events wake
-        # as usual, and so does a restart's initial listing (type None), whose first
-        # pass runs at once anyway.
+        # A stage attempt's end (a condition the pass counts: progress.ENDING) is what
+        # the next stage and the run's phase wait on: pass without the settle
+        # interval, once per Job. A finished Job's later events wake as usual, and so
+        # does a restart's initial listing (type None), whose first pass runs at once.
         uid = str(meta.get("uid") or meta["name"])
-        if finished(status) and uid not in state.finished_jobs:
+        if progress.ended({"status": status}) and uid not in state.finished_jobs:
             state.finished_jobs.add(uid)
             now = type is not None
     LOOPS.wake(namespace or "", run, now=now)

@@ -82,6 +82,16 @@ class StageView:
         return self.latest.failed if self.latest else set()
 
 
+# The Job conditions that end a stage's attempt here (_finish_state): the Job controller
+# sets SuccessCriteriaMet as soon as every item succeeded and Complete once its pods'
+# finalizers are gone; FailureTarget is not counted, Failed is.
+ENDING = ("SuccessCriteriaMet", "Complete", "Failed")
+
+
+def ended(job: Mapping[str, Any]) -> bool:
+    return any(job_condition(job, t) for t in ENDING)
+
+
 def job_condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
     for c in (job.get("status") or {}).get("conditions") or []:
         if c.get("type") == type_ and c.get("status") == "True":
