@@ -1,6 +1,7 @@
-"""Which Job events wake a run's loop for a pass now (pipelinerun/handlers.py): a stage
-Job's finish, once, so the next stage and the run's phase do not wait out the settle
-interval; every other Job event wakes it as usual, to be coalesced."""
+"""Which watch events wake a run's loop (pipelinerun/handlers.py), and which ask for a
+pass now: a stage Job's finish, once, so the next stage and the run's phase do not wait
+out the settle interval; every other Job event wakes it as usual, to be coalesced. A
+SharedStorage or VirtualCluster wakes the runs that name it."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from typing import Any, cast
 
 import pytest
 
+from nightshift.config import OperatorConfig
 from nightshift.engine.wakeups import Key
-from nightshift.pipelinerun import handlers
+from nightshift.pipelinerun import handlers, reconcile
 from nightshift.pipelinerun.reconcile import LoopState
+from tests.bad_pipelineruns import stage
+from tests.unit.test_chart_kubecalls import RecordingKube
+from tests.unit.test_plan import make_run
 
 
 class FakeLoops:
@@ -21,6 +26,7 @@ class FakeLoops:
     def __init__(self) -> None:
         self.state = LoopState()
         self.wakes: list[bool] = []
+        self.woken: list[tuple[str, str]] = []
 
     def key(self, namespace: str, name: str) -> Key:
         return ("PipelineRun", namespace, name)
@@ -28,8 +34,9 @@ class FakeLoops:
     def states(self) -> dict[Key, LoopState]:
         return {self.key("ns", "run"): self.state}
 
-    def wake(self, _namespace: str, _name: str, *, now: bool = False) -> None:
+    def wake(self, namespace: str, name: str, *, now: bool = False) -> None:
         self.wakes.append(now)
+        self.woken.append((namespace, name))
 
 
 def job(uid: str, *conditions: str, ready: int = 0) -> dict[str, Any]:
@@ -89,3 +96,33 @@ def test_a_job_of_a_run_without_a_loop_wakes_as_usual(loops: FakeLoops) -> None:
     j = job("a", "Complete")
     j["meta"]["labels"]["nightshift.io/pipeline-run"] = "other"
     assert event(loops, "MODIFIED", j) is False
+
+
+def other_event(handler: object, name: str, namespace: str = "ns") -> None:
+    fn = cast(Callable[..., Coroutine[Any, Any, None]], handler)
+    asyncio.run(fn(type="ADDED", meta={"name": name, "namespace": namespace},
+                   namespace=namespace))
+
+
+def test_a_storage_or_cluster_wakes_only_the_runs_that_name_it(loops: FakeLoops) -> None:
+    loops.state.references = frozenset({("SharedStorage", "data"),
+                                         ("VirtualCluster", "survey")})
+    other_event(handlers.storage_event_for_runs, "data")
+    other_event(handlers.virtualcluster_event_for_runs, "survey")
+    assert loops.woken == [("ns", "run"), ("ns", "run")]
+    assert loops.wakes == [False, False]  # coalesced as usual
+    other_event(handlers.storage_event_for_runs, "other")
+    other_event(handlers.storage_event_for_runs, "survey")  # a VirtualCluster's name
+    other_event(handlers.storage_event_for_runs, "data", namespace="elsewhere")
+    other_event(handlers.virtualcluster_event_for_runs, "data")
+    assert len(loops.woken) == 2
+
+
+def test_a_pass_records_what_the_run_names_before_reading_it() -> None:
+    run = make_run([stage("a")], virtualCluster="survey",
+                   storage=[{"name": "raw", "sharedStorage": "data"}])
+    kube = RecordingKube([run])
+    state = LoopState()
+    reconcile.reconcile(kube, OperatorConfig.from_env(), "physics", "nightly", state)
+    # Neither exists: the run waits for them, and their creation wakes it.
+    assert state.references == {("SharedStorage", "data"), ("VirtualCluster", "survey")}

@@ -1,5 +1,6 @@
 """kopf wiring for PipelineRuns: their watch events drive the engine's loops, and
-events on their Jobs only wake them (see engine/loop.py).
+events on their Jobs, and on the SharedStorages and VirtualClusters they name, only
+wake them (see engine/loop.py).
 
 No finalizer: a run's Jobs and ConfigMaps go with it through ownerReferences, so
 deleting a run never waits for the operator.
@@ -58,3 +59,21 @@ async def job_event(type: str | None, meta: kopf.Meta, status: kopf.Status,
             state.finished_jobs.add(uid)
             now = type is not None
     LOOPS.wake(namespace or "", run, now=now)
+
+
+def _wake_referencing(kind: str, namespace: str | None, name: str) -> None:
+    for (_, ns, run), state in LOOPS.states().items():
+        if ns == (namespace or "") and (kind, name) in state.references:
+            LOOPS.wake(ns, run)
+
+
+@kopf.on.event(names.GROUP, names.VERSION, names.SHAREDSTORAGES)
+async def storage_event_for_runs(meta: kopf.Meta, namespace: str | None, **_: Any) -> None:
+    # Created, fixed or changed: the runs that name it look again (coalesced).
+    _wake_referencing(names.SHAREDSTORAGE, namespace, str(meta["name"]))
+
+
+@kopf.on.event(names.GROUP, names.VERSION, names.VIRTUALCLUSTERS)
+async def virtualcluster_event_for_runs(meta: kopf.Meta, namespace: str | None,
+                                        **_: Any) -> None:
+    _wake_referencing(names.VIRTUALCLUSTER, namespace, str(meta["name"]))

@@ -58,6 +58,10 @@ class LoopState:
     # UIDs of the run's Jobs the watch has seen finish: each finish wakes the loop for a
     # pass now (the barrier to the next stage, the run's end), once.
     finished_jobs: set[str] = field(default_factory=set)
+    # The SharedStorages and the VirtualCluster the run names, as (kind, name): their
+    # watch events wake the loop, so a stage waiting for one starts when it appears or
+    # is fixed, not at the next 30-s look (plan.STORAGE_WAIT).
+    references: frozenset[tuple[str, str]] = frozenset()
 
 
 def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
@@ -72,6 +76,11 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
         spec: PipelineRunSpec | None = PipelineRunSpec.model_validate(run.get("spec") or {})
     except ValidationError:
         spec = None  # plan() reports it as Invalid, naming the field.
+    # Before the GETs below: an object created after them wakes this loop again.
+    state.references = frozenset(
+        [(names.SHAREDSTORAGE, n) for n in (binding.referenced(spec) if spec else [])]
+        + ([(names.VIRTUALCLUSTER, spec.virtual_cluster)]
+           if spec and spec.virtual_cluster else []))
     if spec and any(st.mpi for st in spec.stages):
         # MPI stages run as MPIJobs (pipelinerun/mpijob.py), read here as Jobs. Without
         # the MPI Operator's CRD the list is empty and creating one is refused, which
