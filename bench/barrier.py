@@ -14,8 +14,8 @@ runs (bench/jobbench.py):
   operator this script starts.
 Watches on the side's Jobs and on the PipelineRun stamp, on this process's clock, when
 each Job appeared and when it first showed a condition that ends it
-(`SuccessCriteriaMet`, `Complete` or `Failed`: the ones the operator's pass counts), and
-when the run's phase became Succeeded. Per run:
+(`SuccessCriteriaMet`, `Complete` or `Failed`: progress.ENDING, the ones the operator's
+pass counts), and when the run's phase became Succeeded. Per run:
 - barrier k: Job k+1 appeared - Job k finished, for every stage but the last;
 - end (pipelinerun): run Succeeded - last Job finished;
 - done: first create call to the last Job finished (script) or to Succeeded (run).
@@ -45,8 +45,7 @@ from kubernetes import client, config, watch
 from rich.table import Table
 
 from nightshift.api import names
-
-ENDS = ("SuccessCriteriaMet", "Complete", "Failed")
+from nightshift.pipelinerun.progress import ended
 
 
 class Stamps:
@@ -109,8 +108,7 @@ class Stamps:
         with self.changed:
             if type_ == "ADDED":
                 self.added.setdefault(name, at)
-            conds = (job.get("status") or {}).get("conditions") or []
-            if any(c.get("type") in ENDS and c.get("status") == "True" for c in conds):
+            if ended(job):
                 self.finished.setdefault(name, at)
             self.changed.notify_all()
 

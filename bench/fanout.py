@@ -106,10 +106,13 @@ def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: fl
         bench.create(pipelinerun(n, task_s, **stage_extra))
         t_job_done = None
         run: dict[str, Any] = {}
+        def the_job() -> tuple[int, str | None]:
+            js = kube.list("batch/v1", "Job", NS_RUN, label_selector=f"{names.LABEL_RUN}=fan")
+            return job_state(js[0] if js else None)
+
         with progress(label, pods or n) as update:
             while True:
-                js = kube.list("batch/v1", "Job", NS_RUN, label_selector=f"{names.LABEL_RUN}=fan")
-                done, cond = job_state(js[0] if js else None)
+                done, cond = the_job()
                 update(done)
                 if cond and t_job_done is None:
                     t_job_done = time.time()
@@ -124,9 +127,7 @@ def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: fl
             # The run counts its Job's SuccessCriteriaMet, which the Job controller sets
             # just before Complete: the run may say Succeeded first.
             while t_job_done is None and time.time() - t_done < 30:
-                js = kube.list("batch/v1", "Job", NS_RUN,
-                               label_selector=f"{names.LABEL_RUN}=fan")
-                if job_state(js[0] if js else None)[1]:
+                if the_job()[1]:
                     t_job_done = time.time()
                 time.sleep(0.05)
         host = beside.finish()

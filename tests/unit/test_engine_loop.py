@@ -45,6 +45,23 @@ class Recorder:
     def report(self, _ns: str, _name: str, message: str | None) -> None:
         self.reports.append(message)
 
+    def record(self, _ns: str, name: str, _s: State) -> Outcome:
+        """A pass that only records itself."""
+        self.enter(name)
+        self.leave()
+        return Outcome()
+
+    def first_blocks(self, release: threading.Event) -> Callable[[str, str, State], Outcome]:
+        """A pass that records itself; the first one waits for `release`."""
+        def pass_fn(_ns: str, name: str, state: State) -> Outcome:
+            self.enter(name)
+            state.passes += 1
+            if state.passes == 1:
+                release.wait(5)
+            self.leave()
+            return Outcome()
+        return pass_fn
+
 
 def body(name: str = "a", *, deleting: bool = False,
          finalizers: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -78,14 +95,7 @@ def make(pass_fn: Callable[[str, str, State], Outcome], rec: Recorder | None = N
 def test_a_burst_of_wakeups_during_a_pass_coalesces_into_one_more_pass() -> None:
     rec = Recorder()
     release = threading.Event()
-
-    def pass_fn(_ns: str, name: str, state: State) -> Outcome:
-        rec.enter(name)
-        state.passes += 1
-        if state.passes == 1:
-            release.wait(5)
-        rec.leave()
-        return Outcome()
+    pass_fn = rec.first_blocks(release)
 
     async def main() -> None:
         loops = make(pass_fn)
@@ -122,13 +132,8 @@ def test_requeue_after_runs_the_next_pass_without_any_event() -> None:
 def test_a_wakeup_for_a_transition_cuts_the_settle_short() -> None:
     rec = Recorder()
 
-    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
-        rec.enter(name)
-        rec.leave()
-        return Outcome()
-
     async def main() -> None:
-        loops = make(pass_fn, settle=60.0)
+        loops = make(rec.record, settle=60.0)
         loops.ensure("ns", "a")
         await until("first pass", lambda: len(rec.calls) == 1)
         loops.wake("ns", "a")  # progress: lands within the settle interval
@@ -147,14 +152,7 @@ def test_a_wakeup_for_a_transition_cuts_the_settle_short() -> None:
 def test_a_transition_during_a_pass_runs_the_next_one_without_settling() -> None:
     rec = Recorder()
     release = threading.Event()
-
-    def pass_fn(_ns: str, name: str, state: State) -> Outcome:
-        rec.enter(name)
-        state.passes += 1
-        if state.passes == 1:
-            release.wait(5)
-        rec.leave()
-        return Outcome()
+    pass_fn = rec.first_blocks(release)
 
     async def main() -> None:
         loops = make(pass_fn, settle=60.0)
@@ -320,13 +318,8 @@ def test_deletion_keeps_the_loop_while_our_finalizer_is_on_the_object() -> None:
 def test_a_kind_without_finalizer_stops_at_the_deletion_mark() -> None:
     rec = Recorder()
 
-    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
-        rec.enter(name)
-        rec.leave()
-        return Outcome()
-
     async def main() -> None:
-        loops = make(pass_fn)
+        loops = make(rec.record)
         loops.on_object_event(None, body())
         await until("first pass", lambda: len(rec.calls) == 1)
         loops.on_object_event("MODIFIED", body(deleting=True, finalizers=("other.io/x",)))

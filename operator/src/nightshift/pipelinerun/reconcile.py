@@ -76,9 +76,10 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
         spec: PipelineRunSpec | None = PipelineRunSpec.model_validate(run.get("spec") or {})
     except ValidationError:
         spec = None  # plan() reports it as Invalid, naming the field.
+    storages = binding.referenced(spec) if spec else []
     # Before the GETs below: an object created after them wakes this loop again.
     state.references = frozenset(
-        [(names.SHAREDSTORAGE, n) for n in (binding.referenced(spec) if spec else [])]
+        [(names.SHAREDSTORAGE, n) for n in storages]
         + ([(names.VIRTUALCLUSTER, spec.virtual_cluster)]
            if spec and spec.virtual_cluster else []))
     if spec and any(st.mpi for st in spec.stages):
@@ -103,7 +104,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
 
     # The SharedStorages spec.storage names: one GET each (at most 20 entries).
     shared = {n: kube.get(names.API_VERSION, names.SHAREDSTORAGE, n, namespace)
-              for n in (binding.referenced(spec) if spec else [])}
+              for n in storages}
 
     # The VirtualCluster it names: one GET (references.py: a missing one or pool waits).
     vcs = ({spec.virtual_cluster: kube.get(names.API_VERSION, names.VIRTUALCLUSTER,
