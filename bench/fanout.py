@@ -34,12 +34,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from auditlog import WRITES, foreign_writes, pod_work, pod_writes, ts
+from freshcluster import restarted
 from hostspeed import side_ratio_fit
 from jobbench import (
     POOL,
@@ -200,8 +202,10 @@ def _kinds(writes: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
-             run_only: bool = False, batch: int = 1, baseline: str = "bare"
-             ) -> dict[str, Any]:
+             run_only: bool = False, batch: int = 1, baseline: str = "bare",
+             fresh: Callable[[], Bench] | None = None) -> dict[str, Any]:
+    """`fresh`: a new cluster before every run (bench/freshcluster.py), with its own
+    operator; otherwise one cluster and one operator, drained between runs."""
     console.print(f"[bold]{n:,} items of {task_s:g} s[/], "
                   + ("the PipelineRun once" if run_only else f"{pairs} alternating pairs")
                   + (f", {batch} items per pod" if batch > 1 else "")
@@ -215,10 +219,23 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
         bare, bare_cms = only(bare, []), []
     timeout = max(600.0, n / 5)
     runs: list[dict[str, Any]] = []
-    op = start_operator(bench)
-    bench.pids["operator"] = op.pid
-    if nice:
-        bench.renice(nice, [op.pid])
+    rss = 0.0
+
+    def operator_for(b: Bench) -> subprocess.Popen[bytes]:
+        o = start_operator(b)
+        b.pids["operator"] = o.pid
+        if nice:
+            b.renice(nice, [o.pid])
+        return o
+
+    def stop(o: subprocess.Popen[bytes]) -> float:
+        peak = peak_rss_mb(o.pid)
+        bench.pids.pop("operator", None)
+        o.send_signal(signal.SIGTERM)
+        o.wait(30)
+        return peak
+
+    op = operator_for(bench)
     try:
         bench.drain(NS_JOB)
         drain_run(bench)
@@ -227,14 +244,19 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
             order = ("run",) if run_only else ("bare", "run") if p % 2 == 0 else ("run", "bare")
             for side in order:
                 label = f"pair {p + 1}/{rounds} {side}"
+                if fresh is not None:
+                    rss = max(rss, stop(op))
+                    bench = fresh()
+                    op = operator_for(bench)
                 if side == "bare":
                     t = run_job(bench, json.loads(json.dumps(bare)), bare_cms, label, timeout)
                     extra: dict[str, Any] = {}
-                    drain_s = bench.drain(NS_JOB)
+                    # A fresh cluster replaces the drain: the next run starts clean anyway.
+                    drain_s = 0.0 if fresh else bench.drain(NS_JOB)
                 else:
                     t, extra = run_pipelinerun(bench, n, task_s, label, timeout,
                                                pods=pods, **batched)
-                    drain_s = drain_run(bench)
+                    drain_s = 0.0 if fresh else drain_run(bench)
                 runs.append({"pair": p + 1, "side": side, "done_s": t.done_s,
                              "last_create_s": t.last_create_s, "last_bind_s": t.last_bind_s,
                              "load_start": t.load_start, "load_end": t.load_end,
@@ -248,11 +270,8 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                               f"load {t.load_start}->{t.load_end}  drain {drain_s:.0f} s  "
                               f"others' API writes {t.foreign_writes}")
                 print_parts(t)
-        rss = peak_rss_mb(op.pid)
     finally:
-        bench.pids.pop("operator", None)
-        op.send_signal(signal.SIGTERM)
-        op.wait(30)
+        rss = max(rss, stop(op))
     bare_s = [r["done_s"] for r in runs if r["side"] == "bare"]
     run_s = [r["done_s"] for r in runs if r["side"] == "run"]
     job_s = [r["job_done_s"] for r in runs if r["side"] == "run"]
@@ -274,6 +293,7 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
         # pair, not one side of the whole comparison.
         "speed_ratio": stats([round(b / r, 3) for b, r in zip(bare_s, run_s, strict=True)])[1],
         "speed_ratio_of_medians": round(stats(bare_s)[1] / stats(run_s)[1], 3),
+        "fresh_cluster": fresh is not None,
         "speed_ratio_job": round(stats(bare_s)[1] / stats(job_s)[1], 3),
         # The same ratio on CPU seconds the cluster's parts (and the operator) used: far
         # less sensitive than wall time to what else runs on a shared machine.
@@ -305,6 +325,10 @@ def main() -> int:
     ap.add_argument("--renice", type=int, default=0,
                     help="run the cluster's parts at this nice value meanwhile (e.g. -10 on "
                          "a shared machine; put back to 0 at the end)")
+    ap.add_argument("--fresh-cluster", action="store_true",
+                    help="restart the local cluster (down, up --no-real-node) before every "
+                         "run, so no run inherits etcd's history or the parts' heaps from "
+                         "the runs before it (bench/freshcluster.py)")
     ap.add_argument("--profile", metavar="DELAY:SECONDS",
                     help="CPU profiles of the API server, controller-manager and scheduler "
                          "over this window of every run (e.g. 30:120; the API server's "
@@ -320,12 +344,19 @@ def main() -> int:
     bench = prepared(args.nodes, (NS_JOB, NS_RUN), args.renice)
     bench.profile = window
     release = bench.server_version()
+
+    def fresh() -> Bench:
+        b = restarted(args.nodes, (NS_JOB, NS_RUN), args.renice, window is not None)
+        b.profile, b.stamp = window, bench.stamp
+        return b
+
     console.print(f"API server: Kubernetes {release}")
     path = results_path("fanout", stamp=bench.stamp)
     results = []
     for n in args.sizes:
         results.append(one_size(bench, n, args.task_seconds, args.pairs, args.renice,
-                                args.run_only, args.batch, args.baseline))
+                                args.run_only, args.batch, args.baseline,
+                                fresh=fresh if args.fresh_cluster else None))
         path.write_text(json.dumps({"results": results, "nodes": args.nodes, "pool": POOL,
                                     "renice": args.renice,
                                     "kubernetes": release}, indent=2))
