@@ -10,7 +10,8 @@ reads the API server's audit log):
 
 `--baseline full` pairs the run with its own rendered Job, unchanged, created by the
 bench: both sides run the same pods, so the ratio is what the operator and the
-PipelineRun cost beyond them, and its spread is the bed's own.
+PipelineRun cost beyond them, and its spread is the bed's own. `--fresh-cluster`
+restarts the local cluster before every run instead of draining it between runs.
 
 For each size, in the same cluster, `--pairs` alternating pairs (bare then run, run
 then bare, ...), the namespace drained between runs (bench/jobbench.py):
@@ -235,17 +236,20 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
         o.wait(30)
         return peak
 
-    op = operator_for(bench)
+    # With fresh clusters, the bench passed in may be a cluster already gone (its API
+    # server's port changes with every `up`): every run starts its own.
+    op = None if fresh else operator_for(bench)
     try:
-        bench.drain(NS_JOB)
-        drain_run(bench)
+        if fresh is None:
+            bench.drain(NS_JOB)
+            drain_run(bench)
         rounds = 1 if run_only else pairs
         for p in range(rounds):
             order = ("run",) if run_only else ("bare", "run") if p % 2 == 0 else ("run", "bare")
             for side in order:
                 label = f"pair {p + 1}/{rounds} {side}"
                 if fresh is not None:
-                    rss = max(rss, stop(op))
+                    rss = max(rss, stop(op)) if op else rss
                     bench = fresh()
                     op = operator_for(bench)
                 if side == "bare":
@@ -271,7 +275,7 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                               f"others' API writes {t.foreign_writes}")
                 print_parts(t)
     finally:
-        rss = max(rss, stop(op))
+        rss = max(rss, stop(op)) if op else rss
     bare_s = [r["done_s"] for r in runs if r["side"] == "bare"]
     run_s = [r["done_s"] for r in runs if r["side"] == "run"]
     job_s = [r["job_done_s"] for r in runs if r["side"] == "run"]
