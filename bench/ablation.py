@@ -14,7 +14,8 @@ keeps none (only the placement that reaches the bench nodes), `+X` keeps only fe
 virtual cluster (features the bench stage does not use otherwise). Each run creates the
 Job, times it to Complete, and drains the namespace (no pod left, control plane idle)
 before the next. Rounds alternate the order (forward, backward, ...) so a slow drift of
-the machine does not land on one variant. Results: bench/results/ablation-<time>.json.
+the machine does not land on one variant. `--fresh-cluster` restarts the local cluster
+before every run instead of draining it. Results: bench/results/ablation-<time>.json.
 
 `--real-node` runs the variants as real containers on the local cluster's real node
 (`make images` first): the step prints its item, and the bench checks every pod's log,
@@ -36,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from freshcluster import restarted
 from jobbench import (
     Bench,
     console,
@@ -217,6 +219,9 @@ def main() -> int:
                     help="print each variant's pod size as created (dry run), exit")
     ap.add_argument("--real-node", action="store_true",
                     help="real containers on the real node (default: 6 items, bare and full)")
+    ap.add_argument("--fresh-cluster", action="store_true",
+                    help="restart the local cluster before every run instead of draining "
+                         "it (bench/freshcluster.py); no warm-up")
     ap.add_argument("--renice", type=int, default=0,
                     help="run the cluster's parts at this nice value meanwhile (e.g. -10 on "
                          "a shared machine; put back to 0 at the end)")
@@ -262,9 +267,9 @@ def main() -> int:
     console.print(f"[bold]ablation[/]: {args.items:,} items of {args.task_seconds:g} s, "
                   f"{len(args.variants)} variants x {args.rounds} rounds on {args.nodes} "
                   f"KWOK nodes; load average now {loadavg()}")
-    drained = bench.drain(NAMESPACE)
-    console.print(f"  drained in {drained:.1f} s")
-    if args.warmup:
+    if not args.fresh_cluster:
+        console.print(f"  drained in {bench.drain(NAMESPACE):.1f} s")
+    if args.warmup and not args.fresh_cluster:
         # A fresh cluster's first big Job pays for cold caches and heaps: not a variant's.
         warm, wcms = jobs[args.variants[-1]]
         warm = json.loads(json.dumps(warm))
@@ -277,11 +282,13 @@ def main() -> int:
         for v in order:
             k = len(runs) + 1
             job, cms = jobs[v]
+            if args.fresh_cluster:
+                bench = restarted(args.nodes, (NAMESPACE,), args.renice, profiling=False)
             t = run_job(bench, json.loads(json.dumps(job)), cms,
                         f"[{k}/{total}] round {r + 1} {v}", timeout)
             if args.real_node:
                 check_items(bench, v, args.items)
-            drain_s = bench.drain(NAMESPACE)
+            drain_s = 0.0 if args.fresh_cluster else bench.drain(NAMESPACE)
             runs.append({"variant": v, "round": r + 1, "items": args.items,
                          "done_s": t.done_s, "pods_per_s": round(args.items / t.done_s, 1),
                          "completion_s": t.completion_s, "last_create_s": t.last_create_s,
