@@ -30,10 +30,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fanout import NS_RUN, start_operator
+from fanout import NS_RUN, drain_run, start_operator
 from jobbench import Bench, console, prepared, results_path, stats
 
 from nightshift.api import names
+from nightshift.pipelinerun import references
 
 VC, RUN = "later", "waits"
 
@@ -73,7 +74,7 @@ def one(bench: Bench, order: str, pause: float) -> float:
 
     def waiting() -> bool:
         run = k.get(names.API_VERSION, names.PIPELINERUN, RUN, NS_RUN) or {}
-        return any(c.get("reason") == "WaitingForVirtualCluster"
+        return any(c.get("reason") == references.REASON
                    for c in (run.get("status") or {}).get("conditions") or [])
 
     if order == "late":
@@ -91,12 +92,7 @@ def one(bench: Bench, order: str, pause: float) -> float:
 
 def clean(bench: Bench) -> None:
     k = bench.kube
-
-    def delete_run() -> None:  # its Job, pods and ConfigMaps go by owner
-        k.delete(names.API_VERSION, names.PIPELINERUN, RUN, NS_RUN)
-        until("the run's deletion",
-              lambda: k.get(names.API_VERSION, names.PIPELINERUN, RUN, NS_RUN) is None, 120, 0.5)
-    bench.drain(NS_RUN, delete_run)
+    drain_run(bench, RUN)
     k.delete(names.API_VERSION, names.VIRTUALCLUSTER, VC, NS_RUN)
     # A VirtualCluster goes once its nodes have (RemovingNodes).
     until("the VirtualCluster's deletion",
