@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import yaml
 from auditlog import WRITES, pod_writes
-from fanout import NS_JOB, NS_RUN, OPERATOR, drain_run, peak_rss_mb, start_operator
 from jobbench import (
     POOL,
     Bench,
@@ -54,6 +53,7 @@ from jobbench import (
 )
 from jobvariants import only, rendered_job, stage
 from rich.table import Table
+from runside import NS_JOB, NS_RUN, OPERATOR, drain_run, peak_rss_mb, start_operator
 
 from nightshift.api import names
 from nightshift.simulate import convert

@@ -38,11 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import urllib3
 from argo import pipelinerun
-from fanout import NS_JOB, NS_RUN, drain_run, start_operator
 from jobbench import Bench, console, prepared, results_path, stats
 from jobvariants import only, rendered_job
 from kubernetes import client, config, watch
 from rich.table import Table
+from runside import NS_JOB, NS_RUN, drain_run, start_operator
 
 from nightshift.api import names
 from nightshift.pipelinerun.progress import ended

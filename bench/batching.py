@@ -29,10 +29,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fanout import NS_RUN, cluster_cpu, drain_run, peak_rss_mb, run_pipelinerun, start_operator
+from fanout import cluster_cpu
 from jobbench import POOL, console, loadavg, prepared, results_path, stats
 from jobvariants import kwok_task
 from rich.table import Table
+from runside import NS_RUN, drain_run, peak_rss_mb, run_pipelinerun, start_operator
 
 
 def side_args(side: str, n: int, task_s: float, k: int) -> tuple[int, dict[str, Any]]:

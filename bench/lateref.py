@@ -30,8 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fanout import NS_RUN, drain_run, start_operator
 from jobbench import Bench, console, prepared, results_path, stats
+from runside import NS_RUN, drain_run, start_operator
 
 from nightshift.api import names
 from nightshift.pipelinerun import references

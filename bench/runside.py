@@ -1,0 +1,148 @@
+"""The PipelineRun side of the local-cluster benches: the operator the bench starts,
+a one-stage run timed to Succeeded with its operator's writes, and the drain after it.
+
+Shared by bench/fanout.py, argo.py, barrier.py, batching.py and lateref.py; not part of
+CI. The bare side (a Job the bench creates itself) is bench/jobbench.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from auditlog import WRITES, foreign_writes, pod_work, pod_writes, ts
+from jobbench import Bench, Timed, job_state, loadavg, progress
+from jobvariants import stage
+from profiles import note_window_work
+
+from nightshift.api import names
+
+NS_JOB, NS_RUN = "bench-fanout-job", "bench-fanout-run"
+OPERATOR = "nightshift-operator"
+
+
+def pipelinerun(n: int, task_s: float, **stage_extra: Any) -> dict[str, Any]:
+    return {"apiVersion": names.API_VERSION, "kind": names.PIPELINERUN,
+            "metadata": {"name": "fan", "namespace": NS_RUN},
+            "spec": {"stages": [stage(n, task_s, **stage_extra)]}}
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start_operator(bench: Bench) -> subprocess.Popen[bytes]:
+    lay = bench.layout
+    env_of = getattr(lay, "operator_env", None)
+    extra = env_of() if env_of else {
+        "KUBECONFIG": str(lay.state / "kubeconfigs" / "operator.yaml")}
+    log = lay.logs / f"bench-operator-{int(time.time())}.log"
+    with log.open("wb") as out:
+        op = subprocess.Popen([sys.executable, "-m", "nightshift.cli.main", "operator",
+                               "--health-port", "0", "--namespace", NS_RUN],
+                              stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **extra})
+    time.sleep(3)  # kopf's watches start: not part of any measured run
+    return op
+
+
+def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: float,
+                    pods: int | None = None, **stage_extra: Any
+                    ) -> tuple[Timed, dict[str, Any]]:
+    """Create the PipelineRun, time it to Succeeded; its Job's completion on the way.
+    `pods`: the Job's completions when they are not one per item (a batched stage)."""
+    kube = bench.kube
+    load_start = loadavg()
+    mark = bench.audit.mark()
+    cpu0 = bench.cpu()
+    with bench.beside(label) as beside:
+        t0 = time.time()
+        bench.create(pipelinerun(n, task_s, **stage_extra))
+        t_job_done = None
+        run: dict[str, Any] = {}
+        def the_job() -> tuple[int, str | None]:
+            js = kube.list("batch/v1", "Job", NS_RUN, label_selector=f"{names.LABEL_RUN}=fan")
+            return job_state(js[0] if js else None)
+
+        with progress(label, pods or n) as update:
+            while True:
+                done, cond = the_job()
+                update(done)
+                if cond and t_job_done is None:
+                    t_job_done = time.time()
+                run = kube.get(names.API_VERSION, names.PIPELINERUN, "fan", NS_RUN) or {}
+                phase = (run.get("status") or {}).get("phase")
+                if phase in ("Succeeded", "Failed"):
+                    t_done = time.time()
+                    break
+                if time.time() - t0 > timeout:
+                    raise RuntimeError(f"{label}: not done after {timeout:.0f} s ({done}/{n})")
+                time.sleep(0.25)
+            # The run counts its Job's SuccessCriteriaMet, which the Job controller sets
+            # just before Complete: the run may say Succeeded first.
+            while t_job_done is None and time.time() - t_done < 30:
+                if the_job()[1]:
+                    t_job_done = time.time()
+                time.sleep(0.05)
+        host = beside.finish()
+    if phase != "Succeeded":
+        raise RuntimeError(f"{label}: the run ended {phase}")
+    cpu = bench.cpu_since(cpu0)
+    entries = bench.audit.since(mark)
+    creates = pod_writes(entries, NS_RUN, None)
+    binds = pod_writes(entries, NS_RUN, "binding")
+    note_window_work(host, entries, NS_RUN, t0)
+    writes = [e for e in entries
+              if (e.get("user") or {}).get("username") == OPERATOR
+              and e.get("verb") in WRITES and e.get("stage") == "ResponseComplete"
+              and (e.get("objectRef") or {}).get("namespace") == NS_RUN]
+    # The operator server-side-applies its Job: the first write to jobs is its creation.
+    job_created = [e for e in writes if e["verb"] in ("create", "patch")
+                   and e["objectRef"].get("resource") == "jobs"
+                   and not e["objectRef"].get("subresource")]
+    timed = Timed(done_s=round(t_done - t0, 2), completion_s=None,
+                  last_create_s=round(creates[-1] - t0, 2) if creates else None,
+                  last_bind_s=round(binds[-1] - t0, 2) if binds else None,
+                  load_start=load_start, load_end=loadavg(), pod_bytes=0, cpu=cpu,
+                  foreign_writes=foreign_writes(entries, (NS_RUN,)),
+                  pod_work=pod_work(entries, NS_RUN), host=host)
+    status = run.get("status") or {}
+    extra = {
+        "job_done_s": round(t_job_done - t0, 2) if t_job_done else None,
+        "job_created_s": round(ts(job_created[0]) - t0, 2) if job_created else None,
+        "operator_writes": len(writes), "writes_per_item": round(len(writes) / n, 5),
+        "write_kinds": _kinds(writes), "status_bytes": len(json.dumps(status)),
+    }
+    return timed, extra
+
+
+def drain_run(bench: Bench, name: str = "fan") -> float:
+    def delete_run() -> None:
+        # Pods first (one call), then the run: its Job and ConfigMaps go by owner.
+        bench.delete_all("v1", "Pod", NS_RUN)
+        bench.kube.delete(names.API_VERSION, names.PIPELINERUN, name, NS_RUN)
+        deadline = time.monotonic() + 120
+        while bench.kube.get(names.API_VERSION, names.PIPELINERUN, name, NS_RUN):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"PipelineRun {name} is still there 120 s after its delete")
+            time.sleep(0.5)
+    return bench.drain(NS_RUN, delete_run)
+
+
+def _kinds(writes: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for w in writes:
+        ref = w.get("objectRef") or {}
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        key = f"{w['verb']} {ref.get('resource')}{sub}"
+        out[key] = out.get(key, 0) + 1
+    return out
