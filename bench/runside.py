@@ -1,8 +1,9 @@
 """The PipelineRun side of the local-cluster benches: the operator the bench starts,
-a one-stage run timed to Succeeded with its operator's writes, and the drain after it.
+a one-stage run timed to Succeeded with its operator's writes, the drain after it, and
+the two namespaces (the bare Job's and the run's) the benches use.
 
 Shared by bench/fanout.py, argo.py, barrier.py, batching.py and lateref.py; not part of
-CI. The bare side (a Job the bench creates itself) is bench/jobbench.py's.
+CI. The bare side's run (a Job the bench creates itself) is bench/jobbench.py's.
 """
 
 from __future__ import annotations
