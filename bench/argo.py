@@ -251,16 +251,7 @@ def drain(bench: Bench, side: str) -> float:
         return bench.drain(NS_JOB)
     if side == "pipelinerun":
         return drain_run(bench)
-
-    def delete_workflow() -> None:
-        bench.delete_all("v1", "Pod", NS_ARGO)
-        bench.kube.delete(WF_API, "Workflow", "fan", NS_ARGO)
-        deadline = time.monotonic() + 120
-        while bench.kube.get(WF_API, "Workflow", "fan", NS_ARGO):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the Workflow is still there 120 s after its delete")
-            time.sleep(0.5)
-    return bench.drain(NS_ARGO, delete_workflow)
+    return bench.drain(NS_ARGO, (WF_API, "Workflow", "fan"))
 
 
 def one_shape(bench: Bench, stages: int, n: int, reps: int, sides: list[str],

@@ -238,11 +238,21 @@ class Bench:
                           "of waiting; the next run starts anyway[/]")
         return time.monotonic() - t0
 
-    def drain(self, namespace: str, extra: Callable[[], None] | None = None) -> float:
-        """No Job, pod or event left in namespace and the control plane idle; seconds."""
+    def drain(self, namespace: str, owner: tuple[str, str, str] | None = None) -> float:
+        """No Job, pod or event left in namespace and the control plane idle; seconds.
+        `owner` (api version, kind, name): the object whose Jobs or pods these are (a
+        PipelineRun, a Workflow), deleted and gone first; the rest go by owner."""
         t0 = time.monotonic()
-        if extra:
-            extra()
+        if owner:
+            api, kind, name = owner
+            # Pods first (one call), then the owner.
+            self.delete_all("v1", "Pod", namespace)
+            self.kube.delete(api, kind, name, namespace)
+            deadline = time.monotonic() + 120
+            while self.kube.get(api, kind, name, namespace):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{kind} {name} is still there 120 s after its delete")
+                time.sleep(0.5)
         # Pods first: deleting a Job first would make the garbage collector patch or
         # delete each of its pods one call at a time.
         self.delete_all("v1", "Pod", namespace)

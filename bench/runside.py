@@ -127,16 +127,8 @@ def run_pipelinerun(bench: Bench, n: int, task_s: float, label: str, timeout: fl
 
 
 def drain_run(bench: Bench, name: str = "fan") -> float:
-    def delete_run() -> None:
-        # Pods first (one call), then the run: its Job and ConfigMaps go by owner.
-        bench.delete_all("v1", "Pod", NS_RUN)
-        bench.kube.delete(names.API_VERSION, names.PIPELINERUN, name, NS_RUN)
-        deadline = time.monotonic() + 120
-        while bench.kube.get(names.API_VERSION, names.PIPELINERUN, name, NS_RUN):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"PipelineRun {name} is still there 120 s after its delete")
-            time.sleep(0.5)
-    return bench.drain(NS_RUN, delete_run)
+    """The run's namespace drained, the run gone first (its Job and ConfigMaps by owner)."""
+    return bench.drain(NS_RUN, (names.API_VERSION, names.PIPELINERUN, name))
 
 
 def _kinds(writes: list[dict[str, Any]]) -> dict[str, int]:
