@@ -14,7 +14,7 @@ from typing import Any
 
 from nightshift.api import names, ranges
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun import plan as planmod
+from nightshift.pipelinerun import lost
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.plan import Observed, Plan, plan
 from tests.bad_pipelineruns import stage
@@ -173,10 +173,10 @@ def _lost_mid_run() -> tuple[dict[str, Any], dict[str, Any]]:
 def test_a_job_lost_mid_run_is_replaced_by_one_for_the_unrecorded_items() -> None:
     run, ja = _lost_mid_run()
     # Named with the labels of its pods: the Job is gone, its selector with it.
-    assert planmod.lost_jobs(run, []) == {ja["metadata"]["name"]: {
+    assert lost.lost_jobs(run, []) == {ja["metadata"]["name"]: {
         "nightshift.io/pipeline-run": "nightly", "nightshift.io/stage": "a",
         "nightshift.io/attempt": "0"}}
-    assert planmod.lost_jobs(run, [ja]) == {}
+    assert lost.lost_jobs(run, [ja]) == {}
     # Its pods are still going away: wait, so two pods never work on one item.
     p = plan(Observed(run=run, jobs=[], items=items_for(run, "a"), failure_samples={},
                       now=T0 + timedelta(minutes=1), runner_image="runner:dev",
@@ -214,7 +214,7 @@ def test_a_created_job_not_seen_yet_is_applied_again_not_replaced() -> None:
     run = make_run()
     p, job = start_a(run)
     run = advance(run, p)
-    assert planmod.lost_jobs(run, []) == {}
+    assert lost.lost_jobs(run, []) == {}
     again = plan(observe(run, [], items=items_for(run, "a"), now=T0 + timedelta(seconds=5)))
     assert [j["metadata"]["name"] for j in jobs_of(again)] == [job["metadata"]["name"]]
 

@@ -20,7 +20,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import conditions as cond
 from nightshift.api import names, ranges
 from nightshift.api.conditions import rfc3339
 from nightshift.api.events import Event
@@ -34,8 +33,9 @@ from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun import stalled as stalledmod
 from nightshift.pipelinerun.items import RunRef
+from nightshift.pipelinerun.lost import LOST_POD_WAIT
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
-from nightshift.pipelinerun.status import StageRecord, build_status, stage_record
+from nightshift.pipelinerun.status import StageRecord, build_status, stage_record, unresolved_status
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class Observed:
     runner_image: str
     # Images spec.runnerImage may name besides runner_image (NIGHTSHIFT_RUNNER_IMAGES).
     runner_images: Sequence[str] = ()
-    # Per lost Job (lost_jobs()): how many of its pods still run or wait (0 or 1 is
+    # Per lost Job (lost.lost_jobs()): how many of its pods still run or wait (0 or 1 is
     # enough). Its replacement waits for none, so two pods never work on one item.
     live_pods: Mapping[str, int] = field(default_factory=dict)
     # What the API server refused of this pass's writes: (object, why), e.g. ("Job x",
@@ -99,8 +99,6 @@ class Plan:
     patch: list[dict[str, Any]] = field(default_factory=list)
 
 
-# Seconds between looks while a lost Job's pods go away.
-LOST_POD_WAIT = 5.0
 # Seconds between looks at a running MPI stage's MPIJob.
 MPI_POLL = 5.0
 # Seconds between looks for a SharedStorage a stage waits for (its creation wakes too).
@@ -112,29 +110,6 @@ SKIP_ITEMS_CHARS = 65_536
 
 def plan(observed: Observed) -> Plan:
     return _Planner(observed).run()
-
-
-def lost_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]
-              ) -> dict[str, dict[str, str]]:
-    """Jobs the run's record says were seen running and that are not there any more,
-    each with the labels of its pods: the reconcile pass asks whether those pods are
-    gone (Observed.live_pods)."""
-    status = run.get("status") or {}
-    if status.get("phase") in TERMINAL_PHASES:
-        return {}
-    present = {(j.get("metadata") or {}).get("name") for j in jobs}
-    run_name = str((run.get("metadata") or {}).get("name") or "")
-    out = {}
-    for rec in status.get("stages") or []:
-        if rec.get("phase") in (pg.SUCCEEDED, pg.FAILED) or not rec.get("jobName"):
-            continue
-        latest: Mapping[str, Any] = next(
-            (a for a in rec.get("attempts") or [] if a.get("attempt") == rec.get("attempt")),
-            {})
-        if latest.get("jobUID") and rec["jobName"] not in present:
-            out[str(rec["jobName"])] = itemsmod.attempt_labels(
-                run_name, str(rec.get("name") or ""), int(rec.get("attempt") or 0))
-    return out
 
 
 class _Planner:
@@ -390,31 +365,6 @@ class _Planner:
 
     # --- status ------------------------------------------------------------------
 
-    def _unresolved(self, status: dict[str, Any]) -> Plan:
-        """Nothing is written but the status: the stage waits (or the run fails) and says
-        why; one Warning event when the reason is new."""
-        old_conds = self.old.get("conditions") or []
-        conds = list(status.get("conditions") or [])
-        events = []
-        for stage, (why, invalid) in self.obs.unresolved.items():
-            message = f"stage {stage}: {why}"
-            if invalid:
-                new = cond.condition(cond.INVALID, cond.TRUE, "InvalidItems", message,
-                                     self.generation)
-                status["phase"] = "Failed"
-            else:
-                new = cond.condition(cond.PROGRESSING, cond.FALSE, "ItemsUnresolved", message,
-                                     self.generation)
-                status["phase"] = self.old.get("phase") or "Pending"
-            conds = [*(c for c in conds if c["type"] != new["type"]),
-                     *cond.merge(old_conds, [new], now=self.now)]
-            prior = cond.find(old_conds, new["type"])
-            if prior is None or prior.get("message") != message:
-                events.append(Event("Warning", str(new["reason"]), message))
-        status["conditions"] = conds
-        return Plan(resolve_items=[], apply=[], delete=[], status=status, events=events,
-                    requeue_after=10.0)
-
     def _finish(self, spec: PipelineRunSpec | None, views: dict[str, pg.StageView],
                 rerun_handled: int) -> Plan:
         records: list[StageRecord] = []
@@ -445,7 +395,11 @@ class _Planner:
             waiting="; ".join([*self.refs.waiting, *self.binding.missing]),
             waiting_reason=self.refs.reason or "WaitingForStorage", stalled=stuck)
         if self.obs.unresolved:
-            return self._unresolved(status)
+            # Nothing is written but the status: the stage waits (or the run fails).
+            status, unresolved = unresolved_status(self.old, status, self.obs.unresolved,
+                                                   self.generation, self.now)
+            return Plan(resolve_items=[], apply=[], delete=[], status=status,
+                        events=[Event(*e) for e in unresolved], requeue_after=10.0)
         return Plan(
             resolve_items=self.resolve,
             apply=self.apply,

@@ -28,7 +28,8 @@ from nightshift.kube import Kube, KubeError, naming
 from nightshift.pipelinerun import binding, cost, mpijob, references, stalled
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
-from nightshift.pipelinerun.plan import Observed, Plan, lost_jobs, plan
+from nightshift.pipelinerun.lost import lost_jobs
+from nightshift.pipelinerun.plan import Observed, Plan, plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 
 # Status fields that move with every pod: written at most every progress_interval.

@@ -304,3 +304,33 @@ def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
             kind = "Warning" if phase == "Failed" else "Normal"
             events.append((kind, f"Run{phase}", f"run is {phase}"))
     return events
+
+
+def unresolved_status(old: Mapping[str, Any], status: dict[str, Any],
+                      unresolved: Mapping[str, tuple[str, bool]], generation: int,
+                      now: str) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """The status of a pass whose stages' items could not be resolved, and its events.
+
+    `unresolved`: stage -> (why, invalid). Invalid items fail the run (Invalid=True);
+    a source that may still appear keeps the stage waiting (Progressing=False), in the
+    phase it had. One Warning event per stage when its message is new.
+    """
+    old_conds = old.get("conditions") or []
+    conds = list(status.get("conditions") or [])
+    events = []
+    for stage, (why, invalid) in unresolved.items():
+        message = f"stage {stage}: {why}"
+        if invalid:
+            new = cond.condition(cond.INVALID, cond.TRUE, "InvalidItems", message, generation)
+            status["phase"] = "Failed"
+        else:
+            new = cond.condition(cond.PROGRESSING, cond.FALSE, "ItemsUnresolved", message,
+                                 generation)
+            status["phase"] = old.get("phase") or "Pending"
+        conds = [*(c for c in conds if c["type"] != new["type"]),
+                 *cond.merge(old_conds, [new], now=now)]
+        prior = cond.find(old_conds, new["type"])
+        if prior is None or prior.get("message") != message:
+            events.append(("Warning", str(new["reason"]), message))
+    status["conditions"] = conds
+    return status, events

@@ -1,0 +1,42 @@
+"""Stage Jobs lost mid-run (deleted by hand, by a namespace cleanup, by a bad GC).
+
+The run's record says which Jobs were seen running. One the API server no longer has
+is replaced by a new attempt that runs only the items the record does not hold as
+succeeded (plan.py); before that, the reconcile pass asks whether the lost Job's pods
+are gone, so two pods never work on one item. Pure: the run and its Jobs come in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nightshift.pipelinerun import items as itemsmod
+from nightshift.pipelinerun import progress as pg
+from nightshift.pipelinerun.spec import TERMINAL_PHASES
+
+# Seconds between looks while a lost Job's pods go away.
+LOST_POD_WAIT = 5.0
+
+
+def lost_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]
+              ) -> dict[str, dict[str, str]]:
+    """Jobs the run's record says were seen running and that are not there any more,
+    each with the labels of its pods: the reconcile pass asks whether those pods are
+    gone (Observed.live_pods)."""
+    status = run.get("status") or {}
+    if status.get("phase") in TERMINAL_PHASES:
+        return {}
+    present = {(j.get("metadata") or {}).get("name") for j in jobs}
+    run_name = str((run.get("metadata") or {}).get("name") or "")
+    out = {}
+    for rec in status.get("stages") or []:
+        if rec.get("phase") in (pg.SUCCEEDED, pg.FAILED) or not rec.get("jobName"):
+            continue
+        latest: Mapping[str, Any] = next(
+            (a for a in rec.get("attempts") or [] if a.get("attempt") == rec.get("attempt")),
+            {})
+        if latest.get("jobUID") and rec["jobName"] not in present:
+            out[str(rec["jobName"])] = itemsmod.attempt_labels(
+                run_name, str(rec.get("name") or ""), int(rec.get("attempt") or 0))
+    return out
