@@ -171,9 +171,11 @@ def slow_stage(name: str, pool: str, n: int, parallelism: int, **kw: Any) -> dic
                  podAnnotations=timing, **kw)
 
 
-def two_stage_run(rel: Release, name: str, n: int) -> None:
+def two_stage_run(rel: Release, name: str, n: int, parallelism: int = 4) -> None:
+    # Stage a's pods take about 10 s each here: 48 items at parallelism 8 ran 63 s, the
+    # rollout or failover was over 15 s in, so the new operator had most of the run.
     rel.kubectl.apply(pipelinerun(name, RUNS_NS, [
-        slow_stage("a", rel.pool, n, parallelism=4),
+        slow_stage("a", rel.pool, n, parallelism=parallelism),
         slow_stage("b", rel.pool, 6, parallelism=6, dependsOn=["a"])]))
 
 
@@ -261,7 +263,7 @@ def test_a_paused_operator_stops_its_engine_loops(release: Release) -> None:
 def test_helm_upgrade_rolls_the_operator_while_a_run_continues(release: Release) -> None:
     rel = release
     (old,) = rel.ready_pods(1)
-    two_stage_run(rel, "upgraded", 48)
+    two_stage_run(rel, "upgraded", 48, parallelism=8)
     under_way(rel, "upgraded")
     rel.upgrade({"config": {"progressInterval": 2}})
     (new,) = rel.ready_pods(1)
@@ -283,7 +285,7 @@ def test_failover_the_standby_finishes_the_run(release: Release) -> None:
         p := rel.peers()) and set(pods) <= set(p) and p, 60, 1)
     active = max(pods, key=lambda n: peers[n])
     (standby,) = set(pods) - {active}
-    two_stage_run(rel, "failover", 40)
+    two_stage_run(rel, "failover", 40, parallelism=8)
     under_way(rel, "failover")
     # Peering at work: the standby has not run a single pass.
     assert passes(pods[standby]) == 0, rel.logs(standby)
