@@ -42,15 +42,9 @@ from nightshift.sharedstorage import squid
 from nightshift.sharedstorage.objects import Storage
 from nightshift.sharedstorage.observe import SquidSampler
 from tests.clusterutil import Kubectl, wait_for
+from tests.integration.realstorage import REPO, RUNNER, place
 from tests.integration.test_real_node import on_real_node
-from tests.integration.test_sharedstorage_real import (
-    REPO,
-    RUNNER,
-    WAIT_FOR_PROXY,
-    Origin,
-    make_tree,
-    place,
-)
+from tests.integration.test_sharedstorage_real import WAIT_FOR_PROXY, Origin, make_tree
 
 CLIENT = WAIT_FOR_PROXY + """
 import concurrent.futures as cf, hashlib, json, os, random, time, urllib.request

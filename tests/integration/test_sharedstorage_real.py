@@ -1,6 +1,7 @@
-"""SharedStorage daemons for real, on the local cluster's real node (containerd +
-kubelet), from the objects the renderers make, placed on the real node (which is not a
-Nightshift pool: its own label and taint) and with the images `make images` loads:
+"""SharedStorage daemons for real (squid and nfs-ganesha; glusterfs is in
+test_gluster_real.py), on the local cluster's real node (containerd + kubelet), from
+the objects the renderers make, placed on the real node (which is not a Nightshift
+pool: its own label and taint) and with the images `make images` loads:
 
 - squid: the rendered squid.conf, Deployment and Service; a repository-shaped tree
   (CVMFS-like: a manifest, many small content-addressed objects, a few 10 MB ones)
@@ -9,18 +10,12 @@ Nightshift pool: its own label and taint) and with the images `make images` load
   operator's sampler reads the squid's cache manager.
 - nfs: the rendered nfs-ganesha Deployment and Service, a user-space client in a pod
   (this kernel has no NFS client for the kubelet to mount with).
-- glusterfs: glusterd in the rendered StatefulSet (host network), the volume made by
-  the rendered Job through the server's socket, the rendered client DaemonSet's FUSE
-  mount (Bidirectional), and a pod writing and reading through it (the clients' claim,
-  a PersistentVolume of the node's mount, HostToContainer),
-  for a distribute and a nufa volume (one at a time: one glusterd per node).
 
 Skipped without the real node or its images (`make images`).
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import http.server
 import json
@@ -29,7 +24,6 @@ import shutil
 import socketserver
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,50 +33,21 @@ from urllib.error import HTTPError
 import pytest
 
 from nightshift.api import names
-from nightshift.pipelinerun import binding
-from nightshift.pipelinerun.spec import PipelineRunSpec
-from nightshift.sharedstorage import gluster, glustervolume, nfs, reclaim, squid
-from nightshift.sharedstorage.objects import Storage, with_images
+from nightshift.sharedstorage import nfs, reclaim, squid
+from nightshift.sharedstorage.objects import Storage
 from nightshift.sharedstorage.observe import SquidSampler, http_get
-from nightshift.sharedstorage.plan import server_pod
 from nightshift.sharedstorage.status import SquidSample
-from nightshift_localcluster import helminstall
 from nightshift_localcluster.nodeconfig import NODE_NAME
 from tests.clusterutil import Kubectl, wait_for
+from tests.integration.realstorage import REPO, RUNNER, TAG, need_image, place
 from tests.integration.test_real_node import (
     gateway,
-    on_real_node,
     pod_job,
     real_node,
-    run_stage,
     wait_job,
 )
 
 __all__ = ["gateway", "real_node"]
-
-TAG = "dev"
-RUNNER = "nightshift-runner:dev"
-REPO = "demo.nightshift.io"
-
-
-def need_image(node: dict[str, Any], image: str) -> None:
-    if problem := helminstall.missing_image(node, image):
-        pytest.skip(problem)
-
-
-def place(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """On the real node, with the :dev images, and with no owner (no SharedStorage
-    object exists here: the garbage collector would delete them)."""
-    out = []
-    for obj in with_images(copy.deepcopy(objs), "", TAG):
-        obj["metadata"].pop("ownerReferences", None)
-        pod = (obj.get("spec") or {}).get("template", {}).get("spec")
-        if pod is not None:
-            pod.pop("affinity", None)
-            pod.pop("topologySpreadConstraints", None)
-            on_real_node(pod)
-        out.append(obj)
-    return out
 
 
 # -- the origin: a repository-shaped tree over HTTP --------------------------------------
@@ -258,192 +223,6 @@ def test_real_squid_serves_the_tree_through_its_service(
     with pytest.raises(HTTPError) as refused:
         http_get(f"http://{ip}:{squid.PORT}/squid-internal-mgr/info", 2.0)
     assert refused.value.code == 403
-
-
-# -- glusterfs ---------------------------------------------------------------------------
-
-WRITE_READ = """
-set -e
-d=/data/$(hostname)
-mkdir -p $d
-for i in $(seq 1 200); do head -c 4096 /dev/urandom > $d/f$i; done
-sha256sum $d/* > /tmp/sums
-sync
-sha256sum -c /tmp/sums >/dev/null
-echo "files=$(ls $d | wc -l) bytes=$(du -sb $d | cut -f1)"
-"""
-
-
-def gluster_pv(st: Storage) -> str:
-    return st.cluster_name("gluster")
-
-
-@pytest.mark.parametrize("layout", ["distribute", "nufa"])
-def test_real_glusterd_volume_fuse_mount_and_pod_io(
-        real_node: dict[str, Any], kubectl: Kubectl, namespace: str, layout: str) -> None:
-    need_image(real_node, f"{gluster.IMAGE}:{TAG}")
-    name = f"g{layout[:4]}{uuid.uuid4().hex[:4]}"
-    # The real node is this host: a host directory for the bricks, removed after.
-    # GlusterFS keeps new files off a brick with less than cluster.min-free-disk (10 %)
-    # free: DHT then writes every file to one brick, with pointers on the other, and the
-    # placement checks below would fail for the host's reason, not ours (seen here at
-    # 8.7 % free). Checked on the bricks' parent before making them, so a refusal leaves
-    # no directory behind.
-    bricks_parent = tempfile.gettempdir()
-    usage = shutil.disk_usage(bricks_parent)
-    if usage.free < 0.11 * usage.total:
-        pytest.fail(f"the filesystem of {bricks_parent} has "
-                    f"{100 * usage.free / usage.total:.1f} % free, under GlusterFS's "
-                    "cluster.min-free-disk (10 %): free disk space and run the test again")
-    brick_root = tempfile.mkdtemp(prefix="nightshift-gluster-test-", dir=bricks_parent)
-    obj = {"metadata": {"name": name, "namespace": namespace, "uid": "u"},
-           "spec": {"type": "glusterfs", "glusterfs": {
-               "layout": layout, "pool": "real", "servers": 1, "bricksPerNode": 2,
-               "brickPath": brick_root, "clients": {"pools": ["real"]}}}}
-    st = Storage.of(obj)
-    # Whatever fails, the server stops before its bricks go (it would write them again),
-    # and neither the cluster-scoped PV nor the host directory outlives the test.
-    try:
-        gluster_volume_and_pod_io(kubectl, namespace, layout, st, obj, Path(brick_root))
-    finally:
-        try:
-            remove_gluster(kubectl, namespace, st)
-        finally:
-            shutil.rmtree(brick_root, ignore_errors=True)
-
-
-def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st: Storage,
-                              obj: dict[str, Any], brick_root: Path) -> None:
-    name = st.name
-    objs = place(gluster.render_gluster(st))
-    for o in objs:
-        kubectl.apply(o)
-    kubectl("-n", namespace, "rollout", "status", f"statefulset/{name}-gluster",
-            "--timeout=180s")
-    pod = json.loads(kubectl("get", "pod", f"{name}-gluster-0", "-n", namespace, "-o",
-                             "json").stdout)
-    job = glustervolume.volume_job(st, [server_pod(pod)])
-    assert job is not None and job["spec"]["template"]["spec"]["nodeName"] == NODE_NAME
-    (job,) = place([job])
-    kubectl.apply(job)
-    wait_job(kubectl, f"{name}-gluster-volume", namespace, timeout=180)
-    info = kubectl("logs", f"job/{name}-gluster-volume", "-n", namespace).stdout
-    print(info)
-    assert "Status: Started" in info and "Number of Bricks: 2" in info
-    if layout == "nufa":
-        assert "cluster.nufa: on" in info
-    # OnDelete (a client restart would take the mount from under running pods), so no
-    # `rollout status`: wait for its pod on the real node to be Ready.
-    wait_for("the gluster client Ready", lambda: ((kubectl.kube.get(
-        "apps/v1", "DaemonSet", f"{name}-gluster-client", namespace) or {}).get(
-        "status") or {}).get("numberReady") == 1, 180)
-    volume, mount = gluster.pod_volume(st, "/data")
-    kubectl.apply(pod_job("io", namespace, {
-        "image": RUNNER, "command": ["sh", "-c", WRITE_READ], "volumeMounts": [mount]},
-        volumes=[volume]))
-    wait_job(kubectl, "io", namespace, timeout=180)
-    out = kubectl("logs", "job/io", "-n", namespace).stdout
-    print(layout, out)
-    assert "files=200" in out
-    # A PipelineRun's stage Job (rendered as the operator renders it, the storage entry
-    # naming this SharedStorage): its non-root pods commit outputs through the volume.
-    spec = PipelineRunSpec.model_validate({
-        "storage": [{"name": "scratch", "sharedStorage": name}],
-        "stages": [{"name": "write", "image": RUNNER, "forEach": {"items": ["a", "b"]},
-                    "outputs": [{"storage": "scratch", "path": "out/{item}/"}],
-                    "steps": [{"name": "make", "command": [
-                        "sh", "-c", 'echo "$NIGHTSHIFT_ITEM" > "$NIGHTSHIFT_OUTPUTS/item.txt"'
-                    ]}]}]})
-    run_stage(kubectl, binding.bind(spec, {name: obj}, namespace).spec, namespace, "rg",
-              ["a", "b"])
-    for item in ("a", "b"):
-        committed = [p for b in ("brick0", "brick1")
-                     for p in (brick_root / f"{namespace}-{name}" / b / "out" /
-                               item).glob("item.txt") if p.stat().st_size > 0]
-        assert [p.read_text() for p in committed] == [f"{item}\n"], (item, committed)
-    # The files are on the bricks (host directories): data files, and DHT's zero-size
-    # pointers where a file's hash names another brick than the one holding it.
-    bricks = [brick_root / f"{namespace}-{name}" / f"brick{b}" for b in (0, 1)]
-    files = [[p for d in b.iterdir() if d.is_dir() and d.name != ".glusterfs"
-              for p in d.glob("f*")] for b in bricks]
-    data = [sum(1 for p in fs if p.stat().st_size > 0) for fs in files]
-    pointers = [sum(1 for p in fs if p.stat().st_size == 0) for fs in files]
-    print(layout, "data files per brick", data, "pointers", pointers)
-    assert sum(data) == 200
-    if layout == "distribute":
-        assert min(data) > 0 and pointers == [0, 0], "hashed over both bricks"
-    else:
-        # NUFA: every new file on the writer's first local brick; on one node with two
-        # bricks that is brick0, with pointers on brick1 for names hashed there.
-        assert data == [200, 0] and pointers[1] > 0
-    if layout == "distribute":
-        server_killed_mid_write(kubectl, namespace, name, volume, mount)
-
-
-def remove_gluster(kubectl: Kubectl, namespace: str, st: Storage) -> None:
-    name = st.name
-    for kind, obj_name in (("job", "io"), ("job", "writer"),
-                           ("daemonset", f"{name}-gluster-client"),
-                           ("statefulset", f"{name}-gluster"),
-                           ("job", f"{name}-gluster-volume")):
-        kubectl("-n", namespace, "delete", kind, obj_name, "--wait=true", "--timeout=120s",
-                check=False)
-    wait_for("the server pod gone", lambda: kubectl.kube.get(
-        "v1", "Pod", f"{name}-gluster-0", namespace) is None, 120)
-    # The clients' PersistentVolume is cluster-scoped: not removed with the namespace.
-    kubectl("delete", "pv", gluster_pv(st), "--wait=false", check=False)
-
-
-# A writer that keeps going through an outage: each file written, read back and
-# compared; a failed one is reported (never silently dropped), then every file reported
-# good is checked again at the end, after the server came back.
-WRITER = """
-set -u
-mkdir -p /data/w
-: > /tmp/good
-i=0; good=0; bad=0; end=$(( $(date +%s) + 50 ))
-while [ "$(date +%s)" -lt "$end" ]; do
-  i=$((i + 1))
-  head -c 65536 /dev/urandom > /tmp/b
-  if timeout 60 cp /tmp/b /data/w/f$i 2>/tmp/err && timeout 60 cmp -s /tmp/b /data/w/f$i
-  then
-    echo "$(sha256sum < /tmp/b | cut -c1-64)  /data/w/f$i" >> /tmp/good; good=$((good + 1))
-  else
-    bad=$((bad + 1)); echo "f$i failed at $(date +%s): $(head -c 200 /tmp/err)"
-  fi
-  sleep 0.1
-done
-if sha256sum -c --quiet /tmp/good; then verify=ok; else verify=FAILED; fi
-echo "good=$good bad=$bad verify=$verify last_ok=$(tail -n 1 /tmp/good | cut -d/ -f4)"
-"""
-
-
-def server_killed_mid_write(kubectl: Kubectl, namespace: str, name: str,
-                            volume: dict[str, Any], mount: dict[str, Any]) -> None:
-    """The server pod (glusterd and both bricks) killed while a pod writes: writes in the
-    outage fail with an error the writer sees, the StatefulSet brings the pod back with
-    the volume (its state is on the node), the client reconnects, and every write that
-    had succeeded is intact. Without a replica there is no availability in the outage."""
-    kubectl.apply(pod_job("writer", namespace, {
-        "image": RUNNER, "command": ["sh", "-c", WRITER], "volumeMounts": [mount]},
-        volumes=[volume]))
-    wait_for("the writer running", lambda: [p["status"].get("phase") for p in kubectl.kube.list(
-        "v1", "Pod", namespace, label_selector="job-name=writer")][:1] == ["Running"], 60)
-    time.sleep(8)
-    kubectl("-n", namespace, "delete", "pod", f"{name}-gluster-0", "--grace-period=0",
-            "--force")
-    kubectl("-n", namespace, "rollout", "status", f"statefulset/{name}-gluster",
-            "--timeout=120s")
-    wait_job(kubectl, "writer", namespace, timeout=150)
-    out = kubectl("logs", "job/writer", "-n", namespace).stdout
-    print("brick pod killed mid-write:", out[-1500:])
-    summary = out.strip().splitlines()[-1]
-    fields = dict(f.split("=", 1) for f in summary.split())
-    assert fields["verify"] == "ok", out
-    # Written before the kill, failed (visibly) while the bricks were gone, written
-    # again once the client reconnected: the last file of the run is a good one.
-    assert int(fields["good"]) > 0 and int(fields["bad"]) > 0, out
-    assert fields["last_ok"] == f"f{int(fields['good']) + int(fields['bad'])}", out
 
 
 # -- nfs ---------------------------------------------------------------------------------
