@@ -46,8 +46,8 @@ LONG_FILES_FIRST = (
     "test_virtualcluster.py", "test_examples_more.py", "test_gluster_real.py",
     "test_sharedstorage.py", "test_sharedstorage_real.py", "test_cost.py",
     "test_pipelinerun_validation.py", "test_validate_parity.py", "test_mpi.py",
-    "test_simulate.py", "test_faults.py", "test_pipelinerun_operations.py",
-    "test_pipelinerun_final.py",
+    "test_virtualcluster_lifecycle.py", "test_simulate.py", "test_faults.py",
+    "test_pipelinerun_operations.py", "test_pipelinerun_final.py",
 )
 
 

@@ -22,7 +22,7 @@ from nightshift.kube import Kube
 from nightshift.virtualcluster.catalog import parse_quantity
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.conftest import Cluster
-from tests.integration.test_virtualcluster import (
+from tests.integration.vcutil import (
     TERMINAL,
     cleanup,  # noqa: F401  (fixture)
     create_vc,
