@@ -12,6 +12,7 @@ import pytest
 
 from nightshift.api import names
 from nightshift.config import OperatorConfig
+from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun import reconcile as pipelinerun
 from nightshift.pipelinerun import stalled
 from nightshift.pipelinerun.plan import plan
@@ -81,6 +82,27 @@ def test_an_unschedulable_pod_waits_for_nodes() -> None:
     assert found[0] == stalled.WAITING_FOR_NODES
     assert "0/3 nodes are available: 3 Insufficient cpu." in found[1]
     assert "spec.stages[0].resources" in found[1]
+
+
+def test_a_long_scheduler_message_is_cut_in_the_middle_never_the_fix() -> None:
+    # A cluster with many kinds of node: one clause per kind, far past the status cap.
+    clauses = ", ".join(f"1 node(s) had untolerated taint {{nightshift.io/pool: p-{i:03d}}}"
+                        for i in range(40))
+    message = f"0/41 nodes are available: 1 Insufficient cpu, {clauses}."
+    p = pod(conditions=[{"type": "PodScheduled", "status": "False",
+                         "reason": "Unschedulable", "message": message}])
+    found = stalled.summary(CALIB, 0, [p])
+    assert found is not None
+    text = found[1]
+    assert len(text) <= stalled.MESSAGE_CHARS
+    assert text.startswith("stage calib: its pods do not start: pod nightly-calib-0-x7 is "
+                           "not scheduled: 0/41 nodes are available: 1 Insufficient cpu, ")
+    assert text.endswith("…; nodes may still be launching, else check "
+                         "spec.stages[0].resources and its pool's nodes")
+    # The stage's record holds the same words the run's condition gives.
+    rec = {"name": "calib", "phase": pg.RUNNING}
+    assert stalled.mark([rec], {"calib": found}) == [found]
+    assert rec["waiting"] == text
 
 
 def test_a_pod_merely_starting_says_nothing() -> None:

@@ -40,18 +40,30 @@ def unready(job: Mapping[str, Any]) -> bool:
     return int(status.get("active") or 0) > 0 and int(status.get("ready") or 0) == 0
 
 
-def why(pod: Mapping[str, Any], stage: Stage, index: int) -> tuple[str, str] | None:
-    """(reason, message) for one Pending pod, or None while it is merely starting."""
+def why(pod: Mapping[str, Any], stage: Stage, index: int,
+        room: int = MESSAGE_CHARS) -> tuple[str, str] | None:
+    """(reason, message) for one Pending pod, or None while it is merely starting.
+
+    The message fits `room` characters with its fix whole: what is cut is the middle of
+    the scheduler's or kubelet's words, which grow with the cluster (one clause per kind
+    of node that refused the pod), never the field to check."""
     found = podstate.not_starting(pod)
     if found is None:
         return None
     if found.unschedulable:
-        return WAITING_FOR_NODES, (f"{found.text()}; nodes may still be launching, else "
-                                   f"check spec.stages[{index}].resources and its pool's "
-                                   "nodes")
+        return WAITING_FOR_NODES, _fit(found.text(), (
+            f"nodes may still be launching, else check spec.stages[{index}].resources "
+            "and its pool's nodes"), room)
     fix = (f"check {image_field(stage, index, found.container)}" if found.image
            else f"kubectl describe pod {found.pod}")
-    return NOT_STARTING, f"{found.text()}; {fix}"
+    return NOT_STARTING, _fit(found.text(), fix, room)
+
+
+def _fit(said: str, fix: str, room: int) -> str:
+    keep = room - len(fix) - 2
+    if len(said) > keep:
+        said = said[:max(keep - 1, 0)] + "…"
+    return f"{said}; {fix}"
 
 
 def image_field(stage: Stage, index: int, container: str) -> str:
@@ -68,11 +80,12 @@ def summary(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
             ) -> tuple[str, str] | None:
     """The stage's one line: the first pod that says why. No counts or durations in it:
     the same state must give the same status, or every pass would write one."""
+    head = f"stage {stage.name}: its pods do not start: "
     for pod in pods:
-        found = why(pod, stage, index)
+        found = why(pod, stage, index, MESSAGE_CHARS - len(head))
         if found:
             reason, message = found
-            return reason, f"stage {stage.name}: its pods do not start: {message}"
+            return reason, head + message
     return None
 
 
