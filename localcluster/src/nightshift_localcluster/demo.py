@@ -30,6 +30,7 @@ from rich.table import Table
 
 from nightshift.api import names
 from nightshift.kube import Kube
+from nightshift.virtualcluster.catalog import parse_quantity
 from nightshift_localcluster import cluster as lc
 from nightshift_localcluster import helminstall
 from nightshift_localcluster.components import Qps
@@ -189,10 +190,21 @@ class NodeLog:
                 "pool": lab.get(names.LABEL_POOL, "-"),
                 "type": lab.get("node.kubernetes.io/instance-type", "?"),
                 "capacity": lab.get("karpenter.sh/capacity-type", "?"),
-                "cpu": str((n.get("status") or {}).get("capacity", {}).get("cpu", "?")),
+                # Allocatable, not capacity: Karpenter's KWOK provider sets a node's
+                # capacity to the requests that launched it, its allocatable to the type's.
+                "cpu": _cpus((n.get("status") or {}).get("allocatable", {}).get("cpu")),
                 "price": float(lab.get("eks-node-viewer/instance-price") or 0),
                 "first": now})
             rec["last"] = now
+
+
+def _cpus(quantity: str | None) -> str:
+    if not quantity:
+        return "?"
+    try:
+        return f"{parse_quantity(quantity):g}"
+    except ValueError:
+        return quantity
 
 
 def follow(kube: Kube, nodelog: NodeLog, timeout: float = 900) -> dict[str, Any]:
