@@ -1,4 +1,4 @@
-"""Stage Jobs lost mid-run (deleted by hand, by a namespace cleanup, by a bad GC).
+"""Stage Jobs lost mid-run (deleted by hand or by another tool while the run went on).
 
 The run's record says which Jobs were seen running. One the API server no longer has
 is replaced by a new attempt that runs only the items the record does not hold as
