@@ -1,6 +1,6 @@
 """SharedStorages on the local cluster, with the operator as a process (KWOK pods only:
 API-server admission and the operator's reconcile, not the storage daemons; those are
-tests/integration/test_sharedstorage_real.py's).
+tests/integration/test_sharedstorage_real.py's and test_gluster_real.py's).
 
 - Bad input: the CRD's CEL refuses what it can; the rest gets an Invalid condition
   naming the field, and nothing is made.
