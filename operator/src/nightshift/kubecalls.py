@@ -151,7 +151,7 @@ CALLS: tuple[Call, ...] = tuple([
            "virtualcluster/observe re-reads the object each pass; engine/status reads "
            "it to report a failed pass"),
     *_rows(names.GROUP, names.VIRTUALCLUSTERS, "patch", NAMESPACE, _K,
-           "virtualcluster/reconcile._set_finalizer adds and removes "
+           "engine/passes.finish_pass adds and removes "
            "nightshift.io/virtual-cluster"),
     *_rows(names.GROUP, f"{names.VIRTUALCLUSTERS}/status", "patch", NAMESPACE, _K,
            "virtualcluster/reconcile and engine/status write status (Kube.patch_status)"),
@@ -187,7 +187,7 @@ CALLS: tuple[Call, ...] = tuple([
            "to report a failed pass; pipelinerun/reconcile: the SharedStorages a run "
            "names (spec.storage[].sharedStorage)"),
     *_rows(names.GROUP, names.SHAREDSTORAGES, "patch", NAMESPACE, _K,
-           "sharedstorage/reconcile._set_finalizer adds and removes "
+           "engine/passes.finish_pass adds and removes "
            "nightshift.io/shared-storage"),
     *_rows(names.GROUP, f"{names.SHAREDSTORAGES}/status", "patch", NAMESPACE, _K,
            "sharedstorage/reconcile and engine/status write status (Kube.patch_status)"),

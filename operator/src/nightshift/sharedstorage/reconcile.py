@@ -3,22 +3,19 @@ when it changed. See plan.py for what is decided and deletion's steps."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from nightshift.api import names
 from nightshift.config import OperatorConfig
-from nightshift.engine.finalizers import set_finalizer
 from nightshift.engine.loop import Outcome
+from nightshift.engine.passes import Owner, finish_pass
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError
 from nightshift.sharedstorage.observe import Sources, observe
 from nightshift.sharedstorage.plan import Plan, plan
 
-log = logging.getLogger("nightshift")
+OWNER = Owner(names.API_VERSION, names.SHAREDSTORAGE, names.FINALIZER_SHARED_STORAGE)
 
 
 @dataclass
@@ -46,26 +43,10 @@ def reconcile(ctx: Context, namespace: str, name: str, state: LoopState) -> Outc
     obs = observe(kube, ctx.sources, namespace, name, datetime.now(UTC))
     if obs is None:
         return Outcome(gone=True)
-    p = plan(obs)
     obj = dict(obs.storage)
-    if p.add_finalizer:
-        # Before anything exists: the cluster-scoped PV must not outlive the object.
-        obj = _set_finalizer(kube, obj, add=True)
-    errors = _apply(kube, p)
-    if errors:
-        p = plan(replace(obs, storage=obj, errors=tuple(errors)))
-    elif p.remove_finalizer:
-        _set_finalizer(kube, obj, add=False)
-        log.info("SharedStorage %s/%s: cleaned up, finalizer removed", namespace, name)
-        return Outcome(gone=True)
-    if p.gone:
-        return Outcome(gone=True)
-    if p.status is not None and state.writer.write(kube, obj, p.status):
-        for ev in p.events:
-            # An event lost is not worth failing the pass for.
-            with contextlib.suppress(KubeError):
-                kube.event(obj, ev.type, ev.reason, ev.message)
-    return Outcome(requeue_after=p.requeue_after)
+    return finish_pass(kube, OWNER, obj, plan(obs), state.writer,
+                       apply=lambda _obj, p: _apply(kube, p),
+                       replan=lambda o, errors: plan(replace(obs, storage=o, errors=errors)))
 
 
 def _apply(kube: Kube, p: Plan) -> list[str]:
@@ -92,8 +73,3 @@ def _apply(kube: Kube, p: Plan) -> list[str]:
                 raise
             errors.append(f"deleting {ref['kind']}/{ref['name']} was refused ({e.message})")
     return errors
-
-
-def _set_finalizer(kube: Kube, obj: dict[str, Any], *, add: bool) -> dict[str, Any]:
-    return set_finalizer(kube, names.API_VERSION, names.SHAREDSTORAGE, obj,
-                         names.FINALIZER_SHARED_STORAGE, add=add)

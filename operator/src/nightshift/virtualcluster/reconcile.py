@@ -3,8 +3,6 @@ when it changed. See plan.py for what is decided and deletion's steps."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -12,8 +10,8 @@ from typing import Any
 
 from nightshift.api import names
 from nightshift.config import OperatorConfig
-from nightshift.engine.finalizers import set_finalizer
 from nightshift.engine.loop import Outcome
+from nightshift.engine.passes import Owner, finish_pass
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError
 from nightshift.virtualcluster import placement
@@ -21,7 +19,7 @@ from nightshift.virtualcluster.observe import Sources, observe, static_pools
 from nightshift.virtualcluster.plan import Plan, plan
 from nightshift.virtualcluster.spec import VirtualClusterSpec
 
-log = logging.getLogger("nightshift")
+OWNER = Owner(names.API_VERSION, names.VIRTUALCLUSTER, names.FINALIZER_VIRTUAL_CLUSTER)
 
 GONE_MEMORY = timedelta(minutes=10)
 # What running nodes accrue moves with the clock: written with other changes, or at
@@ -66,26 +64,10 @@ def reconcile(ctx: Context, namespace: str, name: str, state: LoopState) -> Outc
     state.gone_at = {k: t for k, t in state.gone_at.items() if t > cutoff}
     obs = replace(obs, gone_at=dict(state.gone_at))
     state.static_pools = _static(obs.vc, obs.crds)
-    p = plan(obs)
     vc = dict(obs.vc)
-    if p.add_finalizer:
-        # Before anything cluster-scoped exists: nothing may outlive the object.
-        vc = _set_finalizer(kube, vc, add=True)
-    errors = _apply(ctx, vc, p)
-    if errors:
-        p = plan(replace(obs, vc=vc, errors=tuple(errors)))
-    elif p.remove_finalizer:
-        _set_finalizer(kube, vc, add=False)
-        log.info("VirtualCluster %s/%s: cleaned up, finalizer removed", namespace, name)
-        return Outcome(gone=True)
-    if p.gone:
-        return Outcome(gone=True)
-    if p.status is not None and state.writer.write(kube, vc, p.status):
-        for ev in p.events:
-            # An event lost is not worth failing the pass for.
-            with contextlib.suppress(KubeError):
-                kube.event(vc, ev.type, ev.reason, ev.message)
-    return Outcome(requeue_after=p.requeue_after)
+    return finish_pass(kube, OWNER, vc, plan(obs), state.writer,
+                       apply=lambda v, p: _apply(ctx, v, p),
+                       replan=lambda v, errors: plan(replace(obs, vc=v, errors=errors)))
 
 
 def _apply(ctx: Context, vc: dict[str, Any], p: Plan) -> list[str]:
@@ -108,11 +90,6 @@ def _apply(ctx: Context, vc: dict[str, Any], p: Plan) -> list[str]:
     for ref in p.prune:
         ctx.kube.delete(ref["apiVersion"], ref["kind"], ref["name"])
     return placement.delete_groups(ctx.sources.aws, vc, p.delete_groups)
-
-
-def _set_finalizer(kube: Kube, vc: dict[str, Any], *, add: bool) -> dict[str, Any]:
-    return set_finalizer(kube, names.API_VERSION, names.VIRTUALCLUSTER, vc,
-                         names.FINALIZER_VIRTUAL_CLUSTER, add=add)
 
 
 def _static(vc: Mapping[str, Any], crds: frozenset[str]) -> tuple[str, ...]:

@@ -1,0 +1,80 @@
+"""The end of a pass for a kind that owns a finalizer (VirtualCluster, SharedStorage).
+
+Each kind observes and plans its own way; from the plan on the steps are the same, and
+their order is what keeps deletion safe: the finalizer before anything is made (nothing
+cluster-scoped may outlive the object), the plan's writes, then either the finalizer's
+removal (everything is cleaned up) or the status, written once and only when it
+changed, with its events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from nightshift.api.events import Event
+from nightshift.engine.finalizers import set_finalizer
+from nightshift.engine.loop import Outcome
+from nightshift.engine.status import StatusWriter
+from nightshift.kube import Kube, KubeError
+
+log = logging.getLogger("nightshift")
+
+
+class KindPlan(Protocol):
+    """What the pass reads of a kind's plan (its frozen dataclass)."""
+
+    @property
+    def add_finalizer(self) -> bool: ...
+    @property
+    def remove_finalizer(self) -> bool: ...
+    @property
+    def gone(self) -> bool: ...
+    @property
+    def status(self) -> dict[str, Any] | None: ...
+    @property
+    def events(self) -> Sequence[Event]: ...
+    @property
+    def requeue_after(self) -> float | None: ...
+
+
+P = TypeVar("P", bound=KindPlan)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The kind whose objects carry `finalizer`."""
+
+    api_version: str
+    kind: str
+    finalizer: str
+
+
+def finish_pass(kube: Kube, owner: Owner, obj: dict[str, Any], plan: P, writer: StatusWriter,
+                apply: Callable[[dict[str, Any], P], list[str]],
+                replan: Callable[[dict[str, Any], tuple[str, ...]], P]) -> Outcome:
+    """Carry out `plan` for `obj`. `apply` makes the plan's writes and returns the errors
+    a user must see; with any, `replan` plans again with them (into a condition)."""
+    meta = obj["metadata"]
+    if plan.add_finalizer:
+        obj = set_finalizer(kube, owner.api_version, owner.kind, obj, owner.finalizer,
+                            add=True)
+    errors = apply(obj, plan)
+    if errors:
+        plan = replan(obj, tuple(errors))
+    elif plan.remove_finalizer:
+        set_finalizer(kube, owner.api_version, owner.kind, obj, owner.finalizer, add=False)
+        log.info("%s %s/%s: cleaned up, finalizer removed", owner.kind, meta["namespace"],
+                 meta["name"])
+        return Outcome(gone=True)
+    if plan.gone:
+        return Outcome(gone=True)
+    if plan.status is not None and writer.write(kube, obj, plan.status):
+        for ev in plan.events:
+            # An event lost is not worth failing the pass for.
+            with contextlib.suppress(KubeError):
+                kube.event(obj, ev.type, ev.reason, ev.message)
+    return Outcome(requeue_after=plan.requeue_after)
