@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from nightshift.api.events import Event
-from nightshift.engine.finalizers import set_finalizer
 from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError
@@ -52,6 +51,17 @@ class Owner:
     kind: str
     finalizer: str
 
+    def set_finalizer(self, kube: Kube, obj: dict[str, Any], *, add: bool) -> dict[str, Any]:
+        """`obj` as the server holds it after adding (or removing) the finalizer: one
+        merge patch, guarded by the resourceVersion read (a concurrent edit makes it a
+        409, which the engine retries)."""
+        meta = obj["metadata"]
+        current = [f for f in meta.get("finalizers") or [] if f != self.finalizer]
+        wanted = [*current, self.finalizer] if add else current
+        return kube.merge_patch(self.api_version, self.kind, meta["name"], meta["namespace"],
+                                {"metadata": {"finalizers": wanted,
+                                              "resourceVersion": meta.get("resourceVersion")}})
+
 
 def finish_pass(kube: Kube, owner: Owner, obj: dict[str, Any], plan: P, writer: StatusWriter,
                 apply: Callable[[dict[str, Any], P], list[str]],
@@ -60,13 +70,12 @@ def finish_pass(kube: Kube, owner: Owner, obj: dict[str, Any], plan: P, writer: 
     a user must see; with any, `replan` plans again with them (into a condition)."""
     meta = obj["metadata"]
     if plan.add_finalizer:
-        obj = set_finalizer(kube, owner.api_version, owner.kind, obj, owner.finalizer,
-                            add=True)
+        obj = owner.set_finalizer(kube, obj, add=True)
     errors = apply(obj, plan)
     if errors:
         plan = replan(obj, tuple(errors))
     elif plan.remove_finalizer:
-        set_finalizer(kube, owner.api_version, owner.kind, obj, owner.finalizer, add=False)
+        owner.set_finalizer(kube, obj, add=False)
         log.info("%s %s/%s: cleaned up, finalizer removed", owner.kind, meta["namespace"],
                  meta["name"])
         return Outcome(gone=True)
