@@ -153,6 +153,36 @@ def test_the_stage_and_the_run_say_why_and_it_clears_once_pods_start() -> None:
     assert not [e for e in again.events if e.reason == "StagePodsWaiting"]
 
 
+def test_the_run_keeps_whole_stage_messages_and_counts_the_rest() -> None:
+    """Three stages whose pods do not start, each message near the stage's 400-character
+    cap: the run's condition (1,024) holds the first two whole, fix included, and points
+    to status.stages[].waiting for the third, instead of cutting its fix in half."""
+    names_ = ("calib", "ifu", "sky")
+    run = make_run([stage(n, forEach={"items": ["a", "b"]}) for n in names_])
+    p0 = plan(observe(run, items=items_for(run, *names_, count=2)))
+    jobs = [with_status(j, active=2, ready=0) for j in jobs_of(p0)]
+    assert len(jobs) == 3
+    why = {n: (stalled.WAITING_FOR_NODES, f"stage {n}: its pods do not start: "
+               + "x" * 300 + f"; check spec.stages[{i}].resources and its pool's nodes")
+           for i, n in enumerate(names_)}
+    p = plan(replace(observe(advance(run, p0), jobs=jobs,
+                             items=items_for(run, *names_, count=2)), stalled=why))
+    message = condition(p, "Progressing")["message"]
+    assert len(message) <= 1024
+    assert message == (f"{why['calib'][1]}; {why['ifu'][1]}; and 1 more stage whose pods "
+                       "do not start: see status.stages[].waiting")
+    assert stage_status(p, "sky")["waiting"] == why["sky"][1]
+
+
+def test_the_run_message_shows_what_fits_and_counts_the_rest() -> None:
+    said = [(stalled.NOT_STARTING, "m" * 50)] * 3
+    assert stalled.run_message(said, 1024) == "; ".join(["m" * 50] * 3)
+    assert stalled.run_message(said, 130) == (
+        "m" * 50 + "; and 2 more stages whose pods do not start: see status.stages[].waiting")
+    assert stalled.run_message(said, 60) == (
+        "3 stages' pods do not start: see status.stages[].waiting")
+
+
 def test_waiting_for_nodes_is_still_progressing() -> None:
     run, job = _running(make_run([stage("calib", forEach={"items": ["a", "b"]})]))
     why = (stalled.WAITING_FOR_NODES, "stage calib: its pods do not start: ...")

@@ -116,3 +116,18 @@ def mark(records: Sequence[dict[str, Any]], found: Mapping[str, tuple[str, str]]
             rec["waiting"] = why_[1][:MESSAGE_CHARS]
             out.append(why_)
     return out
+
+
+def run_message(stalled: Sequence[tuple[str, str]], room: int) -> str:
+    """The run's Progressing message: the stalled stages' own messages, whole, as many
+    as fit in `room`; the rest counted and pointed to. Cutting the joined text would cut
+    the last stage's field to check, and with it the fix, out of the run's condition."""
+    texts = [m for _, m in stalled]
+    for shown in range(len(texts), 0, -1):
+        rest = len(texts) - shown
+        tail = (f"; and {rest} more stage{'s' if rest > 1 else ''} whose pods do not "
+                "start: see status.stages[].waiting") if rest else ""
+        text = "; ".join(texts[:shown]) + tail
+        if len(text) <= room:
+            return text
+    return (f"{len(texts)} stages' pods do not start: see status.stages[].waiting")[:room]

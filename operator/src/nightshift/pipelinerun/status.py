@@ -12,7 +12,7 @@ from typing import Any
 from nightshift.api import conditions as cond
 from nightshift.api import ranges
 from nightshift.pipelinerun import progress as pg
-from nightshift.pipelinerun.stalled import NOT_STARTING
+from nightshift.pipelinerun.stalled import NOT_STARTING, run_message
 
 StageRecord = dict[str, Any]
 FAILED_ITEMS_CHARS = 512
@@ -260,7 +260,7 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
         # pods waiting for a node may get one (Karpenter launching): still progressing.
         reasons = [r for r, _ in stalled]
         reason = NOT_STARTING if NOT_STARTING in reasons else reasons[0]
-        text = "; ".join(m for _, m in stalled)[:CONDITION_MESSAGE_CHARS]
+        text = run_message(stalled, CONDITION_MESSAGE_CHARS)
         progressing = cond.condition(
             cond.PROGRESSING, cond.FALSE if reason == NOT_STARTING else cond.TRUE,
             reason, text, g)
