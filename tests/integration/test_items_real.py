@@ -11,7 +11,7 @@ from typing import Any
 
 from nightshift.pipelinerun import batch, jobs, stalled
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun.reconcile import failure_sample
+from nightshift.pipelinerun.samples import failure_sample
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.test_real_node import (

@@ -1,5 +1,6 @@
-"""A stage whose pods no node takes is not a silent "Running": the real scheduler's words
-reach the stage and the run (pipelinerun/stalled.py), and go once the pods are gone."""
+"""A stage whose pods no node takes, or the API server refuses, is not a silent "Running":
+the real scheduler's or Job controller's words reach the stage and the run
+(pipelinerun/stalled.py), and go once the pods are gone or made."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ from typing import Any
 from nightshift.kube import Kube
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.conftest import OperatorProcess
-from tests.integration.prutil import get_run, pipelinerun, stage, stage_status, wait_phase
+from tests.integration.prutil import (
+    get_run,
+    pipelinerun,
+    stage,
+    stage_status,
+    wait_phase,
+    wait_progressing,
+)
 
 
 def _progressing(run: dict[str, Any]) -> dict[str, Any]:
@@ -46,4 +54,59 @@ def test_pods_no_node_fits_are_named_on_the_stage_and_run(
     kubectl("-n", namespace, "patch", "pipelinerun", "too-big", "--type=merge", "-p",
             '{"spec": {"cancel": true}}')
     run = wait_phase(kube, namespace, "too-big", {"Cancelled"}, 60)
+    assert "waiting" not in stage_status(run, "calib"), run["status"]
+
+
+def test_pods_a_limitrange_refuses_are_named_and_the_run_goes_on_once_mended(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str) -> None:
+    # The API server refuses every pod: the Job has none, and says why only in its
+    # FailedCreate events (the real Job controller's, read by the Job's uid).
+    kubectl.apply({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "small"},
+                   "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]}},
+                  namespace)
+    kubectl.apply(pipelinerun("limited", namespace, [
+        stage("calib", pool, 2, resources={"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})]))
+    prog = wait_progressing(kube, namespace, "limited", "PodsNotCreated", timeout=150)
+    assert prog["status"] == "False", prog  # a LimitRange does not mend itself
+    run = get_run(kube, namespace, "limited")
+    assert run["status"]["phase"] == "Running"
+    waiting = stage_status(run, "calib")["waiting"]
+    assert waiting == prog["message"]
+    assert waiting.startswith("stage calib: the Job controller cannot create its pods: "
+                              "maximum cpu usage per Container is 500m, but limit is 1"
+                              ), waiting
+    assert waiting.endswith("check spec.stages[0].resources against the namespace's "
+                            "LimitRange"), waiting
+    # Mended: the Job controller's next retry makes the pods, and the run finishes.
+    kubectl("-n", namespace, "delete", "limitrange", "small")
+    run = wait_phase(kube, namespace, "limited", {"Succeeded"}, 240)
+    assert "waiting" not in stage_status(run, "calib"), run["status"]
+
+
+def test_a_full_quota_waits_still_progressing_and_the_run_goes_on_when_it_frees(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str) -> None:
+    def quota(pods: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "full"},
+                "spec": {"hard": {"pods": pods}}}
+
+    kubectl.apply(quota("0"), namespace)
+    # Until the quota controller has counted, a pod is refused for another reason.
+    def counted() -> Any:
+        stored = kube.get("v1", "ResourceQuota", "full", namespace) or {}
+        return (stored.get("status") or {}).get("hard")
+
+    wait_for("the quota counted", counted, timeout=60)
+    kubectl.apply(pipelinerun("quota", namespace, [stage("calib", pool, 2)]))
+    prog = wait_progressing(kube, namespace, "quota", "WaitingForQuota", timeout=150)
+    assert prog["status"] == "True", prog  # other runs ending free it: still progressing
+    assert prog["message"].startswith(
+        "stage calib: the Job controller cannot create its pods: exceeded quota: full, "
+        "requested: pods=1, limited: pods=0; "), prog
+    assert prog["message"].endswith("pods are created as the namespace's ResourceQuota "
+                                    "frees up; else raise it or lower "
+                                    "spec.stages[0].parallelism or resources"), prog
+    kubectl.apply(quota("10"), namespace)
+    run = wait_phase(kube, namespace, "quota", {"Succeeded"}, 240)
     assert "waiting" not in stage_status(run, "calib"), run["status"]

@@ -26,7 +26,7 @@ from nightshift.aws.clients import Ec2Access, unknown_price
 from nightshift.config import OperatorConfig
 from nightshift.engine.status import reconcile_error_reporter
 from nightshift.kube import Kube, KubeError, Obj
-from nightshift.pipelinerun import itemsource
+from nightshift.pipelinerun import itemsource, stalled
 from nightshift.pipelinerun import reconcile as pipelinerun
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift.sharedstorage import reconcile as sharedstorage
@@ -187,6 +187,12 @@ def pipelinerun_calls() -> set[Key]:
         "name": "nightly-calib-0-x", "namespace": NS,
         "labels": job["spec"]["template"]["metadata"]["labels"]},
         "status": {"phase": "Failed"}})
+    pipelinerun.reconcile(kube, config, NS, "nightly", state)
+    # No pod at all for the stall's length: the Job's FailedCreate events are read.
+    job["status"] = {"failed": 2, "ready": 0, "startTime": "2025-03-01T12:00:00Z"}
+    kube.put(job)
+    pipelinerun.reconcile(kube, config, NS, "nightly", state)
+    state.stalls[job["metadata"]["name"]].since -= stalled.STALL_SECONDS
     pipelinerun.reconcile(kube, config, NS, "nightly", state)
     # Suspending the run patches the running Job.
     run_path = kube.path(names.API_VERSION, names.PIPELINERUN, NS, "nightly")

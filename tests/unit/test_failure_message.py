@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nightshift.pipelinerun.reconcile import message_tail
+from nightshift.pipelinerun.samples import message_tail
 from nightshift.runner.main import termination_message
 
 

@@ -140,10 +140,12 @@ namespaces, else by a Role in each watched namespace.
   resources: [services, persistentvolumeclaims]
   verbs: [list, create, patch, delete]
 # The operator posts its own events on runs, VirtualClusters and SharedStorages (on
-# transitions only; kopf's per-handler events are off).
+# transitions only; kopf's per-handler events are off). It lists a stage Job's
+# FailedCreate events (by the Job's uid) only while the Job has had no pod for 30 s:
+# why the API server refuses its pods (a quota, a LimitRange, Pod Security) is there.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [list, create]
 {{- if .Values.rbac.readSecrets }}
 # rbac.readSecrets: a run's forEach.fromS3 storage may name a credentialsSecret (S3
 # outside AWS); the operator reads it to list the bucket. Only get, never list or

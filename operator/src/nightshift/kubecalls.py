@@ -130,9 +130,12 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(CORE, "configmaps", "create patch", NAMESPACE, _K,
            f"pipelinerun/itemsource and plan: item and rerun-index ConfigMaps ({_SSA})"),
     *_rows(CORE, "pods", "list", NAMESPACE, _K,
-           "pipelinerun/reconcile failure samples (failed pods of one Job, limit 5) and "
-           "a lost Job's live pods (limit 1); "
+           "pipelinerun/reconcile failure samples (failed pods of one Job, limit 5), "
+           "a stalled Job's Pending pods (limit 3) and a lost Job's live pods (limit 1); "
            "virtualcluster/observe pending CPU (unscheduled pipeline pods)"),
+    *_rows(CORE, "events", "list", NAMESPACE, _K,
+           "pipelinerun/reconcile: a stage Job's FailedCreate events (field selector on its "
+           "uid, limit 20), only while the Job has had no pod for 30 s (stalled.py)"),
     *_rows(CORE, "events", "create", NAMESPACE, _K,
            "Kube.event: a run's and a VirtualCluster's transitions"),
     *_rows(CORE, "secrets", "get", NAMESPACE, _K,

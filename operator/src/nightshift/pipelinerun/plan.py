@@ -383,8 +383,10 @@ class _Planner:
         elif self.final:
             records = [dict(r) for r in self.old.get("stages") or []]
         stuck = [] if self.final else stalledmod.mark(records, self.obs.stalled)
-        if not self.final and any(stalledmod.unready(j) for j in self.obs.jobs):
-            # Look again soon: a Job whose pods do not start sends no events.
+        if not self.final and any(stalledmod.unready(j) or stalledmod.uncreated(j)
+                                  for j in self.obs.jobs):
+            # Look again soon: a Job whose pods do not start, or are never made, sends
+            # no events.
             wait = stalledmod.STALL_SECONDS
             self.requeue = sooner(self.requeue, wait)
         status, events = build_status(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +29,7 @@ from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.lost import lost_jobs
 from nightshift.pipelinerun.plan import Observed, Plan, plan
+from nightshift.pipelinerun.samples import failure_sample
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 
 # Status fields that move with every pod: written at most every progress_interval.
@@ -215,7 +215,17 @@ def _finish(kube: Kube, config: OperatorConfig, state: LoopState, run: dict[str,
             kube.event(run, ev.type, ev.reason, ev.message)
     terminal = p.status.get("phase") in TERMINAL_PHASES
     return Outcome(requeue_after=None if terminal
-                   else sooner(p.requeue_after, state.writer.deferred))
+                   else sooner(sooner(p.requeue_after, state.writer.deferred),
+                               _next_stall_read(state)))
+
+
+def _next_stall_read(state: LoopState) -> float | None:
+    """Seconds until a stalled Job is due a read: a pass then, not a requeue interval
+    later, so a stage says why STALL_SECONDS after its pods stopped, not up to twice that."""
+    now = time.monotonic()
+    due = [max(st.since + stalled.STALL_SECONDS, st.next_read) - now
+           for st in state.stalls.values()]
+    return max(min(due), 1.0) if due else None
 
 
 def _apply(kube: Kube, namespace: str, p: Plan) -> list[tuple[str, str]]:
@@ -290,73 +300,41 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
     """Why a stage's pods do not start (stalled.py): a few Pending pods, read once its Job
     has had active pods and none ready for STALL_SECONDS, then again every STALL_SECONDS
     while they say why, and ever less often while they do not (a stage's earlier steps
-    run as init containers: its pods are Pending, and fine, for as long as those run)."""
+    run as init containers: its pods are Pending, and fine, for as long as those run).
+    A Job with no pod at all for as long has its FailedCreate events read instead."""
     index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
     now, out = time.monotonic(), {}
     seen = set()
     for job in jobs:
-        jname = job["metadata"]["name"]
-        stage = (job["metadata"].get("labels") or {}).get(names.LABEL_STAGE, "")
-        if spec is None or stage not in index or not stalled.unready(job):
+        meta = job["metadata"]
+        jname = meta["name"]
+        stage = (meta.get("labels") or {}).get(names.LABEL_STAGE, "")
+        what = ("pods" if stalled.unready(job) else
+                "events" if stalled.uncreated(job) else "")
+        if spec is None or stage not in index or not what:
             continue
         seen.add(jname)
-        st = state.stalls.setdefault(jname, stalled.Stall(since=now))
+        st = state.stalls.get(jname)
+        if st is None or st.what != what:
+            st = state.stalls[jname] = stalled.Stall(since=now, what=what)
         if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
-            pods = kube.list("v1", "Pod", namespace, label_selector=itemsmod.job_pods_selector(job),
-                             field_selector="status.phase=Pending", limit=stalled.PODS_READ)
             i = index[stage]
-            st.read(stalled.summary(spec.stages[i], i, pods[:stalled.PODS_READ]), now)
+            if what == "pods":
+                pods = kube.list("v1", "Pod", namespace,
+                                 label_selector=itemsmod.job_pods_selector(job),
+                                 field_selector="status.phase=Pending", limit=stalled.PODS_READ)
+                st.read(stalled.summary(spec.stages[i], i, pods[:stalled.PODS_READ]), now)
+            else:
+                events = kube.list("v1", "Event", namespace, limit=stalled.EVENTS_READ,
+                                   field_selector=f"involvedObject.uid={meta.get('uid')},"
+                                                  "reason=FailedCreate")
+                st.read(stalled.not_created(spec.stages[i], i, jname, events,
+                                            datetime.now(UTC)), now)
         if st.found:
             out[stage] = st.found
     for jname in set(state.stalls) - seen:
         del state.stalls[jname]
     return out
-
-
-def message_tail(text: str, limit: int = 240) -> str:
-    """A failure message's end, whole lines where they fit: a log tail's last lines say
-    why a step failed, its first ones rarely do."""
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    start = len(text) - (limit - 1)
-    cut = text[start:]
-    nl = cut.find("\n")
-    if text[start - 1] != "\n" and 0 <= nl < len(cut) - 1:
-        cut = cut[nl + 1:]  # cut mid-line: start at the next whole line
-    return "…" + cut
-
-
-def _controller(pod: Mapping[str, Any]) -> str:
-    """The name of the Job that controls `pod` (stage pods carry no job-name label)."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == "Job":
-            return str(ref.get("name") or "")
-    return ""
-
-
-def failure_sample(pod: dict[str, Any]) -> dict[str, Any]:
-    ann = pod["metadata"].get("annotations") or {}
-    status = pod.get("status") or {}
-    exit_code: int | None = None
-    reason = status.get("reason") or ""
-    message = status.get("message") or ""
-    for cs in [*(status.get("initContainerStatuses") or []),
-               *(status.get("containerStatuses") or [])]:
-        term = (cs.get("state") or {}).get("terminated")
-        if term and term.get("exitCode", 0) != 0:
-            exit_code = int(term["exitCode"])
-            reason = term.get("reason") or reason
-            message = term.get("message") or message
-            break
-    return {
-        "index": int(ann.get("batch.kubernetes.io/job-completion-index", -1)),
-        "exitCode": exit_code,
-        "reason": reason,
-        "message": message_tail(message),
-        "pod": pod["metadata"]["name"],
-        "job": _controller(pod),
-    }
 
 
 def _cost(state: LoopState, run: dict[str, Any], p: Plan, jobs: list[dict[str, Any]],

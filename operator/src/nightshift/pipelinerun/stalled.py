@@ -7,12 +7,20 @@ and none ready for STALL_SECONDS, the I/O layer reads a few of its Pending pods 
 `limit` PODS_READ; reads back off while the pods say nothing); this module says what
 they wait for and which field to check. The API server filters that LIST over the
 namespace's pods, so it is read at most every STALL_SECONDS per stalled Job.
+
+Pods the Job controller cannot create at all (a full ResourceQuota, a LimitRange, the
+namespace's Pod Security level, an admission webhook) leave no pod to read: the Job
+has none active, and the API server's refusal is only in the Job controller's
+FailedCreate events. A Job with no pod for STALL_SECONDS has those events read (one
+LIST by its uid) on the same schedule, and the newest says why.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from nightshift.api import podstate
@@ -25,6 +33,15 @@ PODS_READ = 3
 MESSAGE_CHARS = 400  # stages[].waiting; only while a stage's pods do not start
 NOT_STARTING = "PodsNotStarting"
 WAITING_FOR_NODES = "WaitingForNodes"
+NOT_CREATED = "PodsNotCreated"
+WAITING_FOR_QUOTA = "WaitingForQuota"
+# Reasons that do not clear by themselves: the run's Progressing is False while one holds.
+STOPPED = frozenset({NOT_STARTING, NOT_CREATED})
+EVENTS_READ = 20
+# The Job controller retries a refused create with a backoff of up to minutes, and the
+# API server folds the same refusal into one Event whose last time moves: an Event
+# older than this says nothing of the Job's present.
+EVENT_WINDOW = 600.0
 RUNNER_CONTAINERS = {"nightshift-stage-in", "nightshift-commit"}
 
 
@@ -38,6 +55,67 @@ def unready(job: Mapping[str, Any]) -> bool:
     if pg.job_condition(job, "Complete") or pg.job_condition(job, "Failed"):
         return False
     return int(status.get("active") or 0) > 0 and int(status.get("ready") or 0) == 0
+
+
+def uncreated(job: Mapping[str, Any]) -> bool:
+    """A started stage Job, neither finished nor suspended, with no pod at all: none
+    active and none terminating (a pod being replaced holds its index until it is gone)."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    if spec.get("completionMode") != "Indexed" or spec.get("suspend"):
+        return False  # an MPIJob's workers are the MPI Operator's, read as a Job
+    if not status.get("startTime") or not int(spec.get("parallelism") or 0):
+        return False
+    if pg.job_condition(job, "Complete") or pg.job_condition(job, "Failed"):
+        return False
+    return int(status.get("active") or 0) == 0 and int(status.get("terminating") or 0) == 0
+
+
+def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str, Any]],
+                now: datetime) -> tuple[str, str] | None:
+    """(reason, message) from the Job's newest FailedCreate event of the last
+    EVENT_WINDOW seconds, or None. The message ends with what to check, kept whole."""
+    dated = [(t, e) for e in events if e.get("reason") == "FailedCreate"
+             and (t := _event_time(e)) is not None]
+    if not dated:
+        return None
+    when, event = max(dated, key=lambda te: te[0])
+    if (now - when).total_seconds() > EVENT_WINDOW:
+        return None
+    said = _steady(str(event.get("message") or ""))
+    head = f"stage {stage.name}: the Job controller cannot create its pods: "
+    reason, fix = NOT_CREATED, f"kubectl describe job {job}"
+    if "exceeded quota" in said:
+        reason, fix = WAITING_FOR_QUOTA, (
+            "pods are created as the namespace's ResourceQuota frees up; else raise it or "
+            f"lower spec.stages[{index}].parallelism or resources")
+    elif "violates PodSecurity" in said:
+        fix = ("check the namespace's pod-security.kubernetes.io/enforce level against "
+               f"spec.stages[{index}] and its storage (docs/security.md)")
+    elif " per Container is " in said or " per Pod is " in said:
+        fix = f"check spec.stages[{index}].resources against the namespace's LimitRange"
+    return reason, head + _fit(said, fix, MESSAGE_CHARS - len(head))
+
+
+def _steady(message: str) -> str:
+    """The refusal without what changes from one retry to the next (the pod's generated
+    name, the quota's current use, the recorder's fold), so a pass that finds the same
+    refusal writes nothing."""
+    said = message.strip().removeprefix("(combined from similar events): ")
+    said = said.removeprefix("Error creating: ")
+    said = re.sub(r'^pods "[^"]*" is forbidden: ', "", said)
+    return re.sub(r", used: \S+, limited: ", ", limited: ", said)
+
+
+def _event_time(event: Mapping[str, Any]) -> datetime | None:
+    """When an Event last happened: its series, its last timestamp, its time, its birth."""
+    for raw in ((event.get("series") or {}).get("lastObservedTime"), event.get("lastTimestamp"),
+                event.get("eventTime"), (event.get("metadata") or {}).get("creationTimestamp")):
+        if raw:
+            try:
+                return datetime.fromisoformat(str(raw))
+            except ValueError:
+                continue
+    return None
 
 
 def why(pod: Mapping[str, Any], stage: Stage, index: int,
@@ -94,6 +172,7 @@ class Stall:
     """One Job's stall as the loop remembers it between passes (monotonic seconds)."""
 
     since: float
+    what: str = "pods"  # what is read: "pods" (Pending ones) or "events" (FailedCreate)
     next_read: float = 0.0
     interval: float = STALL_SECONDS
     found: tuple[str, str] | None = None

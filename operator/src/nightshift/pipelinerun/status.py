@@ -12,7 +12,7 @@ from typing import Any
 from nightshift.api import conditions as cond
 from nightshift.api import ranges
 from nightshift.pipelinerun import progress as pg
-from nightshift.pipelinerun.stalled import NOT_STARTING, run_message
+from nightshift.pipelinerun.stalled import STOPPED, run_message
 
 StageRecord = dict[str, Any]
 FAILED_ITEMS_CHARS = 512
@@ -256,13 +256,14 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
             cond.PROGRESSING, cond.FALSE if phase == "Pending" else cond.TRUE,
             waiting_reason, waiting[:CONDITION_MESSAGE_CHARS], g)
     elif stalled and phase == "Running":
-        # Pods that cannot start (an image, a container's config) make no progress;
-        # pods waiting for a node may get one (Karpenter launching): still progressing.
+        # Pods that cannot start (an image, a container's config) or be created (a
+        # LimitRange, Pod Security) make no progress; pods waiting for a node or for
+        # quota may get one (Karpenter launching, other runs ending): still progressing.
         reasons = [r for r, _ in stalled]
-        reason = NOT_STARTING if NOT_STARTING in reasons else reasons[0]
+        reason = next((r for r in reasons if r in STOPPED), reasons[0])
         text = run_message(stalled, CONDITION_MESSAGE_CHARS)
         progressing = cond.condition(
-            cond.PROGRESSING, cond.FALSE if reason == NOT_STARTING else cond.TRUE,
+            cond.PROGRESSING, cond.FALSE if reason in STOPPED else cond.TRUE,
             reason, text, g)
     return [ready, progressing, failed, invalid]
 

@@ -1,0 +1,209 @@
+"""Pods the Job controller cannot create (a full quota, a LimitRange, Pod Security, a
+webhook) are never a silent "Running": a stage Job with no pod for 30 s has its
+FailedCreate events read, and the newest recent one says why, on the stage and the run,
+with what to check."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from nightshift.api import names
+from nightshift.config import OperatorConfig
+from nightshift.pipelinerun import reconcile as pipelinerun
+from nightshift.pipelinerun import stalled
+from nightshift.pipelinerun.plan import plan
+from tests.bad_pipelineruns import stage
+from tests.unit.test_chart_kubecalls import RecordingKube
+from tests.unit.test_plan import (
+    advance,
+    condition,
+    items_for,
+    jobs_of,
+    make_run,
+    observe,
+    stage_status,
+    with_status,
+)
+from tests.unit.test_stalled import CALIB
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+QUOTA = ('Error creating: pods "nightly-calib-0-x7" is forbidden: exceeded quota: physics, '
+         "requested: pods=1, used: pods=5000, limited: pods=5000")
+LIMIT = ('Error creating: pods "nightly-calib-0-x7" is forbidden: maximum cpu usage per '
+         "Container is 500m, but limit is 1")
+PSA = ('Error creating: pods "nightly-calib-0-x7" is forbidden: violates PodSecurity '
+       '"restricted:latest": restricted volume types (volume "cache" uses restricted '
+       'volume type "hostPath")')
+HOOK = ('Error creating: admission webhook "policy.example.org" denied the request: '
+        "pods must carry a cost-centre label")
+
+
+def event(message: str, ago: float = 5.0, reason: str = "FailedCreate",
+          stamp: str = "lastTimestamp") -> dict[str, Any]:
+    when = (NOW - timedelta(seconds=ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"reason": reason, "message": message, stamp: when}
+
+
+def indexed(**status: Any) -> dict[str, Any]:
+    return {"spec": {"completionMode": "Indexed", "parallelism": 4},
+            "status": {"startTime": "2026-11-29T11:59:00Z", **status}}
+
+
+@pytest.mark.parametrize(("job", "uncreated"), [
+    (indexed(active=0, ready=0), True),
+    (indexed(ready=0), True),  # the Job controller writes no active count of 0
+    (indexed(active=2, ready=0), False),  # pods exist: the Pending pods say why
+    (indexed(active=0, terminating=1), False),  # a pod being replaced holds its index
+    ({"spec": {"completionMode": "Indexed", "parallelism": 4}, "status": {}}, False),
+    ({**indexed(), "spec": {"completionMode": "Indexed", "parallelism": 4,
+                            "suspend": True}}, False),
+    ({**indexed(), "spec": {"completionMode": "Indexed", "parallelism": 0}}, False),
+    (indexed(conditions=[{"type": "Complete", "status": "True"}]), False),
+    (indexed(conditions=[{"type": "Failed", "status": "True"}]), False),
+    ({**indexed(), "spec": {"completions": 1, "parallelism": 1}}, False),  # an MPIJob
+])
+def test_which_jobs_have_no_pod(job: dict[str, Any], uncreated: bool) -> None:
+    assert stalled.uncreated(job) is uncreated
+
+
+@pytest.mark.parametrize(("message", "reason", "fix"), [
+    (QUOTA, stalled.WAITING_FOR_QUOTA, "pods are created as the namespace's ResourceQuota "
+     "frees up; else raise it or lower spec.stages[0].parallelism or resources"),
+    (LIMIT, stalled.NOT_CREATED,
+     "check spec.stages[0].resources against the namespace's LimitRange"),
+    (PSA, stalled.NOT_CREATED, "check the namespace's pod-security.kubernetes.io/enforce "
+     "level against spec.stages[0] and its storage (docs/security.md)"),
+    (HOOK, stalled.NOT_CREATED, "kubectl describe job nightly-calib-0"),
+])
+def test_the_refusal_names_its_cause_and_the_fix(message: str, reason: str, fix: str) -> None:
+    found = stalled.not_created(CALIB, 0, "nightly-calib-0", [event(message)], NOW)
+    said = message.removeprefix("Error creating: ").removeprefix(
+        'pods "nightly-calib-0-x7" is forbidden: ').replace(", used: pods=5000", "")
+    assert found == (reason, f"stage calib: the Job controller cannot create its pods: "
+                     f"{said}; {fix}")
+    assert len(found[1]) <= stalled.MESSAGE_CHARS
+
+
+def test_what_changes_between_retries_is_left_out() -> None:
+    """The pod's generated name, the quota's use and the recorder's fold change with
+    every retry: the same refusal must read the same, or each read would write."""
+    a = stalled.not_created(CALIB, 0, "j", [event(QUOTA)], NOW)
+    b = stalled.not_created(CALIB, 0, "j", [event(
+        "(combined from similar events): " + QUOTA.replace("-x7", "-q2").replace(
+            "used: pods=5000", "used: pods=4999,requests.cpu=12"))], NOW)
+    assert a == b and a is not None
+    assert a[1].startswith("stage calib: the Job controller cannot create its pods: "
+                           "exceeded quota: physics, requested: pods=1, limited: pods=5000;")
+
+
+def test_the_newest_recent_refusal_is_the_one_said() -> None:
+    events = [event(QUOTA, ago=300), event(LIMIT, ago=30, stamp="eventTime"),
+              event("Created pod: nightly-calib-0-x7", ago=1, reason="SuccessfulCreate")]
+    found = stalled.not_created(CALIB, 0, "j", events, NOW)
+    assert found is not None and "maximum cpu usage" in found[1]
+    # A folded Event's series says when it last happened.
+    folded = {**event(QUOTA, ago=900), "series": {
+        "count": 40, "lastObservedTime": (NOW - timedelta(seconds=2)).isoformat()}}
+    found = stalled.not_created(CALIB, 0, "j", [event(LIMIT, ago=30), folded], NOW)
+    assert found is not None and found[0] == stalled.WAITING_FOR_QUOTA
+    # Older than the window: it says nothing of the Job's present.
+    assert stalled.not_created(CALIB, 0, "j", [event(QUOTA, ago=601)], NOW) is None
+    assert stalled.not_created(CALIB, 0, "j", [], NOW) is None
+
+
+def test_a_webhook_essay_is_cut_in_the_middle_and_the_fix_kept() -> None:
+    long = "Error creating: admission webhook said: " + "because " * 80
+    found = stalled.not_created(CALIB, 0, "nightly-calib-0", [event(long)], NOW)
+    assert found is not None and len(found[1]) == stalled.MESSAGE_CHARS
+    assert found[1].endswith("…; kubectl describe job nightly-calib-0")
+
+
+def _no_pods_run() -> tuple[dict[str, Any], dict[str, Any]]:
+    run = make_run([stage("calib", forEach={"items": ["a", "b"]})])
+    p = plan(observe(run, items=items_for(run, "calib", count=2)))
+    (job,) = jobs_of(p)
+    job = with_status(job, ready=0, startTime="2026-11-29T11:59:00Z")
+    return advance(run, p), job
+
+
+@pytest.mark.parametrize(("reason", "progressing"), [
+    (stalled.NOT_CREATED, "False"),  # a LimitRange or Pod Security: no progress
+    (stalled.WAITING_FOR_QUOTA, "True"),  # other runs end and free the quota
+])
+def test_the_stage_and_the_run_say_it(reason: str, progressing: str) -> None:
+    run, job = _no_pods_run()
+    why = (reason, "stage calib: the Job controller cannot create its pods: ...; fix")
+    p = plan(replace(observe(run, jobs=[job], items=items_for(run, "calib", count=2)),
+                     stalled={"calib": why}))
+    assert stage_status(p, "calib")["waiting"] == why[1]
+    prog = condition(p, "Progressing")
+    assert (prog["status"], prog["reason"], prog["message"]) == (progressing, reason, why[1])
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "StagePodsWaiting")]
+    # A Job with no pod sends no events of its own: the run looks again.
+    assert p.requeue_after is not None and p.requeue_after <= stalled.STALL_SECONDS
+
+
+def test_a_refused_stage_stops_the_run_before_one_waiting_for_nodes() -> None:
+    run = make_run([stage(n, forEach={"items": ["a", "b"]}) for n in ("calib", "sky")])
+    p0 = plan(observe(run, items=items_for(run, "calib", "sky", count=2)))
+    jobs = [with_status(j, ready=0, startTime="2026-11-29T11:59:00Z") for j in jobs_of(p0)]
+    why = {"calib": (stalled.WAITING_FOR_NODES, "stage calib: ...; nodes"),
+           "sky": (stalled.NOT_CREATED, "stage sky: ...; limits")}
+    p = plan(replace(observe(advance(run, p0), jobs=jobs,
+                             items=items_for(run, "calib", "sky", count=2)), stalled=why))
+    prog = condition(p, "Progressing")
+    assert (prog["status"], prog["reason"]) == ("False", stalled.NOT_CREATED)
+
+
+def test_reconcile_reads_the_jobs_events_only_after_the_stall(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("nightshift.pipelinerun.reconcile.time.monotonic", lambda: clock[0])
+    kube = RecordingKube([make_run([stage("calib", forEach={"items": ["a", "b"]})])])
+    state = pipelinerun.LoopState()
+    config = OperatorConfig.from_env()
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    (jpath,) = [p for p in kube.store if "/jobs/" in p]
+    job = kube.store[jpath]
+    job["status"] = {"ready": 0, "startTime": "2026-11-29T11:59:00Z"}
+    kube.put(job)
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube.put({"apiVersion": "v1", "kind": "Event", "metadata": {
+        "name": "nightly-calib-0.1", "namespace": "physics"},
+        "involvedObject": {"kind": "Job", "name": job["metadata"]["name"]},
+        "reason": "FailedCreate", "message": LIMIT, "lastTimestamp": now})
+    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
+
+    def one_pass() -> tuple[bool, dict[str, Any]]:
+        kube.calls.clear()
+        pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+        prog = condition_of(kube.store[run_path], "Progressing")
+        return ("", "events", "list", "namespace") in kube.calls, prog
+
+    read, prog = one_pass()
+    assert not read and prog["reason"] == "Running"  # not without pods long enough
+    clock[0] += stalled.STALL_SECONDS + 1
+    read, prog = one_pass()
+    assert read and (prog["status"], prog["reason"]) == ("False", stalled.NOT_CREATED)
+    assert "maximum cpu usage per Container is 500m" in prog["message"]
+    # The same state a pass later writes nothing (the refusal is read again, unchanged).
+    before = copy.deepcopy(kube.store)
+    clock[0] += stalled.STALL_SECONDS
+    one_pass()
+    assert kube.store == before
+    # The LimitRange mended, its pods made: the Job is forgotten, the stage runs.
+    job = copy.deepcopy(kube.store[jpath])
+    job["status"] = {"active": 2, "ready": 2, "startTime": "2026-11-29T11:59:00Z"}
+    kube.put(job)
+    read, prog = one_pass()
+    assert not read and prog["reason"] == "Running"
+    assert state.stalls == {}
+
+
+def condition_of(run: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in run["status"]["conditions"] if c["type"] == type_)
