@@ -22,7 +22,14 @@ from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift_localcluster import helminstall
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.conftest import OperatorProcess
-from tests.integration.prutil import KWOK_FAST, get_run, pipelinerun, stage, wait_phase
+from tests.integration.prutil import (
+    KWOK_FAST,
+    get_run,
+    pipelinerun,
+    stage,
+    wait_phase,
+    wait_progressing,
+)
 from tests.integration.test_real_node import on_real_node, real_node
 
 __all__ = ["real_node"]  # the fixture, used by name below
@@ -85,6 +92,31 @@ def test_mpi_stage_past_its_deadline_fails_the_run_with_the_reason(
     ep = get_run(kube, namespace, "npb-late")["status"]["stages"][0]
     assert ep["phase"] == "Failed", ep
     assert "DeadlineExceeded" in json.dumps(ep), ep
+
+
+def test_mpi_workers_the_api_server_refuses_are_named_on_the_stage_and_run(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str, mpi_operator: None) -> None:
+    """The MPI Operator's refusal of its workers (here a LimitRange's) is only in the
+    MPIJob's events: the stage and the run say it, with the field to check."""
+    kubectl.apply({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "small"},
+                   "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]}},
+                  namespace)
+    big = {"name": "ep", "pool": pool, "image": MPI_IMAGE, "mpi": {"workers": 2},
+           "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}},
+           "steps": [{"name": "ep", "command": ["ep"]}]}
+    kubectl.apply(pipelinerun("npb-big", namespace, [big]))
+    prog = wait_progressing(kube, namespace, "npb-big", "PodsNotCreated", timeout=150)
+    assert prog["status"] == "False", prog
+    waiting = get_run(kube, namespace, "npb-big")["status"]["stages"][0]["waiting"]
+    assert waiting == prog["message"]
+    assert waiting.startswith("stage ep: the MPI Operator cannot create its pods: maximum "
+                              "cpu usage per Container is 500m, but limit is 1"), waiting
+    assert waiting.endswith("check spec.stages[0].resources against the namespace's "
+                            "LimitRange"), waiting
+    kubectl("-n", namespace, "patch", "pipelinerun", "npb-big", "--type=merge", "-p",
+            '{"spec": {"cancel": true}}')
+    wait_phase(kube, namespace, "npb-big", {"Cancelled"}, 60)
 
 
 def _rendered(namespace: str, workers: int, args: list[str]) -> dict[str, Any]:

@@ -207,3 +207,86 @@ def test_reconcile_reads_the_jobs_events_only_after_the_stall(
 
 def condition_of(run: dict[str, Any], type_: str) -> dict[str, Any]:
     return next(c for c in run["status"]["conditions"] if c["type"] == type_)
+
+
+MPI_QUOTA = ('worker pod created failed: pods "npb-ep-worker-1" is forbidden: exceeded quota: '
+             "physics, requested: pods=1, used: pods=9, limited: pods=10")
+
+
+@pytest.mark.parametrize(("job", "short"), [
+    ({"status": {"active": 0}}, True),
+    ({"status": {"active": 1}}, True),  # one of two workers running
+    ({"status": {"active": 2}}, False),
+    ({"spec": {"suspend": True}, "status": {}}, False),
+    ({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}, False),
+])
+def test_which_mpi_stages_are_short_of_workers(job: dict[str, Any], short: bool) -> None:
+    assert stalled.workers_short(job, 2) is short
+
+
+def test_the_mpi_operators_refusal_is_said_with_its_field() -> None:
+    others = [event("MPIJob physics/npb is created.", reason="MPIJobCreated"),
+              event("npb-ep: launcher failed", reason="MPIJobFailed")]  # no create refusal
+    assert stalled.not_created(CALIB, 0, "npb-ep", others, NOW, mpi=True) is None
+    found = stalled.not_created(CALIB, 0, "npb-ep", [*others, event(
+        MPI_QUOTA, reason="MPIJobFailed")], NOW, mpi=True)
+    assert found == (stalled.WAITING_FOR_QUOTA,
+                     "stage calib: the MPI Operator cannot create its pods: exceeded quota: "
+                     "physics, requested: pods=1, limited: pods=10; pods are created as the "
+                     "namespace's ResourceQuota frees up; else raise it or lower "
+                     "spec.stages[0].mpi.workers or resources")
+    found = stalled.not_created(CALIB, 0, "npb-ep", [event(
+        MPI_QUOTA.replace("exceeded quota", "admission webhook denied"),
+        reason="MPIJobFailed")], NOW, mpi=True)
+    assert found is not None and found[1].endswith("; kubectl describe mpijob npb-ep")
+
+
+def test_reconcile_reads_an_mpi_stages_pods_then_its_mpijobs_events(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("nightshift.pipelinerun.reconcile.time.monotonic", lambda: clock[0])
+    run = make_run([{"name": "ep", "image": "mpi:dev", "mpi": {"workers": 2},
+                     "steps": [{"name": "ep", "command": ["ep"]}]}])
+    kube = RecordingKube([run])
+    state = pipelinerun.LoopState()
+    config = OperatorConfig.from_env()
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    (mpath,) = [p for p in kube.store if "/mpijobs/" in p]
+    mpi = kube.store[mpath]
+    mpi["metadata"]["uid"] = "mpi-uid"
+    mpi["status"] = {"replicaStatuses": {"Worker": {"active": 1}}}
+    kube.put(mpi)
+    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
+
+    def one_pass() -> tuple[set[str], dict[str, Any]]:
+        kube.calls.clear()
+        pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+        read = {r for g, r, v, _ in kube.calls if v == "list" and r in ("pods", "events")}
+        return read, condition_of(kube.store[run_path], "Progressing")
+
+    assert one_pass()[0] == set()  # one worker running, one not: not for 30 s yet
+    # No Pending worker to say why: the MPIJob's own events are read.
+    kube.put({"apiVersion": "v1", "kind": "Event", "metadata": {
+        "name": "npb.1", "namespace": "physics"}, "reason": "MPIJobFailed",
+        "message": MPI_QUOTA, "lastTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})
+    clock[0] += stalled.STALL_SECONDS + 1
+    read, prog = one_pass()
+    assert read == {"pods", "events"}
+    assert (prog["status"], prog["reason"]) == ("True", stalled.WAITING_FOR_QUOTA)
+    assert "the MPI Operator cannot create its pods: exceeded quota" in prog["message"]
+    # A Pending worker says why first: its pods are read, not the events.
+    labels = mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+    kube.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "npb-ep-worker-1", "namespace": "physics", "labels": labels},
+        "status": {"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/3 nodes are available: 3 Insufficient cpu."}]}})
+    clock[0] += stalled.STALL_SECONDS
+    read, prog = one_pass()
+    assert read == {"pods"} and prog["reason"] == stalled.WAITING_FOR_NODES, prog
+    # Both workers running: nothing is read, nothing waits.
+    mpi = kube.store[mpath]
+    mpi["status"] = {"replicaStatuses": {"Worker": {"active": 2}}}
+    kube.put(mpi)
+    read, prog = one_pass()
+    assert read == set() and prog["reason"] == "Running" and state.stalls == {}

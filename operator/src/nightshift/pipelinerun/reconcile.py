@@ -301,7 +301,8 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
     has had active pods and none ready for STALL_SECONDS, then again every STALL_SECONDS
     while they say why, and ever less often while they do not (a stage's earlier steps
     run as init containers: its pods are Pending, and fine, for as long as those run).
-    A Job with no pod at all for as long has its FailedCreate events read instead."""
+    A Job with no pod at all for as long has its refusal events read instead; an MPI
+    stage whose workers are not all running, its Pending pods, else its MPIJob's events."""
     index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
     now, out = time.monotonic(), {}
     seen = set()
@@ -309,27 +310,34 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
         meta = job["metadata"]
         jname = meta["name"]
         stage = (meta.get("labels") or {}).get(names.LABEL_STAGE, "")
-        what = ("pods" if stalled.unready(job) else
+        if spec is None or stage not in index:
+            continue
+        i = index[stage]
+        mpi = spec.stages[i].mpi
+        what = (("mpi" if stalled.workers_short(job, mpi.workers) else "") if mpi else
+                "pods" if stalled.unready(job) else
                 "events" if stalled.uncreated(job) else "")
-        if spec is None or stage not in index or not what:
+        if not what:
             continue
         seen.add(jname)
         st = state.stalls.get(jname)
         if st is None or st.what != what:
             st = state.stalls[jname] = stalled.Stall(since=now, what=what)
         if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
-            i = index[stage]
-            if what == "pods":
+            found = None
+            if what != "events":
                 pods = kube.list("v1", "Pod", namespace,
                                  label_selector=itemsmod.job_pods_selector(job),
                                  field_selector="status.phase=Pending", limit=stalled.PODS_READ)
-                st.read(stalled.summary(spec.stages[i], i, pods[:stalled.PODS_READ]), now)
-            else:
+                found = stalled.summary(spec.stages[i], i, pods[:stalled.PODS_READ])
+            if what != "pods" and found is None:
+                reason = "MPIJobFailed" if mpi else "FailedCreate"
                 events = kube.list("v1", "Event", namespace, limit=stalled.EVENTS_READ,
                                    field_selector=f"involvedObject.uid={meta.get('uid')},"
-                                                  "reason=FailedCreate")
-                st.read(stalled.not_created(spec.stages[i], i, jname, events,
-                                            datetime.now(UTC)), now)
+                                                  f"reason={reason}")
+                found = stalled.not_created(spec.stages[i], i, jname, events,
+                                            datetime.now(UTC), mpi=mpi is not None)
+            st.read(found, now)
         if st.found:
             out[stage] = st.found
     for jname in set(state.stalls) - seen:

@@ -12,7 +12,9 @@ Pods the Job controller cannot create at all (a full ResourceQuota, a LimitRange
 namespace's Pod Security level, an admission webhook) leave no pod to read: the Job
 has none active, and the API server's refusal is only in the Job controller's
 FailedCreate events. A Job with no pod for STALL_SECONDS has those events read (one
-LIST by its uid) on the same schedule, and the newest says why.
+LIST by its uid) on the same schedule, and the newest says why. An MPI stage's MPIJob
+counts only Running workers, so one with fewer running than it asks has its Pending
+pods read, and if none is Pending, the MPI Operator's MPIJobFailed events.
 """
 
 from __future__ import annotations
@@ -70,24 +72,37 @@ def uncreated(job: Mapping[str, Any]) -> bool:
     return int(status.get("active") or 0) == 0 and int(status.get("terminating") or 0) == 0
 
 
+def workers_short(job: Mapping[str, Any], workers: int) -> bool:
+    """An MPI stage's MPIJob (read as a Job, mpijob.as_job), neither finished nor
+    suspended, with fewer workers running than it asks: the MPI Operator counts only
+    Running workers active, so Pending and never-made workers look alike here."""
+    if (job.get("spec") or {}).get("suspend"):
+        return False
+    if pg.job_condition(job, "Complete") or pg.job_condition(job, "Failed"):
+        return False
+    return int((job.get("status") or {}).get("active") or 0) < workers
+
+
 def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str, Any]],
-                now: datetime) -> tuple[str, str] | None:
-    """(reason, message) from the Job's newest FailedCreate event of the last
-    EVENT_WINDOW seconds, or None. The message ends with what to check, kept whole."""
-    dated = [(t, e) for e in events if e.get("reason") == "FailedCreate"
+                now: datetime, mpi: bool = False) -> tuple[str, str] | None:
+    """(reason, message) from the newest refusal among a Job's (or, `mpi`, an MPIJob's)
+    events of the last EVENT_WINDOW seconds, or None. The message ends with what to
+    check, kept whole."""
+    dated = [(t, said) for e in events if (said := _refusal(e)) is not None
              and (t := _event_time(e)) is not None]
     if not dated:
         return None
-    when, event = max(dated, key=lambda te: te[0])
+    when, said = max(dated, key=lambda ts: ts[0])
     if (now - when).total_seconds() > EVENT_WINDOW:
         return None
-    said = _steady(str(event.get("message") or ""))
-    head = f"stage {stage.name}: the Job controller cannot create its pods: "
-    reason, fix = NOT_CREATED, f"kubectl describe job {job}"
+    who, size = ("the MPI Operator", "mpi.workers") if mpi else ("the Job controller",
+                                                                  "parallelism")
+    head = f"stage {stage.name}: {who} cannot create its pods: "
+    reason, fix = NOT_CREATED, f"kubectl describe {'mpijob' if mpi else 'job'} {job}"
     if "exceeded quota" in said:
         reason, fix = WAITING_FOR_QUOTA, (
             "pods are created as the namespace's ResourceQuota frees up; else raise it or "
-            f"lower spec.stages[{index}].parallelism or resources")
+            f"lower spec.stages[{index}].{size} or resources")
     elif "violates PodSecurity" in said:
         fix = ("check the namespace's pod-security.kubernetes.io/enforce level against "
                f"spec.stages[{index}] and its storage (docs/security.md)")
@@ -96,13 +111,24 @@ def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str
     return reason, head + _fit(said, fix, MESSAGE_CHARS - len(head))
 
 
-def _steady(message: str) -> str:
-    """The refusal without what changes from one retry to the next (the pod's generated
-    name, the quota's current use, the recorder's fold), so a pass that finds the same
-    refusal writes nothing."""
-    said = message.strip().removeprefix("(combined from similar events): ")
-    said = said.removeprefix("Error creating: ")
-    said = re.sub(r'^pods "[^"]*" is forbidden: ', "", said)
+# The events that carry a refused pod create, by reason, and the words before the API
+# server's: the Job controller's (k8s.io/kubernetes pkg/controller/controller_utils.go)
+# and the MPI Operator's (github.com/kubeflow/mpi-operator pkg/controller).
+REFUSAL_EVENTS = {"FailedCreate": ("Error creating: ",),
+                  "MPIJobFailed": ("worker pod created failed: ", "launcher pod created failed: ")}
+
+
+def _refusal(event: Mapping[str, Any]) -> str | None:
+    """The API server's refusal an event carries, without what changes from one retry
+    to the next (the pod's generated name, the quota's current use, the recorder's
+    fold), so a pass that finds the same refusal writes nothing; None for another event."""
+    said = str(event.get("message") or "").strip()
+    said = said.removeprefix("(combined from similar events): ")
+    prefix = next((p for p in REFUSAL_EVENTS.get(str(event.get("reason")), ())
+                   if said.startswith(p)), None)
+    if prefix is None:
+        return None
+    said = re.sub(r'^pods "[^"]*" is forbidden: ', "", said[len(prefix):])
     return re.sub(r", used: \S+, limited: ", ", limited: ", said)
 
 
@@ -172,7 +198,8 @@ class Stall:
     """One Job's stall as the loop remembers it between passes (monotonic seconds)."""
 
     since: float
-    what: str = "pods"  # what is read: "pods" (Pending ones) or "events" (FailedCreate)
+    # What is read: "pods" (Pending ones), "events" (refusals), "mpi" (pods, then events)
+    what: str = "pods"
     next_read: float = 0.0
     interval: float = STALL_SECONDS
     found: tuple[str, str] | None = None
