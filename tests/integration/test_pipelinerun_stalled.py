@@ -84,29 +84,29 @@ def test_pods_a_limitrange_refuses_are_named_and_the_run_goes_on_once_mended(
     assert "waiting" not in stage_status(run, "calib"), run["status"]
 
 
-def test_a_full_quota_waits_still_progressing_and_the_run_goes_on_when_it_frees(
+def test_a_full_quota_is_named_while_it_holds_the_stage_to_fewer_pods(
         kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
         pool: str) -> None:
-    def quota(pods: str) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "full"},
-                "spec": {"hard": {"pods": pods}}}
+    """A quota of one pod: the stage's first pod runs, the second is refused until it
+    ends. The run says so, still progressing, and stops saying it at the stage's end."""
+    kubectl.apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "full"},
+                   "spec": {"hard": {"pods": "1"}}}, namespace)
 
-    kubectl.apply(quota("0"), namespace)
-    # Until the quota controller has counted, a pod is refused for another reason.
-    def counted() -> Any:
+    def counted() -> Any:  # until the quota controller has counted, pods are refused
         stored = kube.get("v1", "ResourceQuota", "full", namespace) or {}
         return (stored.get("status") or {}).get("hard")
 
     wait_for("the quota counted", counted, timeout=60)
-    kubectl.apply(pipelinerun("quota", namespace, [stage("calib", pool, 2)]))
-    prog = wait_progressing(kube, namespace, "quota", "WaitingForQuota", timeout=150)
-    assert prog["status"] == "True", prog  # other runs ending free it: still progressing
-    assert prog["message"].startswith(
-        "stage calib: the Job controller cannot create its pods: exceeded quota: full, "
-        "requested: pods=1, limited: pods=0; "), prog
-    assert prog["message"].endswith("pods are created as the namespace's ResourceQuota "
-                                    "frees up; else raise it or lower "
-                                    "spec.stages[0].parallelism or resources"), prog
-    kubectl.apply(quota("10"), namespace)
-    run = wait_phase(kube, namespace, "quota", {"Succeeded"}, 240)
+    slow = {"pod-complete.stage.kwok.x-k8s.io/delay": "45s",
+            "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "45s"}
+    kubectl.apply(pipelinerun("quota", namespace, [
+        stage("calib", pool, 2, parallelism=2, podAnnotations=slow)]))
+    prog = wait_progressing(kube, namespace, "quota", "WaitingForQuota", timeout=44)
+    assert prog["status"] == "True", prog  # its own pods ending free it: progressing
+    assert prog["message"] == (
+        "stage calib: the Job controller cannot create more of its pods: exceeded quota: "
+        "full, requested: pods=1, limited: pods=1; pods are created as the namespace's "
+        "ResourceQuota frees up; else raise it or lower spec.stages[0].parallelism or "
+        "resources"), prog
+    run = wait_phase(kube, namespace, "quota", {"Succeeded"}, 150)
     assert "waiting" not in stage_status(run, "calib"), run["status"]

@@ -290,3 +290,60 @@ def test_reconcile_reads_an_mpi_stages_pods_then_its_mpijobs_events(
     kube.put(mpi)
     read, prog = one_pass()
     assert read == set() and prog["reason"] == "Running" and state.stalls == {}
+
+
+def partial(**status: Any) -> dict[str, Any]:
+    return {"spec": {"completionMode": "Indexed", "parallelism": 4, "completions": 10},
+            "status": {"startTime": "2026-11-29T11:59:00Z", "ready": 2, **status}}
+
+
+@pytest.mark.parametrize(("job", "throttled"), [
+    (partial(active=2), True),  # 4 may run, 10 left: 2 running
+    (partial(active=4), False),  # as many as parallelism
+    (partial(active=2, succeeded=8), False),  # 2 left, 2 running: the Job's end
+    (partial(active=2, succeeded=6, failedIndexes="0-1"), False),  # 2 left once failed
+    (partial(active=2, ready=0), False),  # none ready: the Pending pods say why
+    (partial(active=0), False),  # none at all: uncreated
+    (partial(active=2, terminating=1), False),
+    ({**partial(active=2), "spec": {"parallelism": 4, "completions": 10}}, False),
+])
+def test_which_jobs_run_fewer_pods_than_they_may(job: dict[str, Any], throttled: bool) -> None:
+    assert stalled.throttled(job) is throttled
+
+
+def test_with_pods_running_only_a_full_quota_is_said() -> None:
+    found = stalled.not_created(CALIB, 0, "j", [event(QUOTA)], NOW, some=True)
+    assert found is not None and found[0] == stalled.WAITING_FOR_QUOTA
+    assert found[1].startswith("stage calib: the Job controller cannot create more of its "
+                               "pods: exceeded quota: physics")
+    # A refusal that refuses every pod cannot be why some run: an old one, say nothing.
+    assert stalled.not_created(CALIB, 0, "j", [event(LIMIT)], NOW, some=True) is None
+
+
+def test_reconcile_says_a_stage_runs_short_of_its_pods_for_the_quota(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1000.0]
+    monkeypatch.setattr("nightshift.pipelinerun.reconcile.time.monotonic", lambda: clock[0])
+    kube = RecordingKube([make_run([stage("calib", parallelism=4,
+                                          forEach={"items": list("abcdefgh")})])])
+    state = pipelinerun.LoopState()
+    config = OperatorConfig.from_env()
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    (jpath,) = [p for p in kube.store if "/jobs/" in p]
+    job = kube.store[jpath]
+    assert job["spec"]["parallelism"] == 4
+    job["status"] = {"active": 1, "ready": 1, "startTime": "2026-11-29T11:59:00Z"}
+    kube.put(job)
+    kube.put({"apiVersion": "v1", "kind": "Event", "metadata": {
+        "name": "nightly-calib.1", "namespace": "physics"}, "reason": "FailedCreate",
+        "message": QUOTA, "lastTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})
+    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    clock[0] += stalled.STALL_SECONDS + 1
+    kube.calls.clear()
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    assert ("", "events", "list", "namespace") in kube.calls
+    assert ("", "pods", "list", "namespace") not in kube.calls  # its pods run: no use
+    prog = condition_of(kube.store[run_path], "Progressing")
+    assert (prog["status"], prog["reason"]) == ("True", stalled.WAITING_FOR_QUOTA)
+    assert "cannot create more of its pods: exceeded quota" in prog["message"]

@@ -141,8 +141,9 @@ namespaces, else by a Role in each watched namespace.
   verbs: [list, create, patch, delete]
 # The operator posts its own events on runs, VirtualClusters and SharedStorages (on
 # transitions only; kopf's per-handler events are off). It lists a stage Job's
-# FailedCreate events (by the Job's uid) only while the Job has had no pod for 30 s:
-# why the API server refuses its pods (a quota, a LimitRange, Pod Security) is there.
+# FailedCreate events (by the Job's uid) only while the Job has had no pod, or fewer
+# running than it may, for 30 s (an MPI stage's MPIJobFailed events likewise): why the
+# API server refuses its pods (a quota, a LimitRange, Pod Security) is there.
 - apiGroups: [""]
   resources: [events]
   verbs: [list, create]

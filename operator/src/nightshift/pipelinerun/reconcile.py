@@ -316,7 +316,8 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
         mpi = spec.stages[i].mpi
         what = (("mpi" if stalled.workers_short(job, mpi.workers) else "") if mpi else
                 "pods" if stalled.unready(job) else
-                "events" if stalled.uncreated(job) else "")
+                "events" if stalled.uncreated(job) else
+                "more" if stalled.throttled(job) else "")
         if not what:
             continue
         seen.add(jname)
@@ -325,7 +326,7 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
             st = state.stalls[jname] = stalled.Stall(since=now, what=what)
         if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
             found = None
-            if what != "events":
+            if what in ("pods", "mpi"):
                 pods = kube.list("v1", "Pod", namespace,
                                  label_selector=itemsmod.job_pods_selector(job),
                                  field_selector="status.phase=Pending", limit=stalled.PODS_READ)
@@ -336,7 +337,8 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
                                    field_selector=f"involvedObject.uid={meta.get('uid')},"
                                                   f"reason={reason}")
                 found = stalled.not_created(spec.stages[i], i, jname, events,
-                                            datetime.now(UTC), mpi=mpi is not None)
+                                            datetime.now(UTC), mpi=mpi is not None,
+                                            some=what == "more")
             st.read(found, now)
         if st.found:
             out[stage] = st.found

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from nightshift.api import podstate
+from nightshift.api import podstate, ranges
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.spec import Stage
 
@@ -62,6 +62,25 @@ def unready(job: Mapping[str, Any]) -> bool:
 def uncreated(job: Mapping[str, Any]) -> bool:
     """A started stage Job, neither finished nor suspended, with no pod at all: none
     active and none terminating (a pod being replaced holds its index until it is gone)."""
+    return _going(job) and int((job.get("status") or {}).get("active") or 0) == 0
+
+
+def throttled(job: Mapping[str, Any]) -> bool:
+    """A started stage Job with some pods running and ready, but fewer than it may run:
+    both its parallelism and its items left exceed its active pods. A full quota holds
+    it there (its FailedCreate events say so); so, briefly, do its own ramp-up and
+    per-item retry back-offs (their events say nothing, and nothing is said)."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    active = int(status.get("active") or 0)
+    left = (int(spec.get("completions") or 0) - int(status.get("succeeded") or 0)
+            - ranges.count(status.get("failedIndexes")))
+    return (_going(job) and int(status.get("ready") or 0) > 0
+            and 0 < active < min(int(spec.get("parallelism") or 0), left))
+
+
+def _going(job: Mapping[str, Any]) -> bool:
+    """A started Indexed Job, neither finished nor suspended, none of whose pods is
+    being replaced (a terminating pod holds its index until it is gone)."""
     spec, status = job.get("spec") or {}, job.get("status") or {}
     if spec.get("completionMode") != "Indexed" or spec.get("suspend"):
         return False  # an MPIJob's workers are the MPI Operator's, read as a Job
@@ -69,7 +88,7 @@ def uncreated(job: Mapping[str, Any]) -> bool:
         return False
     if pg.job_condition(job, "Complete") or pg.job_condition(job, "Failed"):
         return False
-    return int(status.get("active") or 0) == 0 and int(status.get("terminating") or 0) == 0
+    return int(status.get("terminating") or 0) == 0
 
 
 def workers_short(job: Mapping[str, Any], workers: int) -> bool:
@@ -84,10 +103,12 @@ def workers_short(job: Mapping[str, Any], workers: int) -> bool:
 
 
 def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str, Any]],
-                now: datetime, mpi: bool = False) -> tuple[str, str] | None:
+                now: datetime, mpi: bool = False, some: bool = False
+                ) -> tuple[str, str] | None:
     """(reason, message) from the newest refusal among a Job's (or, `mpi`, an MPIJob's)
-    events of the last EVENT_WINDOW seconds, or None. The message ends with what to
-    check, kept whole."""
+    events of the last EVENT_WINDOW seconds, or None. `some`: the Job has pods running,
+    and only a full quota is said (what else refuses pods refuses them all). The message
+    ends with what to check, kept whole."""
     dated = [(t, said) for e in events if (said := _refusal(e)) is not None
              and (t := _event_time(e)) is not None]
     if not dated:
@@ -97,7 +118,9 @@ def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str
         return None
     who, size = ("the MPI Operator", "mpi.workers") if mpi else ("the Job controller",
                                                                   "parallelism")
-    head = f"stage {stage.name}: {who} cannot create its pods: "
+    if some and "exceeded quota" not in said:
+        return None
+    head = f"stage {stage.name}: {who} cannot create {'more of ' if some else ''}its pods: "
     reason, fix = NOT_CREATED, f"kubectl describe {'mpijob' if mpi else 'job'} {job}"
     if "exceeded quota" in said:
         reason, fix = WAITING_FOR_QUOTA, (
@@ -198,7 +221,8 @@ class Stall:
     """One Job's stall as the loop remembers it between passes (monotonic seconds)."""
 
     since: float
-    # What is read: "pods" (Pending ones), "events" (refusals), "mpi" (pods, then events)
+    # What is read: "pods" (Pending ones), "events" (refusals; "more": while some pods
+    # run), "mpi" (pods, then events)
     what: str = "pods"
     next_read: float = 0.0
     interval: float = STALL_SECONDS
