@@ -169,18 +169,17 @@ def test_the_run_keeps_whole_stage_messages_and_counts_the_rest() -> None:
                              items=items_for(run, *names_, count=2)), stalled=why))
     message = condition(p, "Progressing")["message"]
     assert len(message) <= 1024
-    assert message == (f"{why['calib'][1]}; {why['ifu'][1]}; and 1 more stage whose pods "
-                       "do not start: see status.stages[].waiting")
+    assert message == (f"{why['calib'][1]}; {why['ifu'][1]}; and 1 more stage waiting: "
+                       "see status.stages[].waiting")
     assert stage_status(p, "sky")["waiting"] == why["sky"][1]
 
 
 def test_the_run_message_shows_what_fits_and_counts_the_rest() -> None:
     said = [(stalled.NOT_STARTING, "m" * 50)] * 3
     assert stalled.run_message(said, 1024) == "; ".join(["m" * 50] * 3)
-    assert stalled.run_message(said, 130) == (
-        "m" * 50 + "; and 2 more stages whose pods do not start: see status.stages[].waiting")
-    assert stalled.run_message(said, 60) == (
-        "3 stages' pods do not start: see status.stages[].waiting")
+    assert stalled.run_message(said, 110) == (
+        "m" * 50 + "; and 2 more stages waiting: see status.stages[].waiting")
+    assert stalled.run_message(said, 60) == "3 stages waiting: see status.stages[].waiting"
 
 
 def test_waiting_for_nodes_is_still_progressing() -> None:

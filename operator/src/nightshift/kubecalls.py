@@ -135,7 +135,7 @@ CALLS: tuple[Call, ...] = tuple([
            "virtualcluster/observe pending CPU (unscheduled pipeline pods)"),
     *_rows(CORE, "events", "list", NAMESPACE, _K,
            "pipelinerun/reconcile: a stage Job's FailedCreate events (field selector on its "
-           "uid, limit 20), only while the Job has had no pod, or fewer running than it "
+           "uid, limit 100), only while the Job has had no pod, or fewer running than it "
            "may, for 30 s; an MPI stage's MPIJobFailed events while its workers are not "
            "running and none is Pending (stalled.py)"),
     *_rows(CORE, "events", "create", NAMESPACE, _K,

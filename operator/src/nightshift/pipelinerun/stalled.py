@@ -39,7 +39,10 @@ NOT_CREATED = "PodsNotCreated"
 WAITING_FOR_QUOTA = "WaitingForQuota"
 # Reasons that do not clear by themselves: the run's Progressing is False while one holds.
 STOPPED = frozenset({NOT_STARTING, NOT_CREATED})
-EVENTS_READ = 20
+# The recorder folds a Job's repeated refusals into one Event after ten, so a Job holds
+# a few dozen at most within the hour Events live; a LIST's limit takes them in name
+# order, not time order, so it must take them all.
+EVENTS_READ = 100
 # The Job controller retries a refused create with a backoff of up to minutes, and the
 # API server folds the same refusal into one Event whose last time moves: an Event
 # older than this says nothing of the Job's present.
@@ -255,9 +258,9 @@ def run_message(stalled: Sequence[tuple[str, str]], room: int) -> str:
     texts = [m for _, m in stalled]
     for shown in range(len(texts), 0, -1):
         rest = len(texts) - shown
-        tail = (f"; and {rest} more stage{'s' if rest > 1 else ''} whose pods do not "
-                "start: see status.stages[].waiting") if rest else ""
+        tail = (f"; and {rest} more stage{'s' if rest > 1 else ''} waiting: see "
+                "status.stages[].waiting") if rest else ""
         text = "; ".join(texts[:shown]) + tail
         if len(text) <= room:
             return text
-    return (f"{len(texts)} stages' pods do not start: see status.stages[].waiting")[:room]
+    return f"{len(texts)} stages waiting: see status.stages[].waiting"[:room]
