@@ -15,7 +15,13 @@ from nightshift.api import names
 from nightshift.kube import Kube
 from nightshift.virtualcluster.objectnames import LABEL_VC_NAMESPACE
 from tests.clusterutil import Kubectl, wait_for
-from tests.integration.prutil import pipelinerun, stage, stage_status, wait_phase
+from tests.integration.prutil import (
+    pipelinerun,
+    stage,
+    stage_status,
+    wait_phase,
+    wait_progressing,
+)
 
 FAILING = {"nightshift.io/kwok-exit-codes": "true", "nightshift.io/kwok-delay": "500ms",
            "pod-complete.stage.kwok.x-k8s.io/weight": "0",
@@ -26,7 +32,8 @@ def rbac_workload(kube: Kube, kubectl: Kubectl, namespace: str, pool: str) -> No
     """A PipelineRun and a VirtualCluster that need the calls of their rows in
     operator/src/nightshift/kubecalls.py: items from a ConfigMap, a failed item's pods
     listed for its exit code, events, NodePools and KWOK node classes applied and pruned,
-    the VirtualCluster's finalizer. Asserts each worked."""
+    the VirtualCluster's finalizer; and a run whose pods a LimitRange refuses, which the
+    operator reads from its Job's events. Asserts each worked."""
     u = uuid.uuid4().hex[:5]
     kubectl("create", "configmap", "nights", "-n", namespace, "--from-literal=items=n1\nn2\nn3")
     kubectl.apply(pipelinerun("rbac", namespace, [
@@ -34,6 +41,12 @@ def rbac_workload(kube: Kube, kubectl: Kubectl, namespace: str, pool: str) -> No
         stage("reduce", pool, 3, dependsOn=["listed"], tolerateFailedItems=1,
               retries={"perItem": 1, "permanentExitCodes": [42]}, podAnnotations=FAILING),
         stage("after", pool, 1, dependsOn=["reduce"])]))
+    # Above the others' 100m: only this run's pods are refused.
+    kubectl.apply({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "small"},
+                   "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]}},
+                  namespace)
+    kubectl.apply(pipelinerun("refused", namespace, [
+        stage("big", pool, 1, resources={"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})]))
     kubectl.apply({"apiVersion": names.API_VERSION, "kind": names.VIRTUALCLUSTER,
                    "metadata": {"name": "vc", "namespace": namespace},
                    "spec": {"nodeClass": {"kwok": {"nodeRegistrationDelay": "5s"}},
@@ -50,6 +63,11 @@ def rbac_workload(kube: Kube, kubectl: Kubectl, namespace: str, pool: str) -> No
     events = kubectl("get", "events", "-n", namespace, "--field-selector",
                      "involvedObject.name=rbac", "-o", "json").stdout
     assert json.loads(events)["items"], "the operator posted no event on the run"
+    # The refused run's Job events were listed (the events rule's list verb).
+    refused = wait_progressing(kube, namespace, "refused", "PodsNotCreated", timeout=90)
+    assert "maximum cpu usage per Container is 500m" in refused["message"], refused
+    kubectl("delete", "pipelinerun", "refused", "-n", namespace)
+    kubectl("delete", "limitrange", "small", "-n", namespace)
 
     def vc_ready() -> dict[str, Any] | None:
         obj = kube.get(names.API_VERSION, names.VIRTUALCLUSTER, "vc", namespace) or {}
