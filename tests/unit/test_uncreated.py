@@ -347,3 +347,16 @@ def test_reconcile_says_a_stage_runs_short_of_its_pods_for_the_quota(
     prog = condition_of(kube.store[run_path], "Progressing")
     assert (prog["status"], prog["reason"]) == ("True", stalled.WAITING_FOR_QUOTA)
     assert "cannot create more of its pods: exceeded quota" in prog["message"]
+
+
+@pytest.mark.parametrize(("job", "workers", "what"), [
+    (indexed(active=2, ready=0), None, "pods"),
+    (indexed(ready=0), None, "events"),
+    (partial(active=2), None, "more"),
+    (partial(active=4), None, ""),
+    ({"status": {"active": 1}}, 2, "mpi"),
+    ({"status": {"active": 2}}, 2, ""),
+])
+def test_what_a_stalled_job_has_read(job: dict[str, Any], workers: int | None,
+                                     what: str) -> None:
+    assert stalled.to_read(job, workers) == what

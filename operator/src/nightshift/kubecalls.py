@@ -139,7 +139,8 @@ CALLS: tuple[Call, ...] = tuple([
            "may, for 30 s; an MPI stage's MPIJobFailed events while its workers are not "
            "running and none is Pending (stalled.py)"),
     *_rows(CORE, "events", "create", NAMESPACE, _K,
-           "Kube.event: a run's and a VirtualCluster's transitions"),
+           "Kube.event (engine/passes.post_events): a run's, a VirtualCluster's and a "
+           "SharedStorage's transitions"),
     *_rows(CORE, "secrets", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.s3_target: storage.s3.credentialsSecret of a "
            "forEach.fromS3 listing or forEach.fromFile read; pipelinerun/reconcile: the key "

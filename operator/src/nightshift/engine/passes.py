@@ -1,4 +1,5 @@
-"""The end of a pass for a kind that owns a finalizer (VirtualCluster, SharedStorage).
+"""The end of a pass for a kind that owns a finalizer (VirtualCluster, SharedStorage),
+and the posting of a pass's events, which PipelineRun's pass shares.
 
 Each kind observes and plans its own way; from the plan on the steps are the same, and
 their order is what keeps deletion safe: the finalizer before anything is made (nothing
@@ -82,8 +83,12 @@ def finish_pass(kube: Kube, owner: Owner, obj: dict[str, Any], plan: P, writer: 
     if plan.gone:
         return Outcome(gone=True)
     if plan.status is not None and writer.write(kube, obj, plan.status):
-        for ev in plan.events:
-            # An event lost is not worth failing the pass for.
-            with contextlib.suppress(KubeError):
-                kube.event(obj, ev.type, ev.reason, ev.message)
+        post_events(kube, obj, plan.events)
     return Outcome(requeue_after=plan.requeue_after)
+
+
+def post_events(kube: Kube, obj: dict[str, Any], events: Sequence[Event]) -> None:
+    """A pass's events on `obj`. An event lost is not worth failing the pass for."""
+    for ev in events:
+        with contextlib.suppress(KubeError):
+            kube.event(obj, ev.type, ev.reason, ev.message)

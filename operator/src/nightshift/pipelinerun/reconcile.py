@@ -9,7 +9,6 @@ failure count moved. Never a list of all pods, nor of all Secrets.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from nightshift.api import names
 from nightshift.api.requeue import sooner
 from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
+from nightshift.engine.passes import post_events
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
 from nightshift.pipelinerun import binding, cost, mpijob, references, stalled
@@ -209,10 +209,7 @@ def _finish(kube: Kube, config: OperatorConfig, state: LoopState, run: dict[str,
     state.writer.progress_interval = config.progress_interval
     state.writer.write(kube, run, p.status)
     metrics.observe_run(meta["namespace"], meta["name"], p.status)
-    for ev in p.events:
-        # An event lost is not worth failing the pass for.
-        with contextlib.suppress(KubeError):
-            kube.event(run, ev.type, ev.reason, ev.message)
+    post_events(kube, run, p.events)
     terminal = p.status.get("phase") in TERMINAL_PHASES
     return Outcome(requeue_after=None if terminal
                    else sooner(sooner(p.requeue_after, state.writer.deferred),
@@ -314,10 +311,7 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
             continue
         i = index[stage]
         mpi = spec.stages[i].mpi
-        what = (("mpi" if stalled.workers_short(job, mpi.workers) else "") if mpi else
-                "pods" if stalled.unready(job) else
-                "events" if stalled.uncreated(job) else
-                "more" if stalled.throttled(job) else "")
+        what = stalled.to_read(job, mpi.workers if mpi else None)
         if not what:
             continue
         seen.add(jname)
@@ -332,7 +326,7 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
                                  field_selector="status.phase=Pending", limit=stalled.PODS_READ)
                 found = stalled.summary(spec.stages[i], i, pods[:stalled.PODS_READ])
             if what != "pods" and found is None:
-                reason = "MPIJobFailed" if mpi else "FailedCreate"
+                reason = stalled.MPI_REFUSED if mpi else stalled.JOB_REFUSED
                 events = kube.list("v1", "Event", namespace, limit=stalled.EVENTS_READ,
                                    field_selector=f"involvedObject.uid={meta.get('uid')},"
                                                   f"reason={reason}")

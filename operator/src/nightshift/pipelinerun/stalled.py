@@ -55,11 +55,8 @@ def unready(job: Mapping[str, Any]) -> bool:
     status = job.get("status") or {}
     if "ready" not in status:
         return False  # the Job controller always writes it; without it nothing is known
-    if (job.get("spec") or {}).get("suspend"):
-        return False
-    if pg.job_condition(job, "Complete") or pg.job_condition(job, "Failed"):
-        return False
-    return int(status.get("active") or 0) > 0 and int(status.get("ready") or 0) == 0
+    return (_live(job) and int(status.get("active") or 0) > 0
+            and int(status.get("ready") or 0) == 0)
 
 
 def uncreated(job: Mapping[str, Any]) -> bool:
@@ -81,28 +78,40 @@ def throttled(job: Mapping[str, Any]) -> bool:
             and 0 < active < min(int(spec.get("parallelism") or 0), left))
 
 
-def _going(job: Mapping[str, Any]) -> bool:
-    """A started Indexed Job, neither finished nor suspended, none of whose pods is
-    being replaced (a terminating pod holds its index until it is gone)."""
-    spec, status = job.get("spec") or {}, job.get("status") or {}
-    if spec.get("completionMode") != "Indexed" or spec.get("suspend"):
-        return False  # an MPIJob's workers are the MPI Operator's, read as a Job
-    if not status.get("startTime") or not int(spec.get("parallelism") or 0):
-        return False
-    if pg.job_condition(job, "Complete") or pg.job_condition(job, "Failed"):
-        return False
-    return int(status.get("terminating") or 0) == 0
-
-
 def workers_short(job: Mapping[str, Any], workers: int) -> bool:
     """An MPI stage's MPIJob (read as a Job, mpijob.as_job), neither finished nor
     suspended, with fewer workers running than it asks: the MPI Operator counts only
     Running workers active, so Pending and never-made workers look alike here."""
+    return _live(job) and int((job.get("status") or {}).get("active") or 0) < workers
+
+
+def to_read(job: Mapping[str, Any], mpi_workers: int | None) -> str:
+    """What a stalled Job has read (Stall.what), or "" while it is not stalled: an MPI
+    stage's Job (`mpi_workers`) short of running workers, "mpi"; a Job whose pods are
+    active and none ready, "pods"; with no pod at all, "events"; held to fewer pods
+    than it may run, "more"."""
+    if mpi_workers is not None:
+        return "mpi" if workers_short(job, mpi_workers) else ""
+    return ("pods" if unready(job) else "events" if uncreated(job) else
+            "more" if throttled(job) else "")
+
+
+def _live(job: Mapping[str, Any]) -> bool:
+    """Neither suspended nor finished."""
     if (job.get("spec") or {}).get("suspend"):
         return False
-    if pg.job_condition(job, "Complete") or pg.job_condition(job, "Failed"):
+    return not (pg.job_condition(job, "Complete") or pg.job_condition(job, "Failed"))
+
+
+def _going(job: Mapping[str, Any]) -> bool:
+    """A started Indexed Job, neither finished nor suspended, none of whose pods is
+    being replaced (a terminating pod holds its index until it is gone)."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    if spec.get("completionMode") != "Indexed":
+        return False  # an MPIJob's workers are the MPI Operator's, read as a Job
+    if not status.get("startTime") or not int(spec.get("parallelism") or 0):
         return False
-    return int((job.get("status") or {}).get("active") or 0) < workers
+    return _live(job) and int(status.get("terminating") or 0) == 0
 
 
 def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str, Any]],
@@ -140,8 +149,9 @@ def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str
 # The events that carry a refused pod create, by reason, and the words before the API
 # server's: the Job controller's (k8s.io/kubernetes pkg/controller/controller_utils.go)
 # and the MPI Operator's (github.com/kubeflow/mpi-operator pkg/controller).
-REFUSAL_EVENTS = {"FailedCreate": ("Error creating: ",),
-                  "MPIJobFailed": ("worker pod created failed: ", "launcher pod created failed: ")}
+JOB_REFUSED, MPI_REFUSED = "FailedCreate", "MPIJobFailed"
+REFUSAL_EVENTS = {JOB_REFUSED: ("Error creating: ",),
+                  MPI_REFUSED: ("worker pod created failed: ", "launcher pod created failed: ")}
 
 
 def _refusal(event: Mapping[str, Any]) -> str | None:
