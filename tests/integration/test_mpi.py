@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from typing import Any
 
 import pytest
 
 from nightshift.kube import Kube
-from nightshift.pipelinerun import mpijob
+from nightshift.pipelinerun import mpijob, stalled
 from nightshift.pipelinerun.items import RunRef
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift_localcluster import helminstall
@@ -94,36 +95,61 @@ def test_mpi_stage_past_its_deadline_fails_the_run_with_the_reason(
     assert "DeadlineExceeded" in json.dumps(ep), ep
 
 
+def _refused(kube: Kube, kubectl: Kubectl, namespace: str, name: str,
+             limit: dict[str, Any], ep: dict[str, Any]) -> str:
+    """Under a LimitRange with `limit`, run `ep`: the stage's waiting message once the
+    run says PodsNotCreated (the same text, Progressing False). The run is cancelled."""
+    kubectl.apply({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": name},
+                   "spec": {"limits": [{"type": "Container", **limit}]}}, namespace)
+    kubectl.apply(pipelinerun(name, namespace, [ep]))
+    prog = wait_progressing(kube, namespace, name, "PodsNotCreated", timeout=150)
+    assert prog["status"] == "False", prog
+    waiting = str(get_run(kube, namespace, name)["status"]["stages"][0]["waiting"])
+    assert waiting == prog["message"]
+    kubectl("-n", namespace, "patch", "pipelinerun", name, "--type=merge", "-p",
+            '{"spec": {"cancel": true}}')
+    wait_phase(kube, namespace, name, {"Cancelled"}, 60)
+    return waiting
+
+
 def test_mpi_workers_the_api_server_refuses_are_named_on_the_stage_and_run(
         kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
         pool: str, mpi_operator: None) -> None:
     """The MPI Operator's refusal of its workers (here a LimitRange's) is only in the
     MPIJob's events: the stage and the run say it, with the field to check."""
-    kubectl.apply({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "small"},
-                   "spec": {"limits": [{"type": "Container", "max": {"cpu": "500m"}}]}},
-                  namespace)
-    big = {"name": "ep", "pool": pool, "image": MPI_IMAGE, "mpi": {"workers": 2},
-           "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}},
-           "steps": [{"name": "ep", "command": ["ep"]}]}
-    kubectl.apply(pipelinerun("npb-big", namespace, [big]))
-    prog = wait_progressing(kube, namespace, "npb-big", "PodsNotCreated", timeout=150)
-    assert prog["status"] == "False", prog
-    waiting = get_run(kube, namespace, "npb-big")["status"]["stages"][0]["waiting"]
-    assert waiting == prog["message"]
+    waiting = _refused(kube, kubectl, namespace, "npb-big", {"max": {"cpu": "500m"}}, {
+        "name": "ep", "pool": pool, "image": MPI_IMAGE, "mpi": {"workers": 2},
+        "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}},
+        "steps": [{"name": "ep", "command": ["ep"]}]})
     assert waiting.startswith("stage ep: the MPI Operator cannot create its pods: maximum "
                               "cpu usage per Container is 500m, but limit is 1"), waiting
     assert waiting.endswith("check spec.stages[0].resources against the namespace's "
                             "LimitRange"), waiting
-    kubectl("-n", namespace, "patch", "pipelinerun", "npb-big", "--type=merge", "-p",
-            '{"spec": {"cancel": true}}')
-    wait_phase(kube, namespace, "npb-big", {"Cancelled"}, 60)
 
 
-def _rendered(namespace: str, workers: int, args: list[str]) -> dict[str, Any]:
+def test_an_mpi_launcher_the_api_server_refuses_is_named_with_its_field(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str, mpi_operator: None) -> None:
+    """Every worker runs, and the launcher's pod (made by the launcher Job's controller,
+    not the MPI Operator) is refused: only the launcher Job's events say so."""
+    waiting = _refused(kube, kubectl, namespace, "npb-floor", {"min": {"cpu": "200m"}}, {
+        "name": "ep", "pool": pool, "image": MPI_IMAGE, "mpi": {"workers": 2},
+        "resources": {"requests": {"cpu": "1"}},
+        "podAnnotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"},
+        "steps": [{"name": "ep", "command": ["ep"]}]})
+    assert waiting.startswith("stage ep: the Job controller cannot create its MPI launcher's "
+                              "pod: minimum cpu usage per Container is 200m, but request is "
+                              "100m"), waiting
+    assert waiting.endswith("check spec.stages[0].mpi.launcherResources against the "
+                            "namespace's LimitRange"), waiting
+
+
+def _rendered(namespace: str, workers: int, args: list[str],
+              **mpi: Any) -> dict[str, Any]:
     spec = PipelineRunSpec.model_validate({"stages": [{
         "name": "ep", "image": MPI_IMAGE, "imagePullPolicy": "Never",
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-        "mpi": {"workers": workers, "processesPerWorker": 1, "threadsPerProcess": 2},
+        "mpi": {"workers": workers, "processesPerWorker": 1, "threadsPerProcess": 2, **mpi},
         "steps": [{"name": "ep", "command": ["ep"], "args": args}]}]})
     run = RunRef(f"npb-{uuid.uuid4().hex[:6]}", namespace, str(uuid.uuid4()))
     job = mpijob.render_mpijob(run=run, spec=spec, stage=spec.stages[0], attempt=0,
@@ -199,3 +225,41 @@ def test_real_mpi_rank_failure_reruns_the_whole_job(
     assert launcher["status"].get("failed") == 2, launcher["status"]
     view = mpijob.as_job(got)
     assert view["status"]["failedIndexes"] == "0"
+
+
+def test_real_worker_whose_sshd_never_answers_holds_the_launcher_and_is_named(
+        real_node: dict[str, Any], kube: Kube, kubectl: Kubectl, namespace: str,
+        mpi_operator: None) -> None:
+    """A worker command that is no sshd: the kubelet's readiness probe never passes, so the
+    MPI Operator never makes the launcher, with every worker Running. The stage's reading
+    of the real pods names the worker and the fields."""
+    _need_image(real_node)
+    job = _rendered(namespace, workers=2, args=["S"], sshdCommand=["sleep", "600"])
+    kubectl.apply(job)
+    name = job["metadata"]["name"]
+    spec = PipelineRunSpec.model_validate({"stages": [{
+        "name": "ep", "image": MPI_IMAGE, "mpi": {"workers": 2, "sshdCommand": ["sleep", "600"]},
+        "steps": [{"name": "ep", "command": ["ep"]}]}]})
+
+    def running() -> list[dict[str, Any]] | None:
+        pods = kube.list("v1", "Pod", namespace,
+                         label_selector=f"training.kubeflow.org/job-name={name}",
+                         field_selector="status.phase=Running")
+        return pods if len(pods) == 2 else None
+
+    wait_for(f"MPIJob {name}'s two workers Running", running, 120, interval=1)
+    # Ten readiness probes (periodSeconds 2) later, still neither Ready nor a launcher.
+    time.sleep(20)
+    pods = running() or []
+    assert kube.get("batch/v1", "Job", name + mpijob.LAUNCHER_SUFFIX, namespace) is None
+    found = stalled.workers_unready(spec.stages[0], 0, pods)
+    assert found is not None, [p["status"].get("conditions") for p in pods]
+    reason, message = found
+    assert reason == stalled.NOT_STARTING
+    assert re.fullmatch(
+        rf"stage ep: MPI worker {name}-worker-[01] runs but is not ready: nothing answers on "
+        r"port 2222, so the MPI Operator does not create the launcher; check "
+        r"spec\.stages\[0\]\.mpi\.sshdCommand and sshPort against the image \(docs/mpi\.md\)",
+        message), message
+    view = mpijob.as_job(kube.get(mpijob.API_VERSION, mpijob.KIND, name, namespace) or {})
+    assert stalled.to_read(view, 2) == "gang", view

@@ -45,6 +45,20 @@ PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]
                   r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>[^/]+))?$")
 
 
+def _fields_selected(obj: Obj, selector: str) -> bool:
+    """`=` and `!=` terms on dotted fields, as the API server reads a field selector: a
+    field the object lacks is the empty string."""
+    for term in filter(None, selector.split(",")):
+        negated = "!=" in term
+        key, want = term.split("!=" if negated else "=", 1)
+        got: Any = obj
+        for part in key.split("."):
+            got = got.get(part) if isinstance(got, dict) else None
+        if (("" if got is None else str(got)) == want) == negated:
+            return False
+    return True
+
+
 def _selected(labels: dict[str, str], selector: str) -> bool:
     """Equality, inequality, existence and `in` terms, as the API server reads them."""
     for raw in re.findall(r"[^,(]+(?:\([^)]*\))?", selector):
@@ -100,6 +114,7 @@ class RecordingKube(Kube):
         path = self.path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
         stored = copy.deepcopy(obj)
         stored["metadata"]["resourceVersion"] = str(next(self._version))
+        stored["metadata"].setdefault("uid", f"uid-{path}")  # as the API server gives one
         self.store[path] = stored
 
     def _call(self, method: str, path: str, body: Any = None,
@@ -114,9 +129,11 @@ class RecordingKube(Kube):
         if method == "GET" and not m["name"]:
             self.calls.add((group, resource, "list", scope))
             selector = str(params.get("labelSelector") or "")
+            fields = str(params.get("fieldSelector") or "")
             items = [copy.deepcopy(o) for p, o in self.store.items()
                      if _in_collection(p, m) and _selected(
-                         o["metadata"].get("labels") or {}, selector)]
+                         o["metadata"].get("labels") or {}, selector)
+                     and _fields_selected(o, fields)]
             return {"items": items}
         target = path.removesuffix(f"/{m['sub']}") if m["sub"] else path
         if method == "GET":

@@ -14,8 +14,8 @@ import pytest
 
 from nightshift.api import names
 from nightshift.config import OperatorConfig
+from nightshift.pipelinerun import mpijob, stalled
 from nightshift.pipelinerun import reconcile as pipelinerun
-from nightshift.pipelinerun import stalled
 from nightshift.pipelinerun.plan import plan
 from tests.bad_pipelineruns import stage
 from tests.unit.test_chart_kubecalls import RecordingKube
@@ -175,7 +175,8 @@ def test_reconcile_reads_the_jobs_events_only_after_the_stall(
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     kube.put({"apiVersion": "v1", "kind": "Event", "metadata": {
         "name": "nightly-calib-0.1", "namespace": "physics"},
-        "involvedObject": {"kind": "Job", "name": job["metadata"]["name"]},
+        "involvedObject": {"kind": "Job", "name": job["metadata"]["name"],
+                           "uid": job["metadata"]["uid"]},
         "reason": "FailedCreate", "message": LIMIT, "lastTimestamp": now})
     run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
 
@@ -227,9 +228,9 @@ def test_which_mpi_stages_are_short_of_workers(job: dict[str, Any], short: bool)
 def test_the_mpi_operators_refusal_is_said_with_its_field() -> None:
     others = [event("MPIJob physics/npb is created.", reason="MPIJobCreated"),
               event("npb-ep: launcher failed", reason="MPIJobFailed")]  # no create refusal
-    assert stalled.not_created(CALIB, 0, "npb-ep", others, NOW, mpi=True) is None
+    assert stalled.not_created(CALIB, 0, "npb-ep", others, NOW, whose="mpi") is None
     found = stalled.not_created(CALIB, 0, "npb-ep", [*others, event(
-        MPI_QUOTA, reason="MPIJobFailed")], NOW, mpi=True)
+        MPI_QUOTA, reason="MPIJobFailed")], NOW, whose="mpi")
     assert found == (stalled.WAITING_FOR_QUOTA,
                      "stage calib: the MPI Operator cannot create its pods: exceeded quota: "
                      "physics, requested: pods=1, limited: pods=10; pods are created as the "
@@ -237,7 +238,7 @@ def test_the_mpi_operators_refusal_is_said_with_its_field() -> None:
                      "spec.stages[0].mpi.workers or resources")
     found = stalled.not_created(CALIB, 0, "npb-ep", [event(
         MPI_QUOTA.replace("exceeded quota", "admission webhook denied"),
-        reason="MPIJobFailed")], NOW, mpi=True)
+        reason="MPIJobFailed")], NOW, whose="mpi")
     assert found is not None and found[1].endswith("; kubectl describe mpijob npb-ep")
 
 
@@ -268,6 +269,7 @@ def test_reconcile_reads_an_mpi_stages_pods_then_its_mpijobs_events(
     # No Pending worker to say why: the MPIJob's own events are read.
     kube.put({"apiVersion": "v1", "kind": "Event", "metadata": {
         "name": "npb.1", "namespace": "physics"}, "reason": "MPIJobFailed",
+        "involvedObject": {"kind": "MPIJob", "uid": "mpi-uid"},
         "message": MPI_QUOTA, "lastTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})
     clock[0] += stalled.STALL_SECONDS + 1
     read, prog = one_pass()
@@ -284,9 +286,9 @@ def test_reconcile_reads_an_mpi_stages_pods_then_its_mpijobs_events(
     clock[0] += stalled.STALL_SECONDS
     read, prog = one_pass()
     assert read == {"pods"} and prog["reason"] == stalled.WAITING_FOR_NODES, prog
-    # Both workers running: nothing is read, nothing waits.
+    # Both workers and the launcher running: nothing is read, nothing waits.
     mpi = kube.store[mpath]
-    mpi["status"] = {"replicaStatuses": {"Worker": {"active": 2}}}
+    mpi["status"] = {"replicaStatuses": {"Worker": {"active": 2}, "Launcher": {"active": 1}}}
     kube.put(mpi)
     read, prog = one_pass()
     assert read == set() and prog["reason"] == "Running" and state.stalls == {}
@@ -336,7 +338,8 @@ def test_reconcile_says_a_stage_runs_short_of_its_pods_for_the_quota(
     kube.put(job)
     kube.put({"apiVersion": "v1", "kind": "Event", "metadata": {
         "name": "nightly-calib.1", "namespace": "physics"}, "reason": "FailedCreate",
-        "message": QUOTA, "lastTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})
+        "involvedObject": {"kind": "Job", "uid": job["metadata"]["uid"]}, "message": QUOTA,
+        "lastTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")})
     run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
     pipelinerun.reconcile(kube, config, "physics", "nightly", state)
     clock[0] += stalled.STALL_SECONDS + 1
@@ -355,7 +358,9 @@ def test_reconcile_says_a_stage_runs_short_of_its_pods_for_the_quota(
     (partial(active=2), None, "more"),
     (partial(active=4), None, ""),
     ({"status": {"active": 1}}, 2, "mpi"),
-    ({"status": {"active": 2}}, 2, ""),
+    ({"status": {"active": 2}}, 2, "gang"),  # every worker running, no launcher made
+    ({"status": {"active": 2, mpijob.LAUNCHER_RUNNING: 0}}, 2, "launcher"),
+    ({"status": {"active": 2, mpijob.LAUNCHER_RUNNING: 1}}, 2, ""),
 ])
 def test_what_a_stalled_job_has_read(job: dict[str, Any], workers: int | None,
                                      what: str) -> None:

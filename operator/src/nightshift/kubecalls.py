@@ -131,13 +131,17 @@ CALLS: tuple[Call, ...] = tuple([
            f"pipelinerun/itemsource and plan: item and rerun-index ConfigMaps ({_SSA})"),
     *_rows(CORE, "pods", "list", NAMESPACE, _K,
            "pipelinerun/reconcile failure samples (failed pods of one Job, limit 5), "
-           "a stalled Job's Pending pods (limit 3) and a lost Job's live pods (limit 1); "
+           "a stalled Job's Pending pods (limit 3), an MPI stage's Running workers while "
+           "its launcher is not made (limit its workers, at most 100) and a lost Job's "
+           "live pods (limit 1); "
            "virtualcluster/observe pending CPU (unscheduled pipeline pods)"),
     *_rows(CORE, "events", "list", NAMESPACE, _K,
            "pipelinerun/reconcile: a stage Job's FailedCreate events (field selector on its "
            "uid, limit 100), only while the Job has had no pod, or fewer running than it "
            "may, for 30 s; an MPI stage's MPIJobFailed events while its workers are not "
-           "running and none is Pending (stalled.py)"),
+           "running and none is Pending, or its launcher is not made; its launcher Job's "
+           "FailedCreate events (by name) while its launcher pod is not running "
+           "(stalled.py)"),
     *_rows(CORE, "events", "create", NAMESPACE, _K,
            "Kube.event (engine/passes.post_events): a run's, a VirtualCluster's and a "
            "SharedStorage's transitions"),

@@ -35,6 +35,11 @@ API_VERSION = "kubeflow.org/v2beta1"
 KIND = "MPIJob"
 LAUNCHER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}}
 WORKER_CONTAINER = "worker"
+# The MPI Operator's name for an MPIJob's launcher Job: the MPIJob's, and this.
+LAUNCHER_SUFFIX = "-launcher"
+# as_job's key for the launcher's Running pods, absent while no launcher is made: a stage
+# whose workers all run and whose launcher does not is held by it (stalled.py).
+LAUNCHER_RUNNING = "launcherRunning"
 # The MPI Operator mounts the hostfile here (one "name slots=N" line per worker).
 HOSTFILE = "/etc/mpi/hostfile"
 # Workers Ready is not the same as their names resolving: the headless Service's DNS
@@ -170,7 +175,8 @@ def _true(conds: list[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | Non
 
 
 def as_job(mpijob: Mapping[str, Any]) -> dict[str, Any]:
-    """The MPIJob as the Job fields progress.py reads: one completion, index 0."""
+    """The MPIJob as the Job fields progress.py reads: one completion, index 0; and
+    LAUNCHER_RUNNING, which stalled.py reads."""
     meta = mpijob.get("metadata") or {}
     status = mpijob.get("status") or {}
     conds = list(status.get("conditions") or [])
@@ -178,6 +184,9 @@ def as_job(mpijob: Mapping[str, Any]) -> dict[str, Any]:
     workers = (status.get("replicaStatuses") or {}).get("Worker") or {}
     job_status: dict[str, Any] = {"active": int(workers.get("active") or 0),
                                   "ready": int(workers.get("active") or 0)}
+    launcher = (status.get("replicaStatuses") or {}).get("Launcher")
+    if launcher is not None:  # the MPI Operator writes it once the launcher Job exists
+        job_status[LAUNCHER_RUNNING] = int(launcher.get("active") or 0)
     done, failed = _true(conds, "Succeeded"), _true(conds, "Failed")
     if done:
         job_status.update(succeeded=1, completedIndexes="0",

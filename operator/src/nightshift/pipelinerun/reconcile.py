@@ -30,7 +30,7 @@ from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolv
 from nightshift.pipelinerun.lost import lost_jobs
 from nightshift.pipelinerun.plan import Observed, Plan, plan
 from nightshift.pipelinerun.samples import failure_sample
-from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
+from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec, Stage
 
 # Status fields that move with every pod: written at most every progress_interval.
 # succeededItems (the ranges a lost Job's replacement skips) moves with every pod too:
@@ -299,7 +299,7 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
     while they say why, and ever less often while they do not (a stage's earlier steps
     run as init containers: its pods are Pending, and fine, for as long as those run).
     A Job with no pod at all for as long has its refusal events read instead; an MPI
-    stage whose workers are not all running, its Pending pods, else its MPIJob's events."""
+    stage whose workers or launcher are not all running, what stalled.to_read says."""
     index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
     now, out = time.monotonic(), {}
     seen = set()
@@ -319,26 +319,50 @@ def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
         if st is None or st.what != what:
             st = state.stalls[jname] = stalled.Stall(since=now, what=what)
         if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
-            found = None
-            if what in ("pods", "mpi"):
-                pods = kube.list("v1", "Pod", namespace,
-                                 label_selector=itemsmod.job_pods_selector(job),
-                                 field_selector="status.phase=Pending", limit=stalled.PODS_READ)
-                found = stalled.summary(spec.stages[i], i, pods[:stalled.PODS_READ])
-            if what != "pods" and found is None:
-                reason = stalled.MPI_REFUSED if mpi else stalled.JOB_REFUSED
-                events = kube.list("v1", "Event", namespace, limit=stalled.EVENTS_READ,
-                                   field_selector=f"involvedObject.uid={meta.get('uid')},"
-                                                  f"reason={reason}")
-                found = stalled.not_created(spec.stages[i], i, jname, events,
-                                            datetime.now(UTC), mpi=mpi is not None,
-                                            some=what == "more")
-            st.read(found, now)
+            st.read(_read_stall(kube, namespace, job, what, spec.stages[i], i), now)
         if st.found:
             out[stage] = st.found
     for jname in set(state.stalls) - seen:
         del state.stalls[jname]
     return out
+
+
+def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stage: Stage,
+                i: int) -> tuple[str, str] | None:
+    """One stalled Job's reads (stalled.to_read's `what`), each only while the ones
+    before it said nothing: Pending pods; refusal events (the Job's, the MPIJob's, or
+    its launcher Job's since the MPIJob was made); an MPI stage's Running workers."""
+    meta = job["metadata"]
+    jname, now = meta["name"], datetime.now(UTC)
+
+    def events(selector: str, reason: str) -> list[dict[str, Any]]:
+        return kube.list("v1", "Event", namespace, limit=stalled.EVENTS_READ,
+                         field_selector=f"{selector},reason={reason}")
+
+    def pods(phase: str, limit: int) -> list[dict[str, Any]]:
+        return kube.list("v1", "Pod", namespace, label_selector=itemsmod.job_pods_selector(job),
+                         field_selector=f"status.phase={phase}", limit=limit)[:limit]
+
+    found = None
+    if what in ("pods", "mpi", "launcher"):
+        found = stalled.summary(stage, i, pods("Pending", stalled.PODS_READ))
+    if found is None and what in ("events", "more"):
+        found = stalled.not_created(stage, i, jname, events(
+            f"involvedObject.uid={meta.get('uid')}", stalled.JOB_REFUSED), now,
+            some=what == "more")
+    if found is None and what in ("mpi", "gang"):
+        found = stalled.not_created(stage, i, jname, events(
+            f"involvedObject.uid={meta.get('uid')}", stalled.MPI_REFUSED), now, whose="mpi")
+    if found is None and what == "launcher":
+        launcher = jname + mpijob.LAUNCHER_SUFFIX
+        made = stalled.parse_time(meta.get("creationTimestamp"))
+        found = stalled.not_created(stage, i, launcher, events(
+            f"involvedObject.kind=Job,involvedObject.name={launcher}", stalled.JOB_REFUSED),
+            now, whose="launcher", after=made)  # not a same-named Job's from before
+    if found is None and what == "gang" and stage.mpi:
+        found = stalled.workers_unready(stage, i, pods(
+            "Running", min(stage.mpi.workers, stalled.WORKERS_READ)))
+    return found
 
 
 def _cost(state: LoopState, run: dict[str, Any], p: Plan, jobs: list[dict[str, Any]],

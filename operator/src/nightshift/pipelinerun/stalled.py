@@ -14,7 +14,10 @@ has none active, and the API server's refusal is only in the Job controller's
 FailedCreate events. A Job with no pod for STALL_SECONDS has those events read (one
 LIST by its uid) on the same schedule, and the newest says why. An MPI stage's MPIJob
 counts only Running workers, so one with fewer running than it asks has its Pending
-pods read, and if none is Pending, the MPI Operator's MPIJobFailed events.
+pods read, and if none is Pending, the MPI Operator's MPIJobFailed events. One with every
+worker running and no launcher running is held by its launcher: not made while a worker
+is not Ready (its sshd does not answer), or made and its pod Pending or refused (the
+launcher Job's own FailedCreate events).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from nightshift.api import podstate, ranges
+from nightshift.pipelinerun import mpijob
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.spec import Stage
 
@@ -47,6 +51,9 @@ EVENTS_READ = 100
 # API server folds the same refusal into one Event whose last time moves: an Event
 # older than this says nothing of the Job's present.
 EVENT_WINDOW = 600.0
+# A stage held before its launcher is made reads its Running workers for one not Ready:
+# MPI stages have tens of workers, and usually all or none of them answer.
+WORKERS_READ = 100
 RUNNER_CONTAINERS = {"nightshift-stage-in", "nightshift-commit"}
 
 
@@ -85,13 +92,26 @@ def workers_short(job: Mapping[str, Any], workers: int) -> bool:
     return _live(job) and int((job.get("status") or {}).get("active") or 0) < workers
 
 
+def launcher_short(job: Mapping[str, Any], workers: int) -> str:
+    """An MPI stage's MPIJob, neither finished nor suspended, every worker running and
+    no launcher running: "gang" while the launcher is not made (the MPI Operator makes it
+    once every worker is Ready), "launcher" once made; else ""."""
+    status = job.get("status") or {}
+    if not _live(job) or int(status.get("active") or 0) < workers:
+        return ""
+    launcher = status.get(mpijob.LAUNCHER_RUNNING)
+    return "gang" if launcher is None else "" if int(launcher) else "launcher"
+
+
 def to_read(job: Mapping[str, Any], mpi_workers: int | None) -> str:
     """What a stalled Job has read (Stall.what), or "" while it is not stalled: an MPI
-    stage's Job (`mpi_workers`) short of running workers, "mpi"; a Job whose pods are
-    active and none ready, "pods"; with no pod at all, "events"; held to fewer pods
-    than it may run, "more"."""
+    stage's Job (`mpi_workers`) short of running workers, "mpi"; with every worker
+    running, "gang" or "launcher" (launcher_short); a Job whose pods are active and
+    none ready, "pods"; with no pod at all, "events"; held to fewer pods than it may
+    run, "more"."""
     if mpi_workers is not None:
-        return "mpi" if workers_short(job, mpi_workers) else ""
+        return ("mpi" if workers_short(job, mpi_workers) else
+                launcher_short(job, mpi_workers))
     return ("pods" if unready(job) else "events" if uncreated(job) else
             "more" if throttled(job) else "")
 
@@ -114,70 +134,132 @@ def _going(job: Mapping[str, Any]) -> bool:
     return _live(job) and int(status.get("terminating") or 0) == 0
 
 
+@dataclass(frozen=True)
+class Maker:
+    """Who creates a stage's pods, and so whose refusal events say why there are none."""
+
+    who: str
+    makes: str  # what it cannot create
+    quota: str  # the fix while a ResourceQuota is full, with {i} for the stage's index
+    resources: str  # the stage field a LimitRange checks
+    kind: str  # what `kubectl describe` shows the events of
+
+
+_QUOTA = "pods are created as the namespace's ResourceQuota frees up; else raise it or lower "
+MAKERS = {
+    "job": Maker("the Job controller", "its pods",
+                 _QUOTA + "spec.stages[{i}].parallelism or resources", "resources", "job"),
+    "mpi": Maker("the MPI Operator", "its pods",
+                 _QUOTA + "spec.stages[{i}].mpi.workers or resources", "resources", "mpijob"),
+    # The launcher's pod is created after every worker runs: if the workers filled the
+    # quota, only other pods' ends free it.
+    "launcher": Maker("the Job controller", "its MPI launcher's pod", (
+        "it is created as the namespace's ResourceQuota frees up, but the stage's running "
+        "workers hold their share until it runs; else raise the quota or lower "
+        "spec.stages[{i}].mpi.launcherResources or resources"),
+        "mpi.launcherResources", "job"),
+}
+
+
 def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str, Any]],
-                now: datetime, mpi: bool = False, some: bool = False
-                ) -> tuple[str, str] | None:
-    """(reason, message) from the newest refusal among a Job's (or, `mpi`, an MPIJob's)
-    events of the last EVENT_WINDOW seconds, or None. `some`: the Job has pods running,
-    and only a full quota is said (what else refuses pods refuses them all). The message
-    ends with what to check, kept whole."""
-    dated = [(t, said) for e in events if (said := _refusal(e)) is not None
-             and (t := _event_time(e)) is not None]
+                now: datetime, whose: str = "job", some: bool = False,
+                after: datetime | None = None) -> tuple[str, str] | None:
+    """(reason, message) from the newest refusal among a Job's (`whose`: see MAKERS)
+    events of the last EVENT_WINDOW seconds and since `after`, or None. `some`: the Job
+    has pods running, and only a full quota is said (what else refuses pods refuses them
+    all). The message ends with what to check, kept whole. `job` names what to describe."""
+    dated = [(t, got) for e in events if (got := _refusal(e)) is not None
+             and (t := _event_time(e)) is not None and (after is None or t >= after)]
     if not dated:
         return None
-    when, said = max(dated, key=lambda ts: ts[0])
+    when, (prefix, said) = max(dated, key=lambda ts: ts[0])
     if (now - when).total_seconds() > EVENT_WINDOW:
         return None
-    who, size = ("the MPI Operator", "mpi.workers") if mpi else ("the Job controller",
-                                                                  "parallelism")
     if some and "exceeded quota" not in said:
         return None
-    head = f"stage {stage.name}: {who} cannot create {'more of ' if some else ''}its pods: "
-    reason, fix = NOT_CREATED, f"kubectl describe {'mpijob' if mpi else 'job'} {job}"
+    maker = MAKERS[whose]
+    makes = "its launcher Job" if prefix == _LAUNCHER_REFUSED else maker.makes
+    head = (f"stage {stage.name}: {maker.who} cannot create {'more of ' if some else ''}"
+            f"{makes}: ")
+    reason, fix = NOT_CREATED, f"kubectl describe {maker.kind} {job}"
     if "exceeded quota" in said:
-        reason, fix = WAITING_FOR_QUOTA, (
-            "pods are created as the namespace's ResourceQuota frees up; else raise it or "
-            f"lower spec.stages[{index}].{size} or resources")
+        reason, fix = WAITING_FOR_QUOTA, maker.quota.format(i=index)
     elif "violates PodSecurity" in said:
         fix = ("check the namespace's pod-security.kubernetes.io/enforce level against "
                f"spec.stages[{index}] and its storage (docs/security.md)")
     elif " per Container is " in said or " per Pod is " in said:
-        fix = f"check spec.stages[{index}].resources against the namespace's LimitRange"
+        fix = (f"check spec.stages[{index}].{maker.resources} against the namespace's "
+               "LimitRange")
     return reason, head + _fit(said, fix, MESSAGE_CHARS - len(head))
+
+
+def workers_unready(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
+                    ) -> tuple[str, str] | None:
+    """(reason, message) for the first Running MPI worker that is not Ready, or None. The
+    MPI Operator makes the launcher only once every worker is Ready, and a worker is Ready
+    once its sshd answers on the ssh port: one whose sshd never starts holds the stage
+    with every pod running, and nothing else says so."""
+    mpi = stage.mpi
+    for pod in pods:
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        if status.get("phase") != "Running" or not any(
+                c.get("name") == mpijob.WORKER_CONTAINER for c in spec.get("containers") or []):
+            continue
+        if any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in status.get("conditions") or []):
+            continue
+        name = (pod.get("metadata") or {}).get("name", "")
+        port = mpi.ssh_port if mpi else "the ssh port"
+        head = f"stage {stage.name}: "
+        return NOT_STARTING, head + _fit(
+            f"MPI worker {name} runs but is not ready: nothing answers on port {port}, so "
+            "the MPI Operator does not create the launcher",
+            f"check spec.stages[{index}].mpi.sshdCommand and sshPort against the image "
+            "(docs/mpi.md)", MESSAGE_CHARS - len(head))
+    return None
 
 
 # The events that carry a refused pod create, by reason, and the words before the API
 # server's: the Job controller's (k8s.io/kubernetes pkg/controller/controller_utils.go)
 # and the MPI Operator's (github.com/kubeflow/mpi-operator pkg/controller).
 JOB_REFUSED, MPI_REFUSED = "FailedCreate", "MPIJobFailed"
+_LAUNCHER_REFUSED = "launcher pod created failed: "  # the launcher Job, not its pod
 REFUSAL_EVENTS = {JOB_REFUSED: ("Error creating: ",),
-                  MPI_REFUSED: ("worker pod created failed: ", "launcher pod created failed: ")}
+                  MPI_REFUSED: ("worker pod created failed: ", _LAUNCHER_REFUSED)}
 
 
-def _refusal(event: Mapping[str, Any]) -> str | None:
-    """The API server's refusal an event carries, without what changes from one retry
-    to the next (the pod's generated name, the quota's current use, the recorder's
-    fold), so a pass that finds the same refusal writes nothing; None for another event."""
+def _refusal(event: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(its prefix, the API server's refusal) an event carries, without what changes
+    from one retry to the next (the pod's generated name, the quota's current use, the
+    recorder's fold), so a pass that finds the same refusal writes nothing; None for
+    another event."""
     said = str(event.get("message") or "").strip()
     said = said.removeprefix("(combined from similar events): ")
     prefix = next((p for p in REFUSAL_EVENTS.get(str(event.get("reason")), ())
                    if said.startswith(p)), None)
     if prefix is None:
         return None
-    said = re.sub(r'^pods "[^"]*" is forbidden: ', "", said[len(prefix):])
-    return re.sub(r", used: \S+, limited: ", ", limited: ", said)
+    said = re.sub(r'^(pods|jobs\.batch) "[^"]*" is forbidden: ', "", said[len(prefix):])
+    return prefix, re.sub(r", used: \S+, limited: ", ", limited: ", said)
 
 
 def _event_time(event: Mapping[str, Any]) -> datetime | None:
     """When an Event last happened: its series, its last timestamp, its time, its birth."""
     for raw in ((event.get("series") or {}).get("lastObservedTime"), event.get("lastTimestamp"),
                 event.get("eventTime"), (event.get("metadata") or {}).get("creationTimestamp")):
-        if raw:
-            try:
-                return datetime.fromisoformat(str(raw))
-            except ValueError:
-                continue
+        if (when := parse_time(raw)) is not None:
+            return when
     return None
+
+
+def parse_time(raw: Any) -> datetime | None:
+    """An API time (RFC 3339), or None for none or a malformed one."""
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(str(raw))
+    except ValueError:
+        return None
 
 
 def why(pod: Mapping[str, Any], stage: Stage, index: int,
@@ -235,7 +317,8 @@ class Stall:
 
     since: float
     # What is read: "pods" (Pending ones), "events" (refusals; "more": while some pods
-    # run), "mpi" (pods, then events)
+    # run), "mpi" (pods, then events), "gang" (the MPIJob's events, then its Running
+    # workers), "launcher" (pods, then the launcher Job's events): to_read
     what: str = "pods"
     next_read: float = 0.0
     interval: float = STALL_SECONDS
