@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift import metrics
-from nightshift.api import names
+from nightshift.api import names, refusals
 from nightshift.api.requeue import sooner
 from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
@@ -355,7 +355,7 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
             f"involvedObject.uid={meta.get('uid')}", stalled.MPI_REFUSED), now, whose="mpi")
     if found is None and what == "launcher":
         launcher = jname + mpijob.LAUNCHER_SUFFIX
-        made = stalled.parse_time(meta.get("creationTimestamp"))
+        made = refusals.parse_time(meta.get("creationTimestamp"))
         found = stalled.not_created(stage, i, launcher, events(
             f"involvedObject.kind=Job,involvedObject.name={launcher}", stalled.JOB_REFUSED),
             now, whose="launcher", after=made)  # not a same-named Job's from before

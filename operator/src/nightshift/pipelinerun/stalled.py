@@ -22,13 +22,12 @@ launcher Job's own FailedCreate events).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from nightshift.api import podstate, ranges
+from nightshift.api import podstate, ranges, refusals
 from nightshift.pipelinerun import mpijob
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.spec import Stage
@@ -47,10 +46,6 @@ STOPPED = frozenset({NOT_STARTING, NOT_CREATED})
 # a few dozen at most within the hour Events live; a LIST's limit takes them in name
 # order, not time order, so it must take them all.
 EVENTS_READ = 100
-# The Job controller retries a refused create with a backoff of up to minutes, and the
-# API server folds the same refusal into one Event whose last time moves: an Event
-# older than this says nothing of the Job's present.
-EVENT_WINDOW = 600.0
 # A stage held before its launcher is made reads its Running workers for one not Ready:
 # MPI stages have tens of workers, and usually all or none of them answer.
 WORKERS_READ = 100
@@ -165,29 +160,27 @@ def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str
                 now: datetime, whose: str = "job", some: bool = False,
                 after: datetime | None = None) -> tuple[str, str] | None:
     """(reason, message) from the newest refusal among a Job's (`whose`: see MAKERS)
-    events of the last EVENT_WINDOW seconds and since `after`, or None. `some`: the Job
-    has pods running, and only a full quota is said (what else refuses pods refuses them
-    all). The message ends with what to check, kept whole. `job` names what to describe."""
-    dated = [(t, got) for e in events if (got := _refusal(e)) is not None
-             and (t := _event_time(e)) is not None and (after is None or t >= after)]
-    if not dated:
+    recent events (refusals.newest), or None. `some`: the Job has pods running, and only
+    a full quota is said (what else refuses pods refuses them all). The message ends
+    with what to check, kept whole. `job` names what to describe."""
+    got = refusals.newest(events, now, REFUSAL_EVENTS, after)
+    if got is None:
         return None
-    when, (prefix, said) = max(dated, key=lambda ts: ts[0])
-    if (now - when).total_seconds() > EVENT_WINDOW:
-        return None
-    if some and "exceeded quota" not in said:
+    pattern, said = got
+    guard = refusals.kind(said)
+    if some and guard != "quota":
         return None
     maker = MAKERS[whose]
-    makes = "its launcher Job" if prefix == _LAUNCHER_REFUSED else maker.makes
+    makes = "its launcher Job" if pattern == _LAUNCHER_REFUSED else maker.makes
     head = (f"stage {stage.name}: {maker.who} cannot create {'more of ' if some else ''}"
             f"{makes}: ")
     reason, fix = NOT_CREATED, f"kubectl describe {maker.kind} {job}"
-    if "exceeded quota" in said:
+    if guard == "quota":
         reason, fix = WAITING_FOR_QUOTA, maker.quota.format(i=index)
-    elif "violates PodSecurity" in said:
+    elif guard == "podsecurity":
         fix = ("check the namespace's pod-security.kubernetes.io/enforce level against "
                f"spec.stages[{index}] and its storage (docs/security.md)")
-    elif " per Container is " in said or " per Pod is " in said:
+    elif guard == "limitrange":
         fix = (f"check spec.stages[{index}].{maker.resources} against the namespace's "
                "LimitRange")
     return reason, head + _fit(said, fix, MESSAGE_CHARS - len(head))
@@ -222,44 +215,10 @@ def workers_unready(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
 # The events that carry a refused pod create, by reason, and the words before the API
 # server's: the Job controller's (k8s.io/kubernetes pkg/controller/controller_utils.go)
 # and the MPI Operator's (github.com/kubeflow/mpi-operator pkg/controller).
-JOB_REFUSED, MPI_REFUSED = "FailedCreate", "MPIJobFailed"
+JOB_REFUSED, MPI_REFUSED = refusals.FAILED_CREATE, "MPIJobFailed"
 _LAUNCHER_REFUSED = "launcher pod created failed: "  # the launcher Job, not its pod
 REFUSAL_EVENTS = {JOB_REFUSED: ("Error creating: ",),
                   MPI_REFUSED: ("worker pod created failed: ", _LAUNCHER_REFUSED)}
-
-
-def _refusal(event: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(its prefix, the API server's refusal) an event carries, without what changes
-    from one retry to the next (the pod's generated name, the quota's current use, the
-    recorder's fold), so a pass that finds the same refusal writes nothing; None for
-    another event."""
-    said = str(event.get("message") or "").strip()
-    said = said.removeprefix("(combined from similar events): ")
-    prefix = next((p for p in REFUSAL_EVENTS.get(str(event.get("reason")), ())
-                   if said.startswith(p)), None)
-    if prefix is None:
-        return None
-    said = re.sub(r'^(pods|jobs\.batch) "[^"]*" is forbidden: ', "", said[len(prefix):])
-    return prefix, re.sub(r", used: \S+, limited: ", ", limited: ", said)
-
-
-def _event_time(event: Mapping[str, Any]) -> datetime | None:
-    """When an Event last happened: its series, its last timestamp, its time, its birth."""
-    for raw in ((event.get("series") or {}).get("lastObservedTime"), event.get("lastTimestamp"),
-                event.get("eventTime"), (event.get("metadata") or {}).get("creationTimestamp")):
-        if (when := parse_time(raw)) is not None:
-            return when
-    return None
-
-
-def parse_time(raw: Any) -> datetime | None:
-    """An API time (RFC 3339), or None for none or a malformed one."""
-    if not raw:
-        return None
-    try:
-        return datetime.fromisoformat(str(raw))
-    except ValueError:
-        return None
 
 
 def why(pod: Mapping[str, Any], stage: Stage, index: int,

@@ -20,11 +20,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import names, podstate
+from nightshift.api import names, podstate, refusals
 from nightshift.api.conditions import parse_rfc3339
 from nightshift.kube import Kube
 from nightshift.pipelinerun.spec import TERMINAL_PHASES
 from nightshift.sharedstorage import reclaim, squid
+from nightshift.sharedstorage import status as ssstatus
 from nightshift.sharedstorage.objects import (
     COMPONENT_GLUSTER_SERVER,
     COMPONENT_NFS_SERVER,
@@ -52,6 +53,9 @@ SQUID_BUDGET_S = 2.0
 SQUID_TTL_S = 30.0
 # Pending pods read while the storage is not Ready, to say why (api/podstate.py).
 PODS_READ = 3
+# A workload's FailedCreate events read while it is short of pods (api/refusals.py): the
+# recorder folds repeats, so a few dozen at most; a LIST's limit is in name order.
+EVENTS_READ = 100
 # A squid's 5-minute page is a few KB; never read more than this.
 MAX_PAGE = 1 << 20
 
@@ -165,21 +169,42 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
     if spec.type == "cvmfs" and not deleting:
         samples = sources.sampler.samples(namespace, name,
                                           _pods(kube, namespace, name, COMPONENT_SQUID))
+    ours = owned(kube, namespace, name, spec.type)
     stuck: list[podstate.NotStarting] = []
+    refused: list[tuple[str, str, str]] = []
     if not deleting and (obj.get("status") or {}).get("phase") != "Ready":
         # Not Ready: a few Pending pods say whether an image or a node is missing.
         pending = kube.list("v1", "Pod", namespace,
                             label_selector=f"{names.LABEL_STORAGE}={name}",
                             field_selector="status.phase=Pending", limit=PODS_READ)
         stuck = [p for p in map(podstate.not_starting, pending[:PODS_READ]) if p]
+        refused = _refused(kube, namespace, ours, now)
     return Observed(
         storage=obj, facts=facts(kube, namespace, spec, sources.cluster_cidrs),
-        platform=platform, owned=owned(kube, namespace, name, spec.type),
+        platform=platform, owned=ours,
         server_pods=servers, squid=samples, server_nodes=server_nodes,
         server_pods_left=len(server_pods), existing_nodes=existing,
         running_runs=running_runs(kube, namespace, name) if deleting else (), now=now,
         image_registry=sources.image_registry, image_tag=sources.image_tag,
-        pods_not_starting=stuck)
+        pods_not_starting=stuck, pods_refused=refused)
+
+
+def _refused(kube: Kube, namespace: str, ours: Sequence[Obj], now: datetime
+             ) -> list[tuple[str, str, str]]:
+    """(kind, name, refusal) of each StatefulSet, DaemonSet or Job of ours short of pods
+    whose controller's newest FailedCreate event of the last minutes says the API server
+    refused them: one LIST by its uid each (a storage has two at most)."""
+    out = []
+    for obj in ours:
+        if obj["kind"] not in ("StatefulSet", "DaemonSet", "Job") or not ssstatus.short(obj):
+            continue
+        meta = obj["metadata"]
+        events = kube.list("v1", "Event", namespace, limit=EVENTS_READ,
+                           field_selector=f"involvedObject.uid={meta.get('uid')},"
+                                          f"reason={refusals.FAILED_CREATE}")
+        if (got := refusals.newest(events, now)) is not None:
+            out.append((str(obj["kind"]), str(meta["name"]), got[1]))
+    return out
 
 
 def facts(kube: Kube, namespace: str, spec: SharedStorageSpec,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nightshift.api import conditions, names, podstate
+from nightshift.api import conditions, names, podstate, refusals
 from nightshift.api.problems import Problem, summarize
 
 _COUNTER = re.compile(r"^\s*(client_http\.requests|client_http\.hits)\s*=\s*([0-9]+)", re.M)
@@ -166,4 +166,48 @@ def pods_not_starting(type_: str, pods: Sequence[podstate.NotStarting]) -> list[
         else:
             fix = f"kubectl describe pod {p.pod}"
         out.append(f"{p.text()}; {fix}")
+    return out
+
+
+# The refusal as the API server said it, at most this long: the fix after it is whole.
+REFUSAL_CHARS = 300
+
+
+def short(obj: Mapping[str, Any]) -> bool:
+    """A workload of ours with fewer pods ready than it wants (a Job: not yet finished
+    and no pod running), whose controller may have had pods refused."""
+    kind, st = obj.get("kind"), obj.get("status") or {}
+    if kind == "StatefulSet":
+        want = int((obj.get("spec") or {}).get("replicas", 1))
+        return int(st.get("readyReplicas") or 0) < want
+    if kind == "DaemonSet":
+        return int(st.get("numberReady") or 0) < int(st.get("desiredNumberScheduled") or 0)
+    if kind == "Job":
+        done = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+                   for c in st.get("conditions") or [])
+        return not done and not int(st.get("active") or 0)
+    return False
+
+
+def pods_refused(namespace: str, refused: Sequence[tuple[str, str, str]]) -> list[str]:
+    """One NotReady reason per workload whose pods the API server refuses ((kind, name,
+    the refusal, refusals.clean'ed)), with what to check: nothing else says it, as no
+    pod exists to read."""
+    out = []
+    for kind, name, said in refused:
+        guard = refusals.kind(said)
+        describe = f"kubectl describe {kind.lower()} -n {namespace} {name}"
+        if guard == "quota":
+            fix = ("its pods are created as the namespace's ResourceQuota frees up; else "
+                   "raise it")
+        elif guard == "podsecurity":
+            fix = ("the storage's servers and mounters need a namespace whose "
+                   "pod-security.kubernetes.io/enforce level admits them: privileged for "
+                   "the client DaemonSets and Gluster servers (docs/sharedstorage.md)")
+        elif guard == "limitrange":
+            fix = f"check the namespace's LimitRange against its pods ({describe})"
+        else:
+            fix = describe
+        cut = said if len(said) <= REFUSAL_CHARS else said[:REFUSAL_CHARS - 1] + "…"
+        out.append(f"{kind} {name} cannot create its pods: {cut}; {fix}")
     return out

@@ -1,0 +1,105 @@
+"""Pods the API server refused to create, as their controllers record it. Pure.
+
+A full ResourceQuota, a LimitRange, the namespace's Pod Security level or an admission
+webhook refuses a pod before it exists, so there is no pod to read: the refusal is only
+in the creating controller's Warning events (the Job, DaemonSet and ReplicaSet
+controllers' `FailedCreate` "Error creating: ...", the StatefulSet controller's "create
+Pod ... failed error: ...", k8s.io/kubernetes pkg/controller) or, for a Deployment, in
+its `ReplicaFailure` condition. Each kind turns the newest into a line on its own object
+with the field to check (pipelinerun/stalled.py, sharedstorage/plan.py).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+FAILED_CREATE = "FailedCreate"
+# What the built-in controllers write before the API server's words, by event reason.
+POD_CONTROLLERS: Mapping[str, Sequence[str]] = {
+    FAILED_CREATE: (r"Error creating: ", r"create Pod \S+ in StatefulSet \S+ failed error: "),
+}
+# The Job controller retries a refused create with a backoff of up to minutes, and the
+# API server folds the same refusal into one Event whose last time moves: an Event
+# older than this says nothing of the present.
+EVENT_WINDOW = 600.0
+
+Kind = Literal["quota", "podsecurity", "limitrange", "other"]
+
+
+def clean(said: str) -> str:
+    """The API server's refusal without what changes from one retry to the next (the
+    pod's generated name, the quota's current use, the recorder's fold), so the same
+    refusal gives the same text and writes no new status."""
+    said = said.strip().removeprefix("(combined from similar events): ")
+    said = re.sub(r'^(pods|jobs\.batch) "[^"]*" is forbidden: ', "", said)
+    return re.sub(r", used: \S+, limited: ", ", limited: ", said)
+
+
+def kind(said: str) -> Kind:
+    """Which of the namespace's guards refused: the fix differs for each."""
+    if "exceeded quota" in said:
+        return "quota"
+    if "violates PodSecurity" in said:
+        return "podsecurity"
+    if " per Container is " in said or " per Pod is " in said:
+        return "limitrange"
+    return "other"
+
+
+def refusal(event: Mapping[str, Any], patterns: Mapping[str, Sequence[str]] = POD_CONTROLLERS
+            ) -> tuple[str, str] | None:
+    """(the pattern its message matched, the refusal, cleaned) for an event that carries
+    one: `patterns` by event reason, each a regular expression for the words before the
+    API server's. None for any other event."""
+    said = str(event.get("message") or "").strip()
+    said = said.removeprefix("(combined from similar events): ")
+    for pattern in patterns.get(str(event.get("reason")), ()):
+        if m := re.match(pattern, said):
+            return pattern, clean(said[m.end():])
+    return None
+
+
+def newest(events: Sequence[Mapping[str, Any]], now: datetime,
+           patterns: Mapping[str, Sequence[str]] = POD_CONTROLLERS,
+           after: datetime | None = None) -> tuple[str, str] | None:
+    """refusal() of the newest refusing event of the last EVENT_WINDOW seconds (and since
+    `after`: not a same-named object's from before), or None."""
+    dated = [(t, got) for e in events if (got := refusal(e, patterns)) is not None
+             and (t := event_time(e)) is not None and (after is None or t >= after)]
+    if not dated:
+        return None
+    when, got = max(dated, key=lambda tg: tg[0])
+    return got if (now - when).total_seconds() <= EVENT_WINDOW else None
+
+
+def event_time(event: Mapping[str, Any]) -> datetime | None:
+    """When an Event last happened: its series, its last timestamp, its time, its birth."""
+    for raw in ((event.get("series") or {}).get("lastObservedTime"), event.get("lastTimestamp"),
+                event.get("eventTime"), (event.get("metadata") or {}).get("creationTimestamp")):
+        if (when := parse_time(raw)) is not None:
+            return when
+    return None
+
+
+def parse_time(raw: Any) -> datetime | None:
+    """An API time (RFC 3339), or None for none or a malformed one."""
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(str(raw))
+    except ValueError:
+        return None
+
+
+def replica_failure(obj: Mapping[str, Any]) -> str | None:
+    """A Deployment's (or ReplicaSet's) refused pod create, from its ReplicaFailure
+    condition (the ReplicaSet controller's error, which the Deployment controller copies
+    up), cleaned; None while it creates its pods."""
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if (c.get("type") == "ReplicaFailure" and c.get("status") == "True"
+                and c.get("reason") == FAILED_CREATE):
+            return clean(str(c.get("message") or ""))
+    return None
