@@ -134,7 +134,9 @@ CALLS: tuple[Call, ...] = tuple([
            "a stalled Job's Pending pods (limit 3), an MPI stage's Running workers while "
            "its launcher is not made (limit its workers, at most 100) and a lost Job's "
            "live pods (limit 1); "
-           "virtualcluster/observe pending CPU (unscheduled pipeline pods)"),
+           "virtualcluster/observe pending CPU (unscheduled pipeline pods); "
+           "sharedstorage/observe: a not-Ready storage's Pending pods (limit 3) and Running "
+           "ones (limit 20, for crash loops)"),
     *_rows(CORE, "events", "list", NAMESPACE, _K,
            "pipelinerun/reconcile: a stage Job's FailedCreate events (field selector on its "
            "uid, limit 100), only while the Job has had no pod, or fewer running than it "

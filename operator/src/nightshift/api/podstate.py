@@ -7,6 +7,7 @@ its own object, naming the field to check (pipelinerun/stalled.py, sharedstorage
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,16 @@ IMAGE = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName",
 CONFIG = frozenset({"CreateContainerConfigError", "CreateContainerError",
                     "RunContainerError"})
 UNSCHEDULABLE = "Unschedulable"
+# A container the kubelet restarts after each exit: a daemon whose setting is wrong
+# (restartPolicy Always) runs in a loop, its pod Running and never Ready.
+CRASH_LOOP = "CrashLoopBackOff"
+# What is kept of a crashed container's termination message (its last log lines, with
+# FallbackToLogsOnError): the line that says why, not the exit banner after it.
+LAST_WORDS = 240
+_WHY = re.compile(r"fatal|error|fail|cannot|can't|unable|denied|not found|invalid", re.I)
+# A log line's leading date and time ("2026/11/29 06:15:13|", "2026-11-29T06:15:13Z"):
+# it changes with every crash, and a status that quotes it would be written each time.
+_STAMP = re.compile(r"^\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?Z?\|?\s*")
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,10 @@ class NotStarting:
     @property
     def unschedulable(self) -> bool:
         return self.reason == UNSCHEDULABLE
+
+    @property
+    def crash_loop(self) -> bool:
+        return self.reason == CRASH_LOOP
 
     def text(self) -> str:
         if self.unschedulable:
@@ -58,3 +73,33 @@ def not_starting(pod: Mapping[str, Any]) -> NotStarting | None:
                 and c.get("reason") == UNSCHEDULABLE):
             return NotStarting(name, UNSCHEDULABLE, str(c.get("message") or ""))
     return None
+
+
+def crash_looping(pod: Mapping[str, Any]) -> NotStarting | None:
+    """A container of a Running pod that keeps exiting, with how it last ended (its exit
+    code and the end of its last words), or None. Read from Running pods: the kubelet
+    keeps a restarting pod Running."""
+    status = pod.get("status") or {}
+    name = str((pod.get("metadata") or {}).get("name", ""))
+    for cs in [*(status.get("initContainerStatuses") or []),
+               *(status.get("containerStatuses") or [])]:
+        if ((cs.get("state") or {}).get("waiting") or {}).get("reason") != CRASH_LOOP:
+            continue
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        said = (f"it exits with code {last['exitCode']}" if "exitCode" in last
+                else "it exits")
+        words = last_words(str(last.get("message") or ""))
+        return NotStarting(name, CRASH_LOOP, f"{said}: {words}" if words else said,
+                           str(cs.get("name")))
+    return None
+
+
+def last_words(message: str) -> str:
+    """The lines of a termination message that say why (an error, a failure), else its
+    last line; without their dates, joined, at most LAST_WORDS characters (the end)."""
+    lines = [_STAMP.sub("", line).strip() for line in message.splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return ""
+    words = "; ".join([line for line in lines if _WHY.search(line)] or lines[-1:])
+    return words if len(words) <= LAST_WORDS else "…" + words[-(LAST_WORDS - 1):]

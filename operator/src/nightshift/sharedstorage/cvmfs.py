@@ -15,6 +15,7 @@ from nightshift.api import names
 from nightshift.sharedstorage import squid
 from nightshift.sharedstorage.objects import (
     COMPONENT_CVMFS_CLIENT,
+    TERMINATION_MESSAGE,
     Storage,
     config_hash,
     mebibytes,
@@ -111,6 +112,7 @@ def render_cvmfs_client(st: Storage) -> list[dict[str, Any]]:
         "name": "cvmfs",
         "image": IMAGE,
         "command": ["/bin/sh", f"{CONFIG_DIR}/{SCRIPT_KEY}"],
+        **TERMINATION_MESSAGE,
         # FUSE needs /dev/fuse and CAP_SYS_ADMIN; Bidirectional propagation needs
         # privileged outright (the kubelet refuses it otherwise).
         "securityContext": {"privileged": True},

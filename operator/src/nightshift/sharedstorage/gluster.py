@@ -30,6 +30,7 @@ from nightshift.api import names
 from nightshift.sharedstorage.objects import (
     COMPONENT_GLUSTER_CLIENT,
     COMPONENT_GLUSTER_SERVER,
+    TERMINATION_MESSAGE,
     Storage,
     config_hash,
     node_mount_claim,
@@ -184,6 +185,7 @@ def _statefulset(st: Storage) -> dict[str, Any]:
         "name": "glusterd",
         "image": IMAGE,
         "command": ["/bin/sh", "-c", start],
+        **TERMINATION_MESSAGE,
         "ports": [{"name": "glusterd", "containerPort": GLUSTERD_PORT, "protocol": "TCP"}],
         # Bricks keep their metadata in trusted.* extended attributes: CAP_SYS_ADMIN.
         "securityContext": {"privileged": True},
@@ -247,6 +249,7 @@ def _clients(st: Storage) -> list[dict[str, Any]]:
         "name": "glusterfs",
         "image": IMAGE,
         "command": ["/bin/sh", "/etc/nightshift-gluster/mount.sh"],
+        **TERMINATION_MESSAGE,
         "securityContext": {"privileged": True},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
         "readinessProbe": {"exec": {"command": ["/bin/sh", "-c", probe]}, "periodSeconds": 10},

@@ -21,6 +21,7 @@ from nightshift.pipelinerun.spec import PvcStorage, StorageRef
 from nightshift.sharedstorage.objects import (
     COMPONENT_NFS_CLIENT,
     COMPONENT_NFS_SERVER,
+    TERMINATION_MESSAGE,
     Storage,
     config_hash,
     pool_affinity,
@@ -171,6 +172,7 @@ def _deployment(st: Storage, nfs: Nfs, conf: str,
                     f"chmod 1777 {EXPORT_PATH} && "
                     f"exec ganesha.nfsd -F -L /dev/stderr -f {CONF_DIR}/{CONF_KEY} "
                     "-p /var/run/ganesha/ganesha.pid"],
+        **TERMINATION_MESSAGE,
         "ports": [{"name": "nfs", "containerPort": PORT, "protocol": "TCP"}],
         # The VFS backend serves files by handle (open_by_handle_at), which needs
         # CAP_DAC_READ_SEARCH; nothing else beyond the runtime's defaults.

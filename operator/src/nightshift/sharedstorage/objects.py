@@ -195,6 +195,10 @@ def node_mount_claim(st: Storage, role: str, component: str, app: str, host_path
 
 # The renderers name their images bare (images/<name> builds nightshift-<name>).
 IMAGE_PREFIX = "nightshift-"
+# A daemon that exits on a bad setting (a mount that fails, a config squid refuses)
+# leaves its last log lines in the pod's status, where a not-Ready storage's reason
+# quotes them (status.pods_not_starting): its crash loop is not silent.
+TERMINATION_MESSAGE = {"terminationMessagePolicy": "FallbackToLogsOnError"}
 
 
 def with_images(objs: Iterable[dict[str, Any]], registry: str, tag: str) -> list[dict[str, Any]]:

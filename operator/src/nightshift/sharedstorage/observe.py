@@ -53,6 +53,9 @@ SQUID_BUDGET_S = 2.0
 SQUID_TTL_S = 30.0
 # Pending pods read while the storage is not Ready, to say why (api/podstate.py).
 PODS_READ = 3
+# Running pods read while the storage is not Ready, for a daemon that keeps exiting: a
+# crash loop is not one pod's luck, a few dozen show it (api/podstate.crash_looping).
+CRASH_READ = 20
 # A workload's FailedCreate events read while it is short of pods (api/refusals.py): the
 # recorder folds repeats, so a few dozen at most; a LIST's limit is in name order.
 EVENTS_READ = 100
@@ -178,6 +181,7 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
                             label_selector=f"{names.LABEL_STORAGE}={name}",
                             field_selector="status.phase=Pending", limit=PODS_READ)
         stuck = [p for p in map(podstate.not_starting, pending[:PODS_READ]) if p]
+        stuck += _crash_looping(kube, namespace, name)
         refused = _refused(kube, namespace, ours, now)
     return Observed(
         storage=obj, facts=facts(kube, namespace, spec, sources.cluster_cidrs),
@@ -187,6 +191,18 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         running_runs=running_runs(kube, namespace, name) if deleting else (), now=now,
         image_registry=sources.image_registry, image_tag=sources.image_tag,
         pods_not_starting=stuck, pods_refused=refused)
+
+
+def _crash_looping(kube: Kube, namespace: str, name: str) -> list[podstate.NotStarting]:
+    """Running pods of ours whose daemon keeps exiting (one LIST, CRASH_READ pods): one
+    per container name, as every pod of a DaemonSet or Deployment crashes alike."""
+    running = kube.list("v1", "Pod", namespace, label_selector=f"{names.LABEL_STORAGE}={name}",
+                        field_selector="status.phase=Running", limit=CRASH_READ)
+    out: dict[str, podstate.NotStarting] = {}
+    for found in map(podstate.crash_looping, running[:CRASH_READ]):
+        if found is not None:
+            out.setdefault(found.container, found)
+    return list(out.values())
 
 
 def _refused(kube: Kube, namespace: str, ours: Sequence[Obj], now: datetime

@@ -255,7 +255,8 @@ def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
     refused = [*((obj["kind"], obj["metadata"]["name"], said) for obj in present.values()
                  if obj["kind"] == "Deployment"
                  and (said := refusals.replica_failure(obj)) is not None), *o.pods_refused]
-    not_ready = [*o.errors, *ssstatus.pods_not_starting(spec.type, o.pods_not_starting),
+    not_ready = [*o.errors, *ssstatus.pods_not_starting(spec.type, o.pods_not_starting,
+                                                st.namespace),
                  *ssstatus.pods_refused(st.namespace, refused)]
     if spec.type == "nfs" and spec.nfs is not None:
         ip = _cluster_ip(present.get(("Service", st.object_name("nfs"))))

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from nightshift.api import names
 from nightshift.sharedstorage.objects import (
     COMPONENT_SQUID,
+    TERMINATION_MESSAGE,
     Platform,
     Storage,
     config_hash,
@@ -226,6 +227,7 @@ def _deployment(st: Storage, conf: str) -> dict[str, Any]:
         # in the foreground (-N) as the container's main process, for the pod's signals.
         "command": ["/bin/sh", "-c", f"squid -N -z -f {conf_path} && "
                     f"exec squid -N -f {conf_path}"],
+        **TERMINATION_MESSAGE,
         "ports": [{"name": "http-proxy", "containerPort": PORT, "protocol": "TCP"}],
         # No CPU limit: throttling a cache adds latency to every client behind it.
         "resources": {"requests": {"cpu": sq.cpu, "memory": f"{mem}Mi"},

@@ -152,11 +152,15 @@ POOL_FIELDS = {"nfs": ("spec.nfs.pool", "spec.nfs.clients.pools"),
                "cvmfs": ("spec.cvmfs.squid.pool", "spec.cvmfs.client.pools")}
 
 
-def pods_not_starting(type_: str, pods: Sequence[podstate.NotStarting]) -> list[str]:
+def pods_not_starting(type_: str, pods: Sequence[podstate.NotStarting],
+                      namespace: str = "") -> list[str]:
     """One NotReady reason per pod that does not start by itself, with what to check."""
     out = []
     for p in pods:
-        if p.image:
+        if p.crash_loop:
+            fix = (f"its last lines: kubectl logs -n {namespace} {p.pod} -c {p.container} "
+                   f"--previous; check spec.{type_}")
+        elif p.image:
             fix = ("check the operator's storage images (the chart's storageImages.registry "
                    "and .tag)")
         elif p.unschedulable:
