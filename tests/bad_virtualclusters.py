@@ -56,6 +56,22 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
      "cel", "nightshift.io/* labels are set by the operator"),
     ("unknown-capacity", vc([{"name": "w", "class": "compute", "capacity": "reserved"}]),
      "cel", "Unsupported value"),
+    # What Karpenter's NodePool refuses, refused here first, naming our field.
+    ("karpenter-label",
+     vc([{"name": "w", "class": "compute", "labels": {"karpenter.sh/capacity-type": "spot"}}]),
+     "cel", "karpenter.sh labels are Karpenter's own"),
+    ("hostname-label",
+     vc([{"name": "w", "class": "compute", "labels": {"kubernetes.io/hostname": "n1"}}]),
+     "cel", "kubernetes.io/hostname is each node's own name"),
+    ("label-key-format",
+     vc([{"name": "w", "class": "compute", "labels": {"team name": "x"}}]),
+     "cel", "label keys are [prefix/]name"),
+    ("label-value-format",
+     vc([{"name": "w", "class": "compute", "labels": {"team": "radio astronomy"}}]),
+     "cel", "should match"),
+    ("taint-key-format",
+     vc([{"name": "w", "class": "compute", "taints": [{"key": "gpu only"}]}]),
+     "cel", "should match"),
     # Past admission: what only the operator can tell.
     ("aws-detected-without-role",
      vc([{"name": "w", "class": "compute"}],
@@ -142,5 +158,26 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
         "was invalid; correct the existing errors to complete validation",
         'spec.pools[0].capacity: Unsupported value: "reserved": supported values: "spot", '
         '"on-demand", "spot-then-on-demand"',
+    ],
+    "karpenter-label": [
+        'spec.pools[0].labels: Invalid value: "object": karpenter.sh labels are Karpenter\'s own '
+        "(spec.pools[].capacity sets karpenter.sh/capacity-type): use another domain",
+    ],
+    "hostname-label": [
+        'spec.pools[0].labels: Invalid value: "object": kubernetes.io/hostname is each node\'s '
+        "own name: use another label",
+    ],
+    "label-key-format": [
+        'spec.pools[0].labels: Invalid value: "object": label keys are [prefix/]name: a DNS '
+        "subdomain prefix, a name of letters, digits, '-', '_' and '.'",
+    ],
+    "label-value-format": [
+        'spec.pools[0].labels.team: Invalid value: "radio astronomy": spec.pools[0].labels.team '
+        "in body should match '^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$'",
+    ],
+    "taint-key-format": [
+        'spec.pools[0].taints[0].key: Invalid value: "gpu only": spec.pools[0].taints[0].key in '
+        "body should match '^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+        "(\\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$'",
     ],
 }

@@ -19,7 +19,11 @@ from nightshift.api import names
 from nightshift.config import OperatorConfig
 from nightshift.kube import KubeError, Obj
 from nightshift.pipelinerun import reconcile as pipelinerun
-from tests.unit.test_chart_kubecalls import RecordingKube
+from nightshift.virtualcluster import reconcile as virtualcluster
+from nightshift.virtualcluster.observe import CrdCache, Sources
+from nightshift.virtualcluster.provider import CRD_KWOKNODECLASS, CRD_NODEPOOL
+from tests.unit import vcfixtures
+from tests.unit.test_chart_kubecalls import NoAws, RecordingKube, _crd
 
 NS = "physics"
 INVALID = ('The Job "nightly-a-1c2d3e" is invalid: spec.template.spec.containers[0].env[6]'
@@ -119,3 +123,21 @@ def test_a_forbidden_write_is_a_refusal() -> None:
         "'no-busybox' denied request"))
     _pass(kube)
     assert _status(kube)["phase"] == "Failed"
+
+
+def test_a_nodepool_karpenter_refuses_names_the_pool_fields_it_passes_on() -> None:
+    """A VirtualCluster admitted by an older CRD whose labels Karpenter's NodePool schema
+    refuses: NotReady points at the fields it came from, not only at a bug report."""
+    vc = vcfixtures.vc(vcfixtures.POOLS["spot-compute"], provider="kwok")
+    kube = RefusingKube([vc, _crd(CRD_NODEPOOL), _crd(CRD_KWOKNODECLASS)], "NodePool",
+                        KubeError(422, "Invalid", 'NodePool.karpenter.sh "x" is invalid: '
+                                  'spec.template.metadata.labels: Invalid value: "object": '
+                                  'label "kubernetes.io/hostname" is restricted'))
+    ctx = virtualcluster.Context(kube, Sources(CrdCache(), vcfixtures.catalog(), NoAws()))
+    name, ns = vc["metadata"]["name"], vc["metadata"]["namespace"]
+    virtualcluster.reconcile(ctx, ns, name, virtualcluster.LoopState())
+    got = kube.store[kube.path(names.API_VERSION, names.VIRTUALCLUSTER, ns, name)]
+    ready = cond.find((got.get("status") or {}).get("conditions"), cond.READY)
+    assert ready is not None and ready["status"] == cond.FALSE, got.get("status")
+    assert 'label "kubernetes.io/hostname" is restricted' in ready["message"], ready
+    assert "spec.pools[].labels, taints" in ready["message"], ready

@@ -44,11 +44,16 @@ def admission(tmp_path: Path, capsys: pytest.CaptureFixture[str], obj: dict[str,
 
 
 def test_a_recording_exists_past_the_wording_change_and_covers_every_case() -> None:
+    """Every case is recorded, or named in the recording's `unrecorded` (cases added
+    after it was made, on a bed without that release: they are skipped below, never
+    written by hand)."""
     assert any(int(r.split(".")[1]) >= 35 for r in RECORDED), sorted(RECORDED)
     for release, rec in RECORDED.items():
         for table, module in TABLES.items():
-            assert set(rec["create"][table]) == {c[0] for c in module.BAD if c[2] == "cel"}, \
-                (release, table)
+            later = set((rec.get("unrecorded") or {}).get(table) or ())
+            assert set(rec["create"][table]) | later == \
+                {c[0] for c in module.BAD if c[2] == "cel"}, (release, table)
+            assert not later & set(rec["create"][table]), (release, table)
         assert set(rec["update"]) == {c[0] for c in bad_pipelineruns.BAD_UPDATES}, release
 
 
@@ -57,6 +62,9 @@ def test_a_recording_exists_past_the_wording_change_and_covers_every_case() -> N
 def test_creates_are_refused_in_the_releases_words(
         release: str, table: str, case: str, manifest: dict[str, Any], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
+    if case not in RECORDED[release]["create"][table]:
+        pytest.skip(f"{table} case {case} is not recorded on {release}: record it with "
+                    "test_validate_parity.py's recorder on a bed of that release")
     got = admission(tmp_path, capsys, manifest, "--kubernetes-version", release)
     assert got == RECORDED[release]["create"][table][case]
 

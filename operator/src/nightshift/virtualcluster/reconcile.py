@@ -83,8 +83,11 @@ def _apply(ctx: Context, vc: dict[str, Any], p: Plan) -> list[str]:
         except KubeError as e:
             if e.status in (409, 429) or e.status >= 500:
                 raise
-            errors.append(f"{key} was refused by the API server ({e.message}): this is "
-                          "a nightshift bug or a Karpenter version mismatch; report it")
+            errors.append(f"{key} was refused by the API server ({e.message}): check "
+                          "what the pools pass through to it as given (spec.pools[].labels, "
+                          "taints, spec.nodeClass tags and selector terms) against "
+                          "Karpenter's rules; if none is at fault, this is a nightshift bug "
+                          "or a Karpenter version mismatch: report it")
     if errors:
         return errors
     for ref in p.prune:
