@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nightshift.api import names
@@ -13,6 +13,7 @@ from nightshift.api.drift import contains, drifted
 from nightshift.virtualcluster.nodepools import render_virtualcluster
 from nightshift.virtualcluster.plan import (
     DELETING,
+    KARPENTER_GRACE,
     Observed,
     plan,
 )
@@ -44,6 +45,10 @@ def observed(obj: dict[str, Any], *, owned: list[dict[str, Any]] | None = None,
     base.update(kw)
     return Observed(vc=obj, crds=crds, catalog=catalog() if crds == KWOK else None,
                     owned=owned if owned is not None else [], now=NOW, **base)
+
+
+def cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == type_)
 
 
 def as_served(manifests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -229,3 +234,38 @@ def test_unpriced_nodes_say_why_until_they_are_priced() -> None:
     assert (cost["unpricedNodes"], cost["unpricedReason"]) == (1, why)
     p = plan(observed(obj, nodeclaims=[node], prices={("c5.large", "spot"): 0.036}))
     assert "unpricedReason" not in (p.status or {})["cost"]
+
+
+def test_objects_karpenter_never_judges_are_named_after_the_grace() -> None:
+    """No Karpenter controller: the NodePool and node class never get Ready, and the
+    VirtualCluster said Ready with pods waiting for nodes that never came."""
+    obj = kwok_vc(POOLS["spot-compute"])
+    served = as_served(render_virtualcluster(obj, "kwok", catalog=catalog()))
+
+    def made(seconds_ago: float, status: dict[str, Any]) -> list[dict[str, Any]]:
+        out = copy.deepcopy(served)
+        for m in out:
+            m["metadata"]["creationTimestamp"] = (
+                NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+            m["status"] = copy.deepcopy(status)
+        return out
+
+    fresh = plan(observed(obj, owned=made(30, {})))
+    assert fresh.status is not None and cond(fresh.status, "Ready")["status"] == "True"
+    assert fresh.requeue_after is not None and fresh.requeue_after <= KARPENTER_GRACE / 4
+    late = plan(observed(obj, owned=made(KARPENTER_GRACE + 1, {})))
+    ready = cond(late.status or {}, "Ready")
+    assert ready["status"] == "False", ready
+    pool = next(m["metadata"]["name"] for m in served if m["kind"] == "NodePool")
+    assert (f"NodePool {pool} has no Ready from Karpenter 2 minutes after it was made: is "
+            "Karpenter's controller running") in ready["message"], ready
+    assert "KWOKNodeClass " in ready["message"], ready
+    waiting = plan(observed(obj, owned=made(KARPENTER_GRACE + 1, {"conditions": [
+        {"type": "Ready", "status": "Unknown", "reason": "AwaitingReconciliation",
+         "message": "object is awaiting reconciliation"}]})))
+    assert ("(Ready is Unknown: AwaitingReconciliation: object is awaiting reconciliation)"
+            in cond(waiting.status or {}, "Ready")["message"])
+    judged = plan(observed(obj, owned=made(KARPENTER_GRACE + 1, {"conditions": [
+        {"type": "Ready", "status": "True"}]})))
+    assert cond(judged.status or {}, "Ready")["status"] == "True"
+    assert judged.requeue_after is None

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import deletion, names
-from nightshift.api.conditions import rfc3339
+from nightshift.api.conditions import parse_rfc3339, rfc3339
 from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
 from nightshift.virtualcluster import objectnames
@@ -44,6 +44,9 @@ DELETING = deletion.DELETING
 # deletion step under way), or after an error to retry; otherwise the resync applies.
 BUSY_REQUEUE = 5.0
 ERROR_REQUEUE = 30.0
+# How long Karpenter may take to judge a NodePool or node class it was given (it takes
+# seconds) before the VirtualCluster says it has not: unanswered().
+KARPENTER_GRACE = 120.0
 
 Obj = Mapping[str, Any]
 
@@ -135,6 +138,7 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
         prune = [_ref(obj) for obj in _nodepools_first(o.owned)
                  if (obj["kind"], obj["metadata"]["name"]) not in wanted]
         not_ready += not_ready_messages(o.owned)
+        not_ready += unanswered(o.owned, o.now)
     status = virtualcluster_status(
         o.vc, choice=choice, nodes=o.nodes, nodeclaims=o.nodeclaims,
         pending_cpu=o.pending_cpu, price=lambda t, c: o.prices.get((t, c)),
@@ -147,6 +151,9 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
         status["conditions"] = _with_deleting(o, status["conditions"],
                                               blocked(namespace, name, o.running_runs))
     requeue: float | None = ERROR_REQUEUE if not_ready else None
+    if any(_awaiting(obj) for obj in o.owned) and not deleting:
+        # Nothing may come from Karpenter to wake the loop: look again when it is due.
+        requeue = min(requeue or KARPENTER_GRACE, KARPENTER_GRACE / 4)
     if deleting or any(p.get("launching") or p.get("pendingCPU") for p in status["pools"]):
         requeue = BUSY_REQUEUE
     if o.errors:
@@ -206,6 +213,33 @@ def not_ready_messages(objs: Sequence[Obj]) -> list[str]:
                 out.append(f"{obj['kind']} {obj['metadata']['name']} is not ready "
                            f"({c.get('reason', '')}: {c.get('message', '')})")
     return out
+
+
+def unanswered(objs: Sequence[Obj], now: datetime) -> list[str]:
+    """Our NodePools and node classes that Karpenter has not judged (no Ready True or
+    False) KARPENTER_GRACE seconds after they were made. Karpenter marks them within
+    seconds; none means its controller is not running, or does not watch this kind, and
+    pods would wait for nodes that never come while the VirtualCluster said Ready."""
+    out = []
+    for obj in objs:
+        made = parse_rfc3339(obj["metadata"].get("creationTimestamp"))
+        if not _awaiting(obj) or made is None or (now - made).total_seconds() < KARPENTER_GRACE:
+            continue
+        ready = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                      if c.get("type") == "Ready"), None)
+        said = (f" (Ready is Unknown: {ready.get('reason', '')}: {ready.get('message', '')})"
+                if ready else "")
+        out.append(f"{obj['kind']} {obj['metadata']['name']} has no Ready from Karpenter "
+                   f"{KARPENTER_GRACE / 60:.0f} minutes after it was made{said}: is "
+                   "Karpenter's controller running, with the CRDs of this release? "
+                   "(kubectl get pods -A -l app.kubernetes.io/name=karpenter)")
+    return out
+
+
+def _awaiting(obj: Obj) -> bool:
+    """Not yet judged by Karpenter: Ready neither True nor False."""
+    return not any(c.get("type") == "Ready" and c.get("status") in ("True", "False")
+                   for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 def blocked(namespace: str, name: str, blockers: Sequence[str]) -> tuple[str, str]:
