@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nightshift.api import refusals
+from nightshift.api import names, refusals
 from nightshift.sharedstorage import status as ssstatus
 from nightshift.sharedstorage.observe import Sources, SquidSampler, observe
 from nightshift.sharedstorage.plan import plan
@@ -144,3 +144,25 @@ def test_observe_reads_the_refusals_of_short_workloads_only_while_not_ready() ->
     got = observe(kube, sources, ns, obj["metadata"]["name"], datetime.now(UTC))
     assert got is not None and not got.pods_refused
     assert ("", "events", "list", "namespace") not in kube.calls
+
+
+def test_observe_reads_only_the_jobs_refusals_while_deleting() -> None:
+    obj = storage("gluster-nufa", uid="storage-uid", deletionTimestamp="2026-11-29T11:00:00Z")
+    held, _ = converge(storage("gluster-nufa"))
+    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    reclaiming = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": f"{name}-reclaim-0", "namespace": ns, "labels": {names.LABEL_STORAGE: name}}}
+    kube = RecordingKube([obj, *held, reclaiming])
+    servers = next(o for o in kube.store.values() if o["kind"] == "StatefulSet")
+    job = next(o for o in kube.store.values() if o["kind"] == "Job")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for target in (servers, job):
+        kube.put({"apiVersion": "v1", "kind": "Event",
+                  "metadata": {"name": f"{target['metadata']['name']}.1", "namespace": ns},
+                  "involvedObject": {"kind": target["kind"], "uid": target["metadata"]["uid"]},
+                  "reason": "FailedCreate", "lastTimestamp": now,
+                  "message": f"Error creating: {QUOTA}"})
+    sources = Sources(sampler=SquidSampler(fetch=lambda url, t: ""))
+    got = observe(kube, sources, ns, obj["metadata"]["name"], datetime.now(UTC))
+    assert got is not None
+    assert [(k, n) for k, n, _ in got.pods_refused] == [("Job", job["metadata"]["name"])]

@@ -89,6 +89,22 @@ def test_a_failed_cleanup_stops_the_deletion_and_says_how_to_go_on() -> None:
     assert plan(observed(skipped, [finished(job, "Failed")])).remove_finalizer
 
 
+def test_a_reclaim_job_whose_pod_is_refused_says_so_while_reclaiming() -> None:
+    obj = deleting("nfs-colocated-localdisk", ["n1"])
+    job = reclaim.reclaim_job(Storage.of(obj), SharedStorageSpec.model_validate(obj["spec"]),
+                              "n1", 0, "img")
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    said = "exceeded quota: physics, requested: pods=1, limited: pods=0"
+    p = plan(observed(obj, [job], existing_nodes=frozenset({"n1"}),
+                      pods_refused=[("Job", "scratch-reclaim-0", said)]))
+    c = cond(p.status or {}, DELETING)
+    assert c["reason"] == "Reclaiming" and not p.remove_finalizer
+    assert c["message"].endswith(
+        "Job scratch-reclaim-0 cannot create its pods: exceeded quota: physics, requested: "
+        "pods=1, limited: pods=0; its pods are created as the namespace's ResourceQuota "
+        "frees up; else raise it"), c
+
+
 def test_retain_and_claims_keep_the_old_last_step() -> None:
     obj = deleting("gluster-nufa", ["n1"])
     obj["spec"]["reclaimPolicy"] = "Retain"

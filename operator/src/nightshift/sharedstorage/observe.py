@@ -183,6 +183,8 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         stuck = [p for p in map(podstate.not_starting, pending[:PODS_READ]) if p]
         stuck += _crash_looping(kube, namespace, name)
         refused = _refused(kube, namespace, ours, now)
+    elif deleting:  # the reclaim Jobs (reclaim.py), which the deletion waits for
+        refused = _refused(kube, namespace, [o for o in ours if o["kind"] == "Job"], now)
     return Observed(
         storage=obj, facts=facts(kube, namespace, spec, sources.cluster_cidrs),
         platform=platform, owned=ours,

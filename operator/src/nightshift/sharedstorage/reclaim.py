@@ -90,6 +90,9 @@ def reclaim_job(st: Storage, spec: SharedStorageSpec, node: str, index: int,
                                     'rm -rf -- "$d"; echo "removed $d"; done', "reclaim",
                                     *targets],
                         "volumeMounts": mounts,
+                        # Its own small requests: a namespace's quota on requests
+                        # refuses a pod without them where no LimitRange gives defaults.
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
                         # The servers wrote as root (bricks keep trusted.* xattrs).
                         "securityContext": {"runAsUser": 0, "privileged": True},
                     }],
