@@ -102,3 +102,24 @@ def test_real_squid_that_refuses_its_config_is_a_named_crash_loop(
     print(line)  # what a user sees, for `pytest -s`
     assert line.endswith(f"kubectl logs -n {namespace} {found.pod} -c squid --previous; "
                          "check spec.cvmfs"), line
+
+
+def test_squids_that_cannot_scale_say_why(
+        kube: Kube, kubectl: Kubectl, storage_operator: OperatorProcess, ns: str,
+        kwok_pool: str) -> None:
+    """This bed has no metrics-server, as a fresh EKS cluster has none: the real HPA
+    controller cannot read the squids' CPU, and the storage says so (still Ready)."""
+    kubectl.apply(storage(ns, "software", {
+        "type": "cvmfs",
+        "cvmfs": {"repositories": ["demo.nightshift.io"], "client": {"pools": [kwok_pool]},
+                  "squid": {"pool": kwok_pool, "replicas": {"min": 1, "max": 3},
+                            "upstreams": ["http://s1.example.org:8000/cvmfs/@fqrn@"]}}}))
+    scaling = wait_for("status.squid.scaling", lambda: (
+        get(kube, ns, "software").get("status") or {}).get("squid", {}).get("scaling"), 150,
+        explain=lambda: str(get(kube, ns, "software").get("status")))
+    print(scaling)  # what a user sees, for `pytest -s`
+    assert scaling.startswith("not scaling: FailedGetResourceMetric: "), scaling
+    assert ("install metrics-server (on EKS, its add-on); kubectl describe hpa -n "
+            f"{ns} software-squid") in scaling, scaling
+    obj = wait_ready(kube, storage_operator, ns, "software")
+    assert obj["status"]["squid"]["scaling"] == scaling

@@ -335,3 +335,24 @@ def test_not_ready_names_pods_that_do_not_start_and_what_to_check() -> None:
         "nodes nightshift.io/pool=<pool>); pod software-cvmfs-client-q8 container client: "
         'ImagePullBackOff: Back-off pulling image "nightshift-cvmfs-client:1.0"; check the '
         "operator's storage images (the chart's storageImages.registry and .tag)"), message
+
+
+def test_squids_that_cannot_scale_say_why_and_stay_ready() -> None:
+    held, _ = converge(storage("cvmfs-eks"))
+    hpa = next(o for o in held if o["kind"] == "HorizontalPodAutoscaler")
+    hpa["status"] = {"conditions": [
+        {"type": "AbleToScale", "status": "True", "reason": "SucceededGetScale"},
+        {"type": "ScalingActive", "status": "False", "reason": "FailedGetResourceMetric",
+         "message": "the HPA was unable to compute the replica count: failed to get cpu "
+                    "utilization: unable to get metrics for resource cpu"}]}
+    for o in held:  # every squid and mounter ready
+        if o["kind"] == "Deployment":
+            o["status"] = {"readyReplicas": o["spec"].get("replicas", 1)}
+    squid = (plan(observed(storage("cvmfs-eks"), held)).status or {}).get("squid") or {}
+    assert squid.get("scaling", "").startswith(
+        "not scaling: FailedGetResourceMetric: the HPA was unable to compute the replica "
+        "count: failed to get cpu utilization: unable to get metrics for resource cpu; the "
+        "autoscaler reads CPU from the resource metrics API: install metrics-server"), squid
+    hpa["status"]["conditions"][1].update(status="True", reason="ValidMetricFound")
+    squid = (plan(observed(storage("cvmfs-eks"), held)).status or {}).get("squid") or {}
+    assert "scaling" not in squid

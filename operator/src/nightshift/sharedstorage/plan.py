@@ -293,7 +293,9 @@ def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
             clients=ssstatus.daemonset_counts(
                 present.get(("DaemonSet", st.object_name("cvmfs-client")))),
             endpoints=render.endpoints(o.storage, load_balancer=lb),
-            squid=list(o.squid), not_ready=not_ready)
+            squid=list(o.squid), not_ready=not_ready,
+            squid_scaling=ssstatus.hpa_problem(present.get(
+                ("HorizontalPodAutoscaler", st.object_name("squid"))), st.namespace))
     return ssstatus.Observed(endpoints=render.endpoints(o.storage), not_ready=not_ready)
 
 

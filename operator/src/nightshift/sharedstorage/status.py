@@ -82,6 +82,8 @@ class Observed:
     capacity: str | None = None
     # cvmfs: the squids' samples ([] when none could be read); None for other types.
     squid: Sequence[SquidSample] | None = None
+    # cvmfs: why the squids' autoscaler cannot scale (hpa_problem), when it cannot.
+    squid_scaling: str | None = None
     not_ready: Sequence[str] = field(default_factory=tuple)
 
 
@@ -143,6 +145,8 @@ def storage_status(obj: Mapping[str, Any], *, observed: Observed,
         status["clients"] = {"nodes": observed.clients[0], "mounted": observed.clients[1]}
     if observed.squid is not None:
         status["squid"] = _squid(observed.squid, observed.servers_ready)
+        if observed.squid_scaling:
+            status["squid"]["scaling"] = observed.squid_scaling
     return status
 
 
@@ -215,3 +219,23 @@ def pods_refused(namespace: str, refused: Sequence[tuple[str, str, str]]) -> lis
         cut = said if len(said) <= REFUSAL_CHARS else said[:REFUSAL_CHARS - 1] + "…"
         out.append(f"{kind} {name} cannot create its pods: {cut}; {fix}")
     return out
+
+
+def hpa_problem(hpa: Mapping[str, Any] | None, namespace: str) -> str | None:
+    """Why a HorizontalPodAutoscaler cannot scale (its AbleToScale or ScalingActive
+    condition False), with what to check; None while it can, or before it has said. The
+    squids keep serving at their count, so this is no reason to be not Ready, but without
+    it a storage whose squids never scale would look the same as one that needs none."""
+    for c in ((hpa or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("AbleToScale", "ScalingActive") and c.get("status") == "False":
+            reason = str(c.get("reason") or "")
+            if reason == "ScalingDisabled":
+                continue  # scaled to zero by hand: not a fault
+            name = str(((hpa or {}).get("metadata") or {}).get("name", ""))
+            fix = (" the autoscaler reads CPU from the resource metrics API: install "
+                   "metrics-server (on EKS, its add-on);" if "metrics" in str(
+                       c.get("message") or "") else "")
+            said = " ".join(str(c.get("message") or "").split())[:REFUSAL_CHARS]
+            return (f"not scaling: {reason}: {said};{fix} kubectl describe hpa -n "
+                    f"{namespace} {name}")
+    return None
