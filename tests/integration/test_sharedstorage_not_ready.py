@@ -123,3 +123,36 @@ def test_squids_that_cannot_scale_say_why(
             f"{ns} software-squid") in scaling, scaling
     obj = wait_ready(kube, storage_operator, ns, "software")
     assert obj["status"]["squid"]["scaling"] == scaling
+
+
+def test_an_export_disk_no_provisioner_makes_names_the_class(
+        kube: Kube, kubectl: Kubectl, storage_operator: OperatorProcess, ns: str,
+        kwok_pool: str) -> None:
+    """A StorageClass whose provisioner does not run here (as gp3 without the EBS CSI
+    driver): the real PV controller's words about the data claim reach Ready."""
+    klass = f"nowhere-{ns}"
+    kubectl.apply({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                   "metadata": {"name": klass}, "provisioner": "example.com/nowhere",
+                   "volumeBindingMode": "Immediate"})
+    try:
+        kubectl.apply(storage(ns, "raw", {
+            "type": "nfs",
+            "nfs": {"server": "dedicated", "pool": kwok_pool,
+                    "backing": {"pvc": {"size": "1Gi", "storageClass": klass}},
+                    "clients": {"pools": [kwok_pool]}}}))
+
+        def said() -> str | None:
+            message = str(condition(get(kube, ns, "raw"), "Ready").get("message", ""))
+            return message if "claim raw-nfs-data (the export's disk) is not bound: " \
+                in message else None
+
+        message = wait_for("the data claim's reason on Ready", said, 90,
+                           explain=lambda: str(get(kube, ns, "raw").get("status")))
+        print(message)  # what a user sees, for `pytest -s`
+        assert "example.com/nowhere" in message, message
+        assert "check spec.nfs.backing.pvc.storageClass: its provisioner must run in the " \
+               "cluster" in message, message
+        # The server pod waits on that claim: not sent to look at the pools.
+        assert "nodes that fit" not in message, message
+    finally:
+        kubectl("delete", "storageclass", klass, check=False)

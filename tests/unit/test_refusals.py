@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nightshift.api import names, refusals
+from nightshift.api import names, podstate, refusals
 from nightshift.sharedstorage import status as ssstatus
 from nightshift.sharedstorage.observe import Sources, SquidSampler, observe
 from nightshift.sharedstorage.plan import plan
@@ -166,3 +166,29 @@ def test_observe_reads_only_the_jobs_refusals_while_deleting() -> None:
     got = observe(kube, sources, ns, obj["metadata"]["name"], datetime.now(UTC))
     assert got is not None
     assert [(k, n) for k, n, _ in got.pods_refused] == [("Job", job["metadata"]["name"])]
+
+
+def test_a_pending_claim_says_its_provisioners_words_not_its_normal_waits() -> None:
+    waiting = event("waiting for first consumer to be created before binding", ago=50,
+                    reason="WaitForFirstConsumer")
+    external = event("Waiting for a volume to be created either by the external provisioner "
+                     "'ebs.csi.aws.com' or manually by the system administrator.", ago=20,
+                     reason="ExternalProvisioning")
+    assert ssstatus.claim_says([waiting]) is None
+    assert ssstatus.claim_says([waiting, external]) == external["message"]
+    held, _ = converge(storage("nfs-dedicated"))
+    p = plan(observed(storage("nfs-dedicated"), held,
+                      claims_waiting={"raw-nfs-data": external["message"]}))
+    message = cond(p.status or {}, "Ready")["message"]
+    assert ("claim raw-nfs-data (the export's disk) is not bound: Waiting for a volume to be "
+            "created either by the external provisioner 'ebs.csi.aws.com' or manually by "
+            "the system administrator.; check spec.nfs.backing.pvc.storageClass: its "
+            "provisioner must run in the cluster") in message, message
+
+
+def test_a_pod_waiting_on_its_claim_is_not_sent_to_the_pools() -> None:
+    (line,) = ssstatus.pods_not_starting("nfs", [podstate.NotStarting(
+        "raw-nfs-7bc-b4", "Unschedulable",
+        "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims.")])
+    assert line.endswith("it waits for its claim to be bound (the claim's reason is given "
+                         "here)"), line

@@ -144,7 +144,8 @@ CALLS: tuple[Call, ...] = tuple([
            "running and none is Pending, or its launcher is not made; its launcher Job's "
            "FailedCreate events (by name) while its launcher pod is not running "
            "(stalled.py); sharedstorage/observe: a not-Ready storage's StatefulSet, "
-           "DaemonSet or Job short of pods, its FailedCreate events (by uid, limit 100)"),
+           "DaemonSet or Job short of pods, its FailedCreate events, and a Pending claim's "
+           "events (by uid, limit 100)"),
     *_rows(CORE, "events", "create", NAMESPACE, _K,
            "Kube.event (engine/passes.post_events): a run's, a VirtualCluster's and a "
            "SharedStorage's transitions"),

@@ -175,6 +175,7 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
     ours = owned(kube, namespace, name, spec.type)
     stuck: list[podstate.NotStarting] = []
     refused: list[tuple[str, str, str]] = []
+    claims: dict[str, str] = {}
     if not deleting and (obj.get("status") or {}).get("phase") != "Ready":
         # Not Ready: a few Pending pods say whether an image or a node is missing.
         pending = kube.list("v1", "Pod", namespace,
@@ -183,6 +184,7 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         stuck = [p for p in map(podstate.not_starting, pending[:PODS_READ]) if p]
         stuck += _crash_looping(kube, namespace, name)
         refused = _refused(kube, namespace, ours, now)
+        claims = _claims_waiting(kube, namespace, ours)
     elif deleting:  # the reclaim Jobs (reclaim.py), which the deletion waits for
         refused = _refused(kube, namespace, [o for o in ours if o["kind"] == "Job"], now)
     return Observed(
@@ -192,7 +194,23 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         server_pods_left=len(server_pods), existing_nodes=existing,
         running_runs=running_runs(kube, namespace, name) if deleting else (), now=now,
         image_registry=sources.image_registry, image_tag=sources.image_tag,
-        pods_not_starting=stuck, pods_refused=refused)
+        pods_not_starting=stuck, pods_refused=refused, claims_waiting=claims)
+
+
+def _claims_waiting(kube: Kube, namespace: str, ours: Sequence[Obj]) -> dict[str, str]:
+    """What the newest event of each of our Pending claims says (the volume provisioner's
+    words: none installed, a class it refuses): one LIST by its uid each, only while the
+    storage is not Ready (a storage has one data claim at most besides its clients')."""
+    out = {}
+    for obj in ours:
+        if obj["kind"] != "PersistentVolumeClaim" or ssstatus.claim_bound(obj):
+            continue
+        meta = obj["metadata"]
+        events = kube.list("v1", "Event", namespace, limit=EVENTS_READ,
+                           field_selector=f"involvedObject.uid={meta.get('uid')}")
+        if (said := ssstatus.claim_says(events)) is not None:
+            out[str(meta["name"])] = said
+    return out
 
 
 def _crash_looping(kube: Kube, namespace: str, name: str) -> list[podstate.NotStarting]:

@@ -104,6 +104,8 @@ class Observed:
     # (kind, name, refusal) of its StatefulSets, DaemonSets and Jobs whose pods the API
     # server refuses, from their FailedCreate events (read while not Ready and short).
     pods_refused: Sequence[tuple[str, str, str]] = ()
+    # Its Pending claims' newest events that say why (read while not Ready), by name.
+    claims_waiting: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -263,6 +265,12 @@ def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
         data = present.get(("PersistentVolumeClaim", nfs.data_claim_name(st)))
         capacity = (((data or {}).get("status") or {}).get("capacity") or {}).get("storage")
         pvc = spec.nfs.backing.pvc
+        if pvc is not None and not ssstatus.claim_bound(data):
+            name = nfs.data_claim_name(st)
+            said = o.claims_waiting.get(name)
+            not_ready.append(f"claim {name} (the export's disk) is not bound: {said}; check "
+                             "spec.nfs.backing.pvc.storageClass: its provisioner must run in "
+                             "the cluster" if said else f"claim {name} is not bound yet")
         if not ip:
             not_ready.append(f"Service {st.object_name('nfs')} has no ClusterIP yet")
         else:

@@ -167,6 +167,8 @@ def pods_not_starting(type_: str, pods: Sequence[podstate.NotStarting],
         elif p.image:
             fix = ("check the operator's storage images (the chart's storageImages.registry "
                    "and .tag)")
+        elif p.unschedulable and "PersistentVolumeClaim" in p.message:
+            fix = "it waits for its claim to be bound (the claim's reason is given here)"
         elif p.unschedulable:
             servers, clients = POOL_FIELDS.get(type_, (f"spec.{type_}", f"spec.{type_}"))
             fix = (f"check that {servers} and {clients} have nodes that fit (set "
@@ -239,3 +241,26 @@ def hpa_problem(hpa: Mapping[str, Any] | None, namespace: str) -> str | None:
             return (f"not scaling: {reason}: {said};{fix} kubectl describe hpa -n "
                     f"{namespace} {name}")
     return None
+
+
+def claim_bound(claim: Mapping[str, Any] | None) -> bool:
+    return ((claim or {}).get("status") or {}).get("phase") == "Bound"
+
+
+# A Pending claim's events that are no fault: a WaitForFirstConsumer class waits for the
+# server pod, which is itself waited for and said elsewhere.
+_CLAIM_NORMAL = frozenset({"WaitForFirstConsumer", "WaitForPodScheduled"})
+
+
+def claim_says(events: Sequence[Mapping[str, Any]]) -> str | None:
+    """The newest event of a Pending claim that says why it is not bound (the PV
+    controller's ExternalProvisioning, a provisioner's ProvisioningFailed), cleaned of
+    what repeats change; None when there is none, or it only waits for its pod."""
+    dated = [(t, e) for e in events if str(e.get("reason")) not in _CLAIM_NORMAL
+             and (t := refusals.event_time(e)) is not None]
+    if not dated:
+        return None
+    _, newest = max(dated, key=lambda te: te[0])
+    said = " ".join(str(newest.get("message") or "").split())
+    said = said.removeprefix("(combined from similar events): ")
+    return said[:REFUSAL_CHARS] if said else None
