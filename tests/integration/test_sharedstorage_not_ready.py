@@ -156,3 +156,34 @@ def test_an_export_disk_no_provisioner_makes_names_the_class(
         assert "nodes that fit" not in message, message
     finally:
         kubectl("delete", "storageclass", klass, check=False)
+
+
+def test_a_stuck_squid_rollout_is_not_ready_with_its_new_pods_reason(
+        kube: Kube, kubectl: Kubectl, storage_operator: OperatorProcess, ns: str,
+        kwok_pool: str) -> None:
+    """The old squid keeps serving while its replacement finds no node: the real
+    Deployment controller's deadline says the rollout is stuck, and the storage says why
+    instead of Ready with a change that never lands."""
+    spec = {"type": "cvmfs",
+            "cvmfs": {"repositories": ["demo.nightshift.io"], "client": {"pools": [kwok_pool]},
+                      "squid": {"pool": kwok_pool, "replicas": {"min": 1, "max": 1},
+                                "upstreams": ["http://s1.example.org:8000/cvmfs/@fqrn@"]}}}
+    kubectl.apply(storage(ns, "software", spec))
+    wait_ready(kube, storage_operator, ns, "software")
+    # The default deadline is 10 minutes; the operator renders none, so this one stays.
+    kubectl("-n", ns, "patch", "deployment", "software-squid", "--type=merge", "-p",
+            '{"spec": {"progressDeadlineSeconds": 10}}')
+    spec["cvmfs"]["squid"]["pool"] = "no-such-pool"  # type: ignore[index]
+    kubectl.apply(storage(ns, "software", spec))
+
+    def stuck() -> str | None:
+        message = str(condition(get(kube, ns, "software"), "Ready").get("message", ""))
+        return message if ("Deployment software-squid's rollout is stuck, its old pods "
+                           "still serving: " in message
+                           and "is not scheduled" in message) else None
+
+    message = wait_for("the stuck rollout and its pod's reason on Ready", stuck, 120,
+                       explain=lambda: str(get(kube, ns, "software").get("status")))
+    print(message)  # what a user sees, for `pytest -s`
+    assert "has timed out progressing" in message, message
+    assert "spec.cvmfs.squid.pool" in message, message

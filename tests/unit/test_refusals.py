@@ -192,3 +192,18 @@ def test_a_pod_waiting_on_its_claim_is_not_sent_to_the_pools() -> None:
         "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims.")])
     assert line.endswith("it waits for its claim to be bound (the claim's reason is given "
                          "here)"), line
+
+
+def test_a_stuck_rollout_is_a_reason_though_old_pods_serve() -> None:
+    held, _ = converge(storage("cvmfs-eks"))
+    squid = next(o for o in held if o["kind"] == "Deployment")
+    squid["status"] = {"readyReplicas": 2, "conditions": [
+        {"type": "Available", "status": "True"},
+        {"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+         "message": 'ReplicaSet "software-squid-7cc" has timed out progressing.'}]}
+    message = cond(plan(observed(storage("cvmfs-eks"), held)).status or {}, "Ready")["message"]
+    assert (f"Deployment {squid['metadata']['name']}'s rollout is stuck, its old pods still "
+            'serving: ReplicaSet "software-squid-7cc" has timed out progressing.') in message
+    squid["status"]["conditions"][1].update(status="True", reason="NewReplicaSetAvailable")
+    message = cond(plan(observed(storage("cvmfs-eks"), held)).status or {}, "Ready")["message"]
+    assert "rollout is stuck" not in message

@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import deletion, names, podstate, refusals
+from nightshift.api import deletion, names, podstate
 from nightshift.api.conditions import rfc3339
 from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
@@ -253,13 +253,8 @@ def _ready_replicas(obj: Obj | None) -> int:
 def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
              present: Mapping[tuple[str, str], Obj]) -> ssstatus.Observed:
     """The status figures of what was observed, and what is still missing."""
-    # A Deployment says its refused pods in its own ReplicaFailure condition.
-    refused = [*((obj["kind"], obj["metadata"]["name"], said) for obj in present.values()
-                 if obj["kind"] == "Deployment"
-                 and (said := refusals.replica_failure(obj)) is not None), *o.pods_refused]
-    not_ready = [*o.errors, *ssstatus.pods_not_starting(spec.type, o.pods_not_starting,
-                                                st.namespace),
-                 *ssstatus.pods_refused(st.namespace, refused)]
+    not_ready = [*o.errors, *ssstatus.workloads_not_ready(
+        spec.type, st.namespace, o.pods_not_starting, o.pods_refused, present.values())]
     if spec.type == "nfs" and spec.nfs is not None:
         ip = _cluster_ip(present.get(("Service", st.object_name("nfs"))))
         data = present.get(("PersistentVolumeClaim", nfs.data_claim_name(st)))

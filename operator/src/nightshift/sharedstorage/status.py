@@ -9,7 +9,7 @@ rates between two readings, summed over the squids.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +156,19 @@ POOL_FIELDS = {"nfs": ("spec.nfs.pool", "spec.nfs.clients.pools"),
                "cvmfs": ("spec.cvmfs.squid.pool", "spec.cvmfs.client.pools")}
 
 
+def workloads_not_ready(type_: str, namespace: str, stuck: Sequence[podstate.NotStarting],
+                        refused: Sequence[tuple[str, str, str]],
+                        present: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Why the storage's workloads are not all running, each with what to check: pods
+    that do not start, pods refused (a Deployment says so in its own ReplicaFailure
+    condition, the others' events were read into `refused`), rollouts that are stuck."""
+    deployments = [obj for obj in present if obj.get("kind") == "Deployment"]
+    refused = [*((str(d["kind"]), str(d["metadata"]["name"]), said) for d in deployments
+                 if (said := refusals.replica_failure(d)) is not None), *refused]
+    return [*pods_not_starting(type_, stuck, namespace), *pods_refused(namespace, refused),
+            *(why for d in deployments if (why := rollout_stuck(d)) is not None)]
+
+
 def pods_not_starting(type_: str, pods: Sequence[podstate.NotStarting],
                       namespace: str = "") -> list[str]:
     """One NotReady reason per pod that does not start by itself, with what to check."""
@@ -264,3 +277,17 @@ def claim_says(events: Sequence[Mapping[str, Any]]) -> str | None:
     said = " ".join(str(newest.get("message") or "").split())
     said = said.removeprefix("(combined from similar events): ")
     return said[:REFUSAL_CHARS] if said else None
+
+
+def rollout_stuck(deployment: Mapping[str, Any]) -> str | None:
+    """A Deployment whose rollout has not progressed within its deadline (Progressing
+    False, ProgressDeadlineExceeded), or None. Its old pods may still serve, so nothing
+    else shows that the storage's change is not in place: a new squid image that cannot
+    be pulled, a pool with no room for the new pods."""
+    for c in (deployment.get("status") or {}).get("conditions") or []:
+        if (c.get("type") == "Progressing" and c.get("status") == "False"
+                and c.get("reason") == "ProgressDeadlineExceeded"):
+            name = (deployment.get("metadata") or {}).get("name", "")
+            return (f"Deployment {name}'s rollout is stuck, its old pods still serving: "
+                    f"{c.get('message', '')}")
+    return None
