@@ -16,7 +16,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from nightshift.api.runnerwire import Item
+from nightshift.api.itemlookup import Item
 from nightshift.aws.s3store import S3Store, client
 from nightshift.cli import plugin
 from nightshift.cli import plugin_records as prec

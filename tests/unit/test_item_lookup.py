@@ -1,4 +1,4 @@
-"""run.sh (in the user's container) and runnerwire.lookup (in the runner's) find the same item.
+"""run.sh (in the user's container) and itemlookup.lookup (in the runner's) find the same item.
 
 Both read the ConfigMaps the operator renders; the shell side runs in a real /bin/sh,
 with sed and with the `read` loop it falls back to when an image has no sed.
@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nightshift.api import itemfields, names, runnerwire
-from nightshift.api.runnerwire import ConfigError, DataVolume, DirVolume, Item, lookup
+from nightshift.api import itemfields, itemlookup, names
+from nightshift.api.itemlookup import DataVolume, DirVolume, Item, lookup
+from nightshift.api.runnerwire import ConfigError
 from nightshift.pipelinerun import items as render_items
 from nightshift.pipelinerun.spec import ForEach
 from nightshift.runner.config import Paths, resolve_item
@@ -68,7 +69,7 @@ def _run_sh_all(folder: Path, out: Path, indexes: range, sed: bool = True,
     return found
 
 
-def _python(volume: runnerwire.ItemsVolume, ci: int,
+def _python(volume: itemlookup.ItemsVolume, ci: int,
             fields: tuple[str, ...] = ()) -> Item | None:
     try:
         return lookup(volume, ci, fields=fields)
@@ -126,20 +127,20 @@ def test_rerun_maps_to_original_indexes() -> None:
 
 def test_chunk_keys_round_trip_and_sort_numerically() -> None:
     starts = [0, 9, 10, 99, 100, 12345, 499_999]
-    keys = [runnerwire.chunk_key(names.ITEMS_KEY, s) for s in starts]
-    assert [runnerwire.chunk_start(k, names.ITEMS_KEY) for k in keys] == starts
+    keys = [itemlookup.chunk_key(names.ITEMS_KEY, s) for s in starts]
+    assert [itemlookup.chunk_start(k, names.ITEMS_KEY) for k in keys] == starts
     # run.sh walks the chunks in glob (byte) order and stops at the first one past n.
     assert sorted(keys[1:]) == keys[1:]
-    assert runnerwire.chunk_start("items.x", names.ITEMS_KEY) is None
-    assert runnerwire.chunk_start(names.INDEXES_KEY, names.ITEMS_KEY) is None
+    assert itemlookup.chunk_start("items.x", names.ITEMS_KEY) is None
+    assert itemlookup.chunk_start(names.INDEXES_KEY, names.ITEMS_KEY) is None
 
 
 def test_run_sh_is_built_from_the_wire_constants() -> None:
-    assert runnerwire.SH_LOOKUP in render_items.RUN_SH
+    assert itemlookup.SH_LOOKUP in render_items.RUN_SH
     for name in (names.ENV_COMPLETION_INDEX, names.INDEXES_KEY, names.ENV_ITEM,
                  names.ENV_ITEM_INDEX, names.STEP_BINARY):
         assert name in render_items.RUN_SH
-    assert f'"$dir/$1"{runnerwire.CHUNK_SEP}*' in runnerwire.SH_LOOKUP
+    assert f'"$dir/$1"{itemlookup.CHUNK_SEP}*' in itemlookup.SH_LOOKUP
 
 
 # Items as the validator lets them through: no line breaks or NULs, at most 1 KiB; shell

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.api import names, runnerwire
+from nightshift.api import itemlookup, names
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun.spec import ForEach, RangeSource
 
@@ -46,7 +46,7 @@ def test_chunks_stay_under_the_configmap_limit_at_100k_items() -> None:
         assert size < 1_000_000
         key = next(k for k in cm["data"] if k.startswith(names.ITEMS_KEY))
         start = int(cm["metadata"]["annotations"][names.ANNOTATION_ITEM_START])
-        assert key == runnerwire.chunk_key(names.ITEMS_KEY, start) and start == len(lines)
+        assert key == itemlookup.chunk_key(names.ITEMS_KEY, start) and start == len(lines)
         lines += cm["data"][key].splitlines()
         assert cm["metadata"]["annotations"][names.ANNOTATION_ITEMS_TOTAL] == "100000"
     assert lines == items

@@ -10,13 +10,8 @@ from typing import Any
 import pytest
 
 from nightshift.api import names
-from nightshift.api.runnerwire import (
-    CONFIG_VERSION,
-    ArchiveConfig,
-    Item,
-    RunnerConfig,
-    StorageConfig,
-)
+from nightshift.api.itemlookup import Item
+from nightshift.api.runnerwire import CONFIG_VERSION, ArchiveConfig, RunnerConfig, StorageConfig
 from nightshift.cli import plugin_records as prec
 from nightshift.runner import record
 

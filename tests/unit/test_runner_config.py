@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from nightshift.api import names
-from nightshift.api.runnerwire import ConfigError, Item, RunnerConfig
+from nightshift.api.itemlookup import Item
+from nightshift.api.runnerwire import ConfigError, RunnerConfig
 from nightshift.runner import config
 
 BASE = {

@@ -9,7 +9,8 @@ import pytest
 
 from nightshift.api import names
 from nightshift.api.itemfields import expand
-from nightshift.api.runnerwire import ConfigError, DataVolume, Item, all_lines
+from nightshift.api.itemlookup import DataVolume, Item, all_lines
+from nightshift.api.runnerwire import ConfigError
 from nightshift.pipelinerun import items as render_items
 from nightshift.runner.config import Paths, RunnerConfig, fill_template, resolve_item
 

@@ -52,7 +52,7 @@ ANNOTATION_RERUN = f"{GROUP}/rerun-failed"
 # to item, so it holds even when earlier attempts' Jobs are gone.
 ANNOTATION_SKIP_ITEMS = f"{GROUP}/skip-items"
 # On each items (or rerun indexes) ConfigMap chunk: how many lines it holds, the list
-# index of its first line, and the length of the whole list (api/runnerwire.py).
+# index of its first line, and the length of the whole list (api/itemlookup.py).
 ANNOTATION_ITEM_COUNT = f"{GROUP}/item-count"
 ANNOTATION_ITEM_START = f"{GROUP}/item-start"
 ANNOTATION_ITEMS_TOTAL = f"{GROUP}/items-total"
@@ -121,7 +121,7 @@ MOUNT_OUTPUTS = f"{MOUNT_WORK}/outputs"
 # The runner's step wrapper; run.sh execs the step through it when it is there.
 STEP_BINARY = f"{MOUNT_BIN}/step"
 
-# Keys of the items volume (the chunk naming and lookup rules are api/runnerwire.py).
+# Keys of the items volume (the chunk naming and lookup rules are api/itemlookup.py).
 ITEMS_KEY = "items"
 INDEXES_KEY = "indexes"  # retry Jobs: completion index -> original item index
 RUN_SH_KEY = "run.sh"

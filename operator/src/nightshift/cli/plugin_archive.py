@@ -18,7 +18,8 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from nightshift.api.runnerwire import Item, RunnerConfig
+from nightshift.api.itemlookup import Item
+from nightshift.api.runnerwire import RunnerConfig
 from nightshift.cli import plugin_records as prec
 from nightshift.kube import Kube
 

@@ -2,7 +2,7 @@
 
 The unit of a Job stays the *position*: line p of the Job's list, which is the stage's
 item p for attempt 0 and line p of the `indexes` map for a retry or replacement Job
-(api/runnerwire.py). Batching only groups positions: completion index c runs positions
+(api/itemlookup.py). Batching only groups positions: completion index c runs positions
 [c*K, min(P, (c+1)*K)) of the Job's P positions, so a retry Job re-packs the items
 still to run densely (3 failed items of 3 different batches run in one pod, not 3), and
 every record outside the pod (succeededItems, skip-items, the indexes map) stays in

@@ -4,7 +4,7 @@ Items reach a container only through the mounted list and two env vars that run.
 exports; nothing here ever builds a shell line out of an item.
 
 Layout of the items volume (names.MOUNT_ITEMS), a projection of the stage's chunk
-ConfigMaps, each contributing its own keys (the rules are api/runnerwire.py):
+ConfigMaps, each contributing its own keys (the rules are api/itemlookup.py):
   items            items 0..k-1, one per line (the only file below ~900 KB)
   items.0050000    items from index 50000 on (zero-padded start index), and so on
   run.sh           the step wrapper (in the first chunk)
@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nightshift.api import itemfields, names, runnerwire
+from nightshift.api import itemfields, itemlookup, names
 from nightshift.api.itemfields import FIELD_SEP
-from nightshift.api.runnerwire import chunk_key
+from nightshift.api.itemlookup import chunk_key
 from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun.spec import ForEach
 
@@ -312,7 +312,7 @@ fi
 export {names.ENV_ATTEMPT}
 # item_env: the item of position ${names.ENV_COMPLETION_INDEX}, exported with its fields.
 item_env() {{
-{runnerwire.SH_LOOKUP}\
+{itemlookup.SH_LOOKUP}\
 {names.ENV_ITEM}=$item
 {names.ENV_ITEM_INDEX}=$orig
 export {names.ENV_ITEM} {names.ENV_ITEM_INDEX}

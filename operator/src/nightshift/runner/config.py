@@ -13,16 +13,13 @@ from pathlib import Path
 
 from nightshift.api import names
 from nightshift.api.itemfields import FieldsError, expand, parse_fields
+from nightshift.api.itemlookup import DirVolume, Item, lookup, with_fields
 from nightshift.api.runnerwire import (
     ConfigError,
     DataConfig,
-    DirVolume,
-    Item,
     RunnerConfig,
     StorageConfig,
     gather_dir,
-    lookup,
-    with_fields,
 )
 
 # The wire types come from api/runnerwire.py; the runner's modules import them here.
@@ -97,7 +94,7 @@ def load(env: dict[str, str] | None = None) -> RunnerConfig:
 
 
 def resolve_item(paths: Paths, env: dict[str, str] | None = None) -> Item:
-    """The item of this pod: NIGHTSHIFT_ITEM when set, else runnerwire.lookup, as run.sh."""
+    """The item of this pod: NIGHTSHIFT_ITEM when set, else itemlookup.lookup, as run.sh."""
     env = dict(os.environ) if env is None else env
     ci_text = env.get(names.ENV_COMPLETION_INDEX, "")
     ci = int(ci_text) if ci_text.isdigit() else 0

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from nightshift.api.runnerwire import DirVolume, all_lines
+from nightshift.api.itemlookup import DirVolume, all_lines
 from nightshift.aws.s3store import S3Store
 from nightshift.runner.cache import NodeCache
 from nightshift.runner.config import (
