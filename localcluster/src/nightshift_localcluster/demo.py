@@ -40,6 +40,9 @@ console = Console()
 NAMESPACE = "snfactory"
 RELEASE, RELEASE_NAMESPACE = "nightshift", "nightshift"
 NIGHTS = 300
+# How long the kubelet may take to list a freshly imported image in its Node's status
+# (hack/integration.sh waits as long).
+IMAGE_LISTED_TIMEOUT = 120.0
 
 
 def pipeline() -> dict[str, Any]:
@@ -153,7 +156,16 @@ def helm_problem(layout: Layout) -> str | None:
                         str(layout.root)], capture_output=True, text=True, check=False)
     if r.returncode != 0:
         return f"building the operator image failed: {(r.stderr or r.stdout).strip()[-600:]}"
-    return helminstall.real_node_problem(helminstall.real_node(kubectl))
+    # The image is in the node's containerd now, but the kubelet lists it in the Node's
+    # status only at its next status update (seconds, at most a minute or two): without
+    # this wait a fresh clone's demo always fell back to the host process.
+    deadline = time.monotonic() + IMAGE_LISTED_TIMEOUT
+    with console.status("  operator image: waiting for the real node to list it"):
+        while True:
+            why = helminstall.real_node_problem(helminstall.real_node(kubectl))
+            if why is None or time.monotonic() > deadline:
+                return why
+            time.sleep(2)
 
 
 def helm_install(layout: Layout) -> str | None:
