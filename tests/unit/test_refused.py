@@ -19,6 +19,9 @@ from nightshift.api import names
 from nightshift.config import OperatorConfig
 from nightshift.kube import KubeError, Obj
 from nightshift.pipelinerun import reconcile as pipelinerun
+from nightshift.sharedstorage import reconcile as sharedstorage
+from nightshift.sharedstorage.observe import Sources as StorageSources
+from nightshift.sharedstorage.observe import SquidSampler
 from nightshift.virtualcluster import reconcile as virtualcluster
 from nightshift.virtualcluster.observe import CrdCache, Sources
 from nightshift.virtualcluster.provider import CRD_KWOKNODECLASS, CRD_NODEPOOL
@@ -141,3 +144,28 @@ def test_a_nodepool_karpenter_refuses_names_the_pool_fields_it_passes_on() -> No
     assert ready is not None and ready["status"] == cond.FALSE, got.get("status")
     assert 'label "kubernetes.io/hostname" is restricted' in ready["message"], ready
     assert "spec.pools[].labels, taints" in ready["message"], ready
+
+
+def test_a_storage_object_a_full_quota_refuses_says_to_raise_it() -> None:
+    """A LoadBalancer Service past the namespace's quota is the namespace's to raise,
+    not 'a nightshift bug'."""
+    ns, name = NS, "software"
+    storage = {"apiVersion": names.API_VERSION, "kind": names.SHAREDSTORAGE,
+               "metadata": {"name": name, "namespace": ns, "uid": "ss-uid", "generation": 1},
+               "spec": {"type": "cvmfs", "cvmfs": {
+                   "repositories": ["demo.nightshift.io"], "client": {"pools": ["p"]},
+                   "squid": {"pool": "p", "upstreams": ["http://s1.example.org/cvmfs/@fqrn@"],
+                             "service": {"type": "LoadBalancer"}}}}}
+    kube = RefusingKube([storage], "Service", KubeError(
+        403, "Forbidden", f'services "{name}-squid" is forbidden: exceeded quota: physics, '
+        "requested: services.loadbalancers=1, used: services.loadbalancers=0, limited: "
+        "services.loadbalancers=0"))
+    ctx = sharedstorage.Context(kube, StorageSources(
+        sampler=SquidSampler(fetch=lambda url, t: ""), cluster_cidrs=("10.0.0.0/16",)))
+    sharedstorage.reconcile(ctx, ns, name, sharedstorage.LoopState())
+    got = kube.store[kube.path(names.API_VERSION, names.SHAREDSTORAGE, ns, name)]
+    ready = cond.find((got.get("status") or {}).get("conditions"), cond.READY)
+    assert ready is not None and ready["status"] == cond.FALSE, got.get("status")
+    assert "exceeded quota: physics" in ready["message"], ready
+    assert "the namespace's ResourceQuota is full for it: raise the quota" in ready["message"]
+    assert "nightshift bug" not in ready["message"], ready

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from nightshift.api import names
+from nightshift.api import names, refusals
 from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
 from nightshift.engine.passes import Owner, finish_pass
@@ -60,9 +60,8 @@ def _apply(kube: Kube, p: Plan) -> list[str]:
         except KubeError as e:
             if e.status in (409, 429) or e.status >= 500:
                 raise
-            errors.append(f"{key} was refused by the API server ({e.message}); if the "
-                          "message names a field of the spec, fix it there, otherwise "
-                          "this is a nightshift bug: report it")
+            errors.append(f"{key} was refused by the API server ({e.message}); "
+                          f"{_refusal_fix(e.message)}")
     if errors:
         return errors
     for ref in p.prune:
@@ -73,3 +72,14 @@ def _apply(kube: Kube, p: Plan) -> list[str]:
                 raise
             errors.append(f"deleting {ref['kind']}/{ref['name']} was refused ({e.message})")
     return errors
+
+
+def _refusal_fix(message: str) -> str:
+    """What to do about a refused write: a full quota is the namespace's to raise (a
+    LoadBalancer Service, a claim's storage); anything else names a field, or is ours."""
+    if refusals.kind(message) == "quota":
+        return ("the namespace's ResourceQuota is full for it: raise the quota, or ask "
+                "for less (spec.cvmfs.squid.service.type ClusterIP for a LoadBalancer, a "
+                "smaller spec.nfs.backing.pvc.size for a claim)")
+    return ("if the message names a field of the spec, fix it there, otherwise this is a "
+            "nightshift bug: report it")
