@@ -57,6 +57,12 @@ class NotStarting:
         return f"pod {self.pod} container {self.container}: {said}"
 
 
+def ready(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's Ready condition is True."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
 def not_starting(pod: Mapping[str, Any]) -> NotStarting | None:
     """What keeps a Pending pod from starting, or None while it is merely starting."""
     status = pod.get("status") or {}

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
+from nightshift.api.conditions import find
+
 FAILED_CREATE = "FailedCreate"
 # What the built-in controllers write before the API server's words, by event reason.
 POD_CONTROLLERS: Mapping[str, Sequence[str]] = {
@@ -25,6 +27,11 @@ POD_CONTROLLERS: Mapping[str, Sequence[str]] = {
 # API server folds the same refusal into one Event whose last time moves: an Event
 # older than this says nothing of the present.
 EVENT_WINDOW = 600.0
+# Events read per object (one LIST by its uid or name): the recorder folds an object's
+# repeated refusals into one Event after ten, so it holds a few dozen at most within the
+# hour Events live; a LIST's limit takes them in name order, not time order, so it must
+# take them all.
+EVENTS_READ = 100
 
 Kind = Literal["quota", "podsecurity", "limitrange", "other"]
 
@@ -98,8 +105,7 @@ def replica_failure(obj: Mapping[str, Any]) -> str | None:
     """A Deployment's (or ReplicaSet's) refused pod create, from its ReplicaFailure
     condition (the ReplicaSet controller's error, which the Deployment controller copies
     up), cleaned; None while it creates its pods."""
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if (c.get("type") == "ReplicaFailure" and c.get("status") == "True"
-                and c.get("reason") == FAILED_CREATE):
-            return clean(str(c.get("message") or ""))
-    return None
+    c = find((obj.get("status") or {}).get("conditions"), "ReplicaFailure")
+    if c is None or c.get("status") != "True" or c.get("reason") != FAILED_CREATE:
+        return None
+    return clean(str(c.get("message") or ""))

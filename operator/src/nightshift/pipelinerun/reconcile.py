@@ -336,7 +336,7 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
     jname, now = meta["name"], datetime.now(UTC)
 
     def events(selector: str, reason: str) -> list[dict[str, Any]]:
-        return kube.list("v1", "Event", namespace, limit=stalled.EVENTS_READ,
+        return kube.list("v1", "Event", namespace, limit=refusals.EVENTS_READ,
                          field_selector=f"{selector},reason={reason}")
 
     def pods(phase: str, limit: int) -> list[dict[str, Any]]:

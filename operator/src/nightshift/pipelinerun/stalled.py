@@ -42,10 +42,6 @@ NOT_CREATED = "PodsNotCreated"
 WAITING_FOR_QUOTA = "WaitingForQuota"
 # Reasons that do not clear by themselves: the run's Progressing is False while one holds.
 STOPPED = frozenset({NOT_STARTING, NOT_CREATED})
-# The recorder folds a Job's repeated refusals into one Event after ten, so a Job holds
-# a few dozen at most within the hour Events live; a LIST's limit takes them in name
-# order, not time order, so it must take them all.
-EVENTS_READ = 100
 # A stage held before its launcher is made reads its Running workers for one not Ready:
 # MPI stages have tens of workers, and usually all or none of them answer.
 WORKERS_READ = 100
@@ -198,8 +194,7 @@ def workers_unready(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
         if status.get("phase") != "Running" or not any(
                 c.get("name") == mpijob.WORKER_CONTAINER for c in spec.get("containers") or []):
             continue
-        if any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in status.get("conditions") or []):
+        if podstate.ready(pod):
             continue
         name = (pod.get("metadata") or {}).get("name", "")
         port = mpi.ssh_port if mpi else "the ssh port"

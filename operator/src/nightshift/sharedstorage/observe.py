@@ -56,9 +56,6 @@ PODS_READ = 3
 # Running pods read while the storage is not Ready, for a daemon that keeps exiting: a
 # crash loop is not one pod's luck, a few dozen show it (api/podstate.crash_looping).
 CRASH_READ = 20
-# A workload's FailedCreate events read while it is short of pods (api/refusals.py): the
-# recorder folds repeats, so a few dozen at most; a LIST's limit is in name order.
-EVENTS_READ = 100
 # A squid's 5-minute page is a few KB; never read more than this.
 MAX_PAGE = 1 << 20
 
@@ -103,7 +100,7 @@ class SquidSampler:
             ip = (pod.get("status") or {}).get("podIP")
             uid = str(pod.get("metadata", {}).get("uid") or ip)
             left = deadline - self.clock()
-            if not ip or not _ready(pod) or left <= 0:
+            if not ip or not podstate.ready(pod) or left <= 0:
                 continue
             try:
                 text = self.fetch(f"http://{ip}:{squid.PORT}{squid.STATS_PATH}", min(left, 2.0))
@@ -206,11 +203,16 @@ def _claims_waiting(kube: Kube, namespace: str, ours: Sequence[Obj]) -> dict[str
         if obj["kind"] != "PersistentVolumeClaim" or ssstatus.claim_bound(obj):
             continue
         meta = obj["metadata"]
-        events = kube.list("v1", "Event", namespace, limit=EVENTS_READ,
-                           field_selector=f"involvedObject.uid={meta.get('uid')}")
-        if (said := ssstatus.claim_says(events)) is not None:
+        if (said := ssstatus.claim_says(_events(kube, namespace, obj))) is not None:
             out[str(meta["name"])] = said
     return out
+
+
+def _events(kube: Kube, namespace: str, obj: Obj, reason: str = "") -> list[Obj]:
+    """One object's events (of `reason`, when given): one LIST by its uid."""
+    field = f"involvedObject.uid={obj['metadata'].get('uid')}"
+    return kube.list("v1", "Event", namespace, limit=refusals.EVENTS_READ,
+                     field_selector=f"{field},reason={reason}" if reason else field)
 
 
 def _crash_looping(kube: Kube, namespace: str, name: str) -> list[podstate.NotStarting]:
@@ -235,9 +237,7 @@ def _refused(kube: Kube, namespace: str, ours: Sequence[Obj], now: datetime
         if obj["kind"] not in ("StatefulSet", "DaemonSet", "Job") or not ssstatus.short(obj):
             continue
         meta = obj["metadata"]
-        events = kube.list("v1", "Event", namespace, limit=EVENTS_READ,
-                           field_selector=f"involvedObject.uid={meta.get('uid')},"
-                                          f"reason={refusals.FAILED_CREATE}")
+        events = _events(kube, namespace, obj, refusals.FAILED_CREATE)
         if (got := refusals.newest(events, now)) is not None:
             out.append((str(obj["kind"]), str(meta["name"]), got[1]))
     return out
@@ -293,11 +293,6 @@ def _started(pod: Mapping[str, Any]) -> float | None:
                 return None
             return started.timestamp() if started else None
     return None
-
-
-def _ready(pod: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def refers_to(run: Mapping[str, Any], storage: str) -> bool:

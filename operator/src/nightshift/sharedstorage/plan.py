@@ -124,10 +124,9 @@ class Plan:
 def server_pod(pod: Obj) -> gluster.ServerPod:
     """A gluster server pod as the volume commands need it."""
     status = pod.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                for c in status.get("conditions") or [])
     return gluster.ServerPod(name=str(pod["metadata"]["name"]), ip=str(status.get("podIP") or ""),
-                             ready=ready and not pod["metadata"].get("deletionTimestamp"),
+                             ready=podstate.ready(pod)
+                             and not pod["metadata"].get("deletionTimestamp"),
                              node=str((pod.get("spec") or {}).get("nodeName") or ""))
 
 

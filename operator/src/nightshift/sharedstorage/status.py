@@ -284,10 +284,10 @@ def rollout_stuck(deployment: Mapping[str, Any]) -> str | None:
     False, ProgressDeadlineExceeded), or None. Its old pods may still serve, so nothing
     else shows that the storage's change is not in place: a new squid image that cannot
     be pulled, a pool with no room for the new pods."""
-    for c in (deployment.get("status") or {}).get("conditions") or []:
-        if (c.get("type") == "Progressing" and c.get("status") == "False"
-                and c.get("reason") == "ProgressDeadlineExceeded"):
-            name = (deployment.get("metadata") or {}).get("name", "")
-            return (f"Deployment {name}'s rollout is stuck, its old pods still serving: "
-                    f"{c.get('message', '')}")
-    return None
+    c = conditions.find((deployment.get("status") or {}).get("conditions"), "Progressing")
+    if (c is None or c.get("status") != "False"
+            or c.get("reason") != "ProgressDeadlineExceeded"):
+        return None
+    name = (deployment.get("metadata") or {}).get("name", "")
+    return (f"Deployment {name}'s rollout is stuck, its old pods still serving: "
+            f"{c.get('message', '')}")

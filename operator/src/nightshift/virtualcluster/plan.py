@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import deletion, names
-from nightshift.api.conditions import parse_rfc3339, rfc3339
+from nightshift.api.conditions import find, parse_rfc3339, rfc3339
 from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
 from nightshift.virtualcluster import objectnames
@@ -225,8 +225,7 @@ def unanswered(objs: Sequence[Obj], now: datetime) -> list[str]:
         made = parse_rfc3339(obj["metadata"].get("creationTimestamp"))
         if not _awaiting(obj) or made is None or (now - made).total_seconds() < KARPENTER_GRACE:
             continue
-        ready = next((c for c in (obj.get("status") or {}).get("conditions") or []
-                      if c.get("type") == "Ready"), None)
+        ready = find((obj.get("status") or {}).get("conditions"), "Ready")
         said = (f" (Ready is Unknown: {ready.get('reason', '')}: {ready.get('message', '')})"
                 if ready else "")
         out.append(f"{obj['kind']} {obj['metadata']['name']} has no Ready from Karpenter "
@@ -238,8 +237,8 @@ def unanswered(objs: Sequence[Obj], now: datetime) -> list[str]:
 
 def _awaiting(obj: Obj) -> bool:
     """Not yet judged by Karpenter: Ready neither True nor False."""
-    return not any(c.get("type") == "Ready" and c.get("status") in ("True", "False")
-                   for c in (obj.get("status") or {}).get("conditions") or [])
+    ready = find((obj.get("status") or {}).get("conditions"), "Ready")
+    return ready is None or ready.get("status") not in ("True", "False")
 
 
 def blocked(namespace: str, name: str, blockers: Sequence[str]) -> tuple[str, str]:
