@@ -260,9 +260,12 @@ class Kube:
                           dict(patch), content_type="application/merge-patch+json")
 
     def patch_status(self, api_version: str, kind: str, name: str, namespace: str | None,
-                     status: Mapping[str, Any], resource_version: str | None = None) -> Obj:
-        """Replace .status with a merge patch (lists in status are replaced whole)."""
-        patch: dict[str, Any] = {"status": dict(status)}
+                     status: Mapping[str, Any], resource_version: str | None = None,
+                     old: Mapping[str, Any] | None = None) -> Obj:
+        """Replace .status with a merge patch (lists in status are replaced whole). A
+        merge patch keeps what it does not name, so the keys of `old`, the status read,
+        that `status` lacks are sent as null: removed."""
+        patch: dict[str, Any] = {"status": with_removals(old or {}, status)}
         if resource_version:
             # Optimistic concurrency: a stale writer gets 409 and re-reads.
             patch["metadata"] = {"resourceVersion": resource_version}
@@ -366,3 +369,14 @@ def user_namespace(kubeconfig: str | None = None, context: str | None = None) ->
 
 
 _SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def with_removals(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """`new` as a JSON merge patch over `old` (RFC 7386): null for each key of `old` that
+    `new` lacks, at every level of objects both have; lists and values as in `new`."""
+    out: dict[str, Any] = {k: None for k in old if k not in new}
+    for k, v in new.items():
+        was = old.get(k)
+        out[k] = (with_removals(was, v) if isinstance(v, Mapping) and isinstance(was, Mapping)
+                  else v)
+    return out

@@ -58,7 +58,7 @@ class StatusWriter:
             return False
         meta = obj["metadata"]
         kube.patch_status(self.api_version, self.kind, meta["name"], meta.get("namespace"),
-                          dict(new), resource_version=meta.get("resourceVersion"))
+                          dict(new), resource_version=meta.get("resourceVersion"), old=old)
         self.last_write = now
         return True
 
