@@ -149,6 +149,9 @@ class OperatorConfig:
     # node's own images (the local cluster), empty tag: as rendered (untagged).
     storage_image_registry: str = ""
     storage_image_tag: str = ""
+    # How long a cvmfs storage's LoadBalancer Service may wait for its address before
+    # the status says so (on EKS the AWS Load Balancer Controller gives one in seconds).
+    load_balancer_grace: float = 120.0
 
     @classmethod
     def from_env(cls) -> OperatorConfig:
@@ -168,4 +171,6 @@ class OperatorConfig:
             cluster_cidrs=_cidrs(os.environ.get(ENV_CLUSTER_CIDRS, "")),
             storage_image_registry=os.environ.get(ENV_STORAGE_IMAGE_REGISTRY, "").strip(),
             storage_image_tag=os.environ.get(ENV_STORAGE_IMAGE_TAG, "").strip(),
+            load_balancer_grace=float(os.environ.get("NIGHTSHIFT_LB_GRACE",
+                                                     cls.load_balancer_grace)),
         )

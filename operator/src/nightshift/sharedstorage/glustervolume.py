@@ -15,7 +15,7 @@ keeps its runtime directory (and socket) in (gluster.run_host_dir).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nightshift.sharedstorage.gluster import (
@@ -27,6 +27,7 @@ from nightshift.sharedstorage.gluster import (
     ServerPod,
     run_host_dir,
     volume_commands,
+    volume_job_name,
     volume_name,
 )
 from nightshift.sharedstorage.objects import COMPONENT_GLUSTER_VOLUME, Storage, pool_tolerations
@@ -120,3 +121,18 @@ def volume_job(st: Storage, servers: Sequence[ServerPod]) -> dict[str, Any] | No
             },
         },
     }
+
+
+def job_state(st: Storage, job: Mapping[str, Any] | None) -> list[str]:
+    """What the volume Job's state adds to a not-Ready storage: none once it succeeded."""
+    name = volume_job_name(st)
+    if job is None:
+        return [f"the volume is made once every server is ready (Job {name})"]
+    js = job.get("status") or {}
+    if int(js.get("succeeded") or 0) >= 1:
+        return []
+    if any(c.get("type") == "Failed" and c.get("status") == "True"
+           for c in js.get("conditions") or []):
+        return [f"Job {name}, which makes the volume, failed: see kubectl logs -n "
+                f"{st.namespace} job/{name}; delete the Job to try again"]
+    return [f"making the volume (Job {name})"]

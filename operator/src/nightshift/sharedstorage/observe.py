@@ -131,6 +131,8 @@ class Sources:
     cluster_cidrs: tuple[str, ...] = ()
     image_registry: str = ""
     image_tag: str = ""
+    # Seconds a LoadBalancer Service may wait for its address before the status says so.
+    load_balancer_grace: float = 120.0
 
 
 def observe(kube: Kube, sources: Sources, namespace: str, name: str,
@@ -184,6 +186,9 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         claims = _claims_waiting(kube, namespace, ours)
     elif deleting:  # the reclaim Jobs (reclaim.py), which the deletion waits for
         refused = _refused(kube, namespace, [o for o in ours if o["kind"] == "Job"], now)
+    # The squids' load balancer, past its grace with no address: what its controller said.
+    lb = [o for o in ours if o["kind"] == "Service" and not deleting
+          and ssstatus.lb_waiting(o, now, sources.load_balancer_grace)]
     return Observed(
         storage=obj, facts=facts(kube, namespace, spec, sources.cluster_cidrs),
         platform=platform, owned=ours,
@@ -191,7 +196,9 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         server_pods_left=len(server_pods), existing_nodes=existing,
         running_runs=running_runs(kube, namespace, name) if deleting else (), now=now,
         image_registry=sources.image_registry, image_tag=sources.image_tag,
-        pods_not_starting=stuck, pods_refused=refused, claims_waiting=claims)
+        pods_not_starting=stuck, pods_refused=refused, claims_waiting=claims,
+        load_balancer_events=_events(kube, namespace, lb[0]) if lb else (),
+        load_balancer_grace=sources.load_balancer_grace)
 
 
 def _claims_waiting(kube: Kube, namespace: str, ours: Sequence[Obj]) -> dict[str, str]:

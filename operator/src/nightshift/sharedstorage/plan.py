@@ -106,6 +106,10 @@ class Observed:
     pods_refused: Sequence[tuple[str, str, str]] = ()
     # Its Pending claims' newest events that say why (read while not Ready), by name.
     claims_waiting: Mapping[str, str] = field(default_factory=dict)
+    # The events of its LoadBalancer Service while it has waited load_balancer_grace
+    # seconds or more for an address.
+    load_balancer_events: Sequence[Obj] = ()
+    load_balancer_grace: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,9 @@ def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
         requeue = ERROR_REQUEUE
     elif deleting or not ready:
         requeue = BUSY_REQUEUE
+    elif (age := ssstatus.lb_pending(present.get(("Service", st.object_name("squid"))),
+                                     o.now)) is not None and age < o.load_balancer_grace:
+        requeue = o.load_balancer_grace - age  # to say so once the grace is over
     if o.errors:
         # The writes this plan asked for met errors: not again in this pass, and no
         # pruning while the new set is not in place; the next pass retries.
@@ -275,7 +282,7 @@ def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
             endpoints=render.endpoints(o.storage, service_ip=ip or None),
             capacity=capacity or (pvc.size if pvc else None), not_ready=not_ready)
     if spec.type == "glusterfs" and spec.glusterfs is not None:
-        not_ready += _volume_job_state(st, present.get(("Job", gluster.volume_job_name(st))))
+        not_ready += glustervolume.job_state(st, present.get(("Job", gluster.volume_job_name(st))))
         not_ready += _claim_state(st, present, "gluster")
         return ssstatus.Observed(
             servers_wanted=spec.glusterfs.servers,
@@ -297,7 +304,10 @@ def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
             endpoints=render.endpoints(o.storage, load_balancer=lb),
             squid=list(o.squid), not_ready=not_ready,
             squid_scaling=ssstatus.hpa_problem(present.get(
-                ("HorizontalPodAutoscaler", st.object_name("squid"))), st.namespace))
+                ("HorizontalPodAutoscaler", st.object_name("squid"))), st.namespace),
+            squid_load_balancer=ssstatus.lb_problem(
+                svc, o.load_balancer_events, o.now, o.load_balancer_grace,
+                aws=o.platform == "aws"))
     return ssstatus.Observed(endpoints=render.endpoints(o.storage), not_ready=not_ready)
 
 
@@ -308,20 +318,6 @@ def _claim_state(st: Storage, present: Mapping[tuple[str, str], Obj], role: str)
     if ((claim or {}).get("status") or {}).get("phase") == "Bound":
         return []
     return [f"claim {name} is not bound yet"]
-
-
-def _volume_job_state(st: Storage, job: Obj | None) -> list[str]:
-    name = gluster.volume_job_name(st)
-    if job is None:
-        return [f"the volume is made once every server is ready (Job {name})"]
-    js = job.get("status") or {}
-    if int(js.get("succeeded") or 0) >= 1:
-        return []
-    if any(c.get("type") == "Failed" and c.get("status") == "True"
-           for c in js.get("conditions") or []):
-        return [f"Job {name}, which makes the volume, failed: see kubectl logs -n "
-                f"{st.namespace} job/{name}; delete the Job to try again"]
-    return [f"making the volume (Job {name})"]
 
 
 def _finalize(o: Observed) -> Plan:

@@ -35,7 +35,8 @@ class Context:
     def from_config(cls, kube: Kube, config: OperatorConfig) -> Context:
         return cls(kube, Sources(cluster_cidrs=config.cluster_cidrs,
                                  image_registry=config.storage_image_registry,
-                                 image_tag=config.storage_image_tag))
+                                 image_tag=config.storage_image_tag,
+                                 load_balancer_grace=config.load_balancer_grace))
 
 
 def reconcile(ctx: Context, namespace: str, name: str, state: LoopState) -> Outcome:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from nightshift.api import conditions, names, podstate, refusals
@@ -84,6 +85,8 @@ class Observed:
     squid: Sequence[SquidSample] | None = None
     # cvmfs: why the squids' autoscaler cannot scale (hpa_problem), when it cannot.
     squid_scaling: str | None = None
+    # cvmfs: why its LoadBalancer Service has no address (lb_problem), when it has none.
+    squid_load_balancer: str | None = None
     not_ready: Sequence[str] = field(default_factory=tuple)
 
 
@@ -147,6 +150,8 @@ def storage_status(obj: Mapping[str, Any], *, observed: Observed,
         status["squid"] = _squid(observed.squid, observed.servers_ready)
         if observed.squid_scaling:
             status["squid"]["scaling"] = observed.squid_scaling
+        if observed.squid_load_balancer:
+            status["squid"]["loadBalancer"] = observed.squid_load_balancer
     return status
 
 
@@ -254,6 +259,59 @@ def hpa_problem(hpa: Mapping[str, Any] | None, namespace: str) -> str | None:
             return (f"not scaling: {reason}: {said};{fix} kubectl describe hpa -n "
                     f"{namespace} {name}")
     return None
+
+
+def lb_pending(svc: Mapping[str, Any] | None, now: datetime) -> float | None:
+    """Seconds a LoadBalancer Service has been without an address; None for another
+    type, or one with an address."""
+    if svc is None or (svc.get("spec") or {}).get("type") != "LoadBalancer":
+        return None
+    if ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress"):
+        return None
+    made = refusals.parse_time((svc.get("metadata") or {}).get("creationTimestamp"))
+    return None if made is None else max(0.0, (now - made).total_seconds())
+
+
+def lb_waiting(svc: Mapping[str, Any] | None, now: datetime, grace: float) -> bool:
+    """A LoadBalancer Service with no address yet, made at least `grace` seconds ago."""
+    age = lb_pending(svc, now)
+    return age is not None and age >= grace
+
+
+def lb_problem(svc: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]],
+               now: datetime, grace: float, *, aws: bool) -> str | None:
+    """Why the squids' LoadBalancer Service has no address `grace` seconds after it was
+    made: the newest of its events (a load balancer controller's words: a subnet it
+    cannot find, a quota, a refused annotation), or, with none, that nothing in the
+    cluster gives addresses. None while it has one, or may still get one. Clients in the
+    cluster use the Service's DNS name, so this is no reason to be not Ready; but without
+    it a load balancer that never comes looks the same as one on its way."""
+    if svc is None or not lb_waiting(svc, now, grace):
+        return None
+    meta = svc.get("metadata") or {}
+    name, namespace = meta.get("name", ""), meta.get("namespace", "")
+    head = f"LoadBalancer Service {name} has no address after {_span(grace)}"
+    dated = [(t, e) for e in events if (t := refusals.event_time(e)) is not None]
+    if dated:
+        _, newest = max(dated, key=lambda te: te[0])
+        said = " ".join(str(newest.get("message") or "").split())
+        said = said.removeprefix("(combined from similar events): ")[:REFUSAL_CHARS]
+        why = (f"{head}: {newest.get('reason', '')}: {said}; kubectl describe service -n "
+               f"{namespace} {name}")
+    elif aws:
+        why = (f"{head} and no controller has said why: on EKS the AWS Load Balancer "
+               "Controller makes its internal NLB (the Service's aws-load-balancer-type: "
+               "external annotation asks for it): check that it runs")
+    else:
+        why = (f"{head} and no controller has said why: this cluster gives LoadBalancer "
+               "Services no address unless one is installed (MetalLB, cloud-provider-kind)")
+    return (f"{why}; clients in the cluster use its DNS name and are not affected; if no "
+            "client outside the cluster needs the squids, set "
+            "spec.cvmfs.squid.service.type to ClusterIP")
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds / 60:g} minutes" if seconds >= 120 else f"{seconds:g} s"
 
 
 def claim_bound(claim: Mapping[str, Any] | None) -> bool:
