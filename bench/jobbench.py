@@ -16,6 +16,7 @@ import atexit
 import importlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -395,7 +396,5 @@ def run_job(bench: Bench, job: dict[str, Any], cms: list[dict[str, Any]], label:
 
 
 def stats(values: list[float]) -> tuple[float, float, float]:
-    s = sorted(values)
-    mid = len(s) // 2
-    median = s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
-    return s[0], median, s[-1]
+    """(min, median, max)."""
+    return min(values), statistics.median(values), max(values)
