@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -356,3 +356,19 @@ def test_squids_that_cannot_scale_say_why_and_stay_ready() -> None:
     hpa["status"]["conditions"][1].update(status="True", reason="ValidMetricFound")
     squid = (plan(observed(storage("cvmfs-eks"), held)).status or {}).get("squid") or {}
     assert "scaling" not in squid
+
+
+def test_a_storage_long_not_ready_is_looked_at_less_often() -> None:
+    """Not Ready for minutes (a pool with no node, a full quota): the reads that say why
+    are made every minute, not every 10 s; the pods' and workloads' events still wake it."""
+    held, _ = converge(storage("cvmfs-eks"))
+
+    def since(minutes: float) -> Obj:
+        at = (NOW - timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        obj = storage("cvmfs-eks")
+        obj["status"] = {"conditions": [{"type": "Ready", "status": "False", "reason":
+                                         "NotReady", "message": "", "lastTransitionTime": at}]}
+        return obj
+
+    assert plan(observed(since(1), held)).requeue_after == 10.0
+    assert plan(observed(since(6), held)).requeue_after == 60.0

@@ -76,3 +76,15 @@ def find(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> Mapping[
         if c.get("type") == type_:
             return c
     return None
+
+
+def false_for(conds: Iterable[Mapping[str, Any]] | None, type_: str, now: datetime) -> float:
+    """Seconds the condition `type_` has been False (since its lastTransitionTime); 0
+    when it is not False, or says no time."""
+    c = find(conds, type_)
+    try:
+        since = (parse_rfc3339(c.get("lastTransitionTime"))
+                 if c and c.get("status") == FALSE else None)
+    except ValueError:
+        return 0.0
+    return max(0.0, (now - since).total_seconds()) if since else 0.0

@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import deletion, names, podstate
-from nightshift.api.conditions import rfc3339
+from nightshift.api.conditions import READY, false_for, rfc3339
 from nightshift.api.drift import drifted
 from nightshift.api.events import Event, condition_events
 from nightshift.sharedstorage import gluster, glustervolume, nfs, reclaim, render
@@ -48,6 +48,11 @@ DELETING = deletion.DELETING
 # volume Job running), later after an error; when all is Ready the resync applies.
 BUSY_REQUEUE = 10.0
 ERROR_REQUEUE = 30.0
+# Not Ready for this long (a pool with no node, a quota): look every SLOW_REQUEUE, not
+# every 10 s, so the reads that say why are not repeated for hours. Events of its pods
+# and workloads still wake it at once.
+LONG_NOT_READY = 300.0
+SLOW_REQUEUE = 60.0
 
 Obj = Mapping[str, Any]
 
@@ -201,7 +206,8 @@ def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
     if problems or o.errors:
         requeue = ERROR_REQUEUE
     elif deleting or not ready:
-        requeue = BUSY_REQUEUE
+        long = false_for((o.storage.get("status") or {}).get("conditions"), READY, o.now)
+        requeue = SLOW_REQUEUE if not deleting and long >= LONG_NOT_READY else BUSY_REQUEUE
     elif (age := ssstatus.lb_pending(present.get(("Service", st.object_name("squid"))),
                                      o.now)) is not None and age < o.load_balancer_grace:
         requeue = o.load_balancer_grace - age  # to say so once the grace is over
