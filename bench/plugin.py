@@ -41,7 +41,8 @@ from nightshift.api import names, ranges
 from nightshift.cli import plugin
 from nightshift.kube import Kube
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun.plan import ItemsInfo, Observed, plan
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plantypes import ItemsInfo, Observed
 
 console = Console()
 CRD = "pipelineruns.nightshift.io"

@@ -11,7 +11,8 @@ from nightshift.api import names
 from nightshift.api.runnerwire import RunnerConfig, gather_dir
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun import jobs, runnerparts, validate
-from nightshift.pipelinerun.plan import ItemsInfo, plan
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plantypes import ItemsInfo
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.bad_pipelineruns import run as manifest
 from tests.bad_pipelineruns import stage

@@ -10,7 +10,8 @@ import pytest
 
 from nightshift.pipelinerun import mpijob
 from nightshift.pipelinerun.items import RunRef
-from nightshift.pipelinerun.plan import ItemsInfo, Observed, plan
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plantypes import ItemsInfo, Observed
 from nightshift.pipelinerun.spec import Mpi, PipelineRunSpec
 from tests.golden_util import check_golden
 from tests.unit.test_plan import T0, make_run

@@ -12,7 +12,8 @@ import pytest
 from nightshift.api import conditions as cond
 from nightshift.api import names
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun.plan import ItemsInfo, Observed, Plan, plan
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plantypes import ItemsInfo, Observed, Plan
 from tests.bad_pipelineruns import BAD, stage
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)

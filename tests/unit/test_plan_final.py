@@ -16,7 +16,8 @@ from nightshift.api import names, ranges
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun import lost
 from nightshift.pipelinerun import progress as pg
-from nightshift.pipelinerun.plan import Observed, Plan, plan
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plantypes import Observed, Plan
 from tests.bad_pipelineruns import stage
 from tests.unit.test_plan import (
     T0,

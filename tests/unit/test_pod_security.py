@@ -16,7 +16,8 @@ from nightshift.config import OperatorConfig
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun import jobs
 from nightshift.pipelinerun import runnerparts as rp
-from nightshift.pipelinerun.plan import Observed, plan
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plantypes import Observed
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift.runner import cache
 from tests.unit.test_plan import T0, items_for, make_run

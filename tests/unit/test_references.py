@@ -17,7 +17,8 @@ from nightshift.kube import KubeError, Obj
 from nightshift.pipelinerun import reconcile as pipelinerun
 from nightshift.pipelinerun import references
 from nightshift.pipelinerun.itemsource import ResolveError, resolve
-from nightshift.pipelinerun.plan import Observed, plan
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plantypes import Observed
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.bad_pipelineruns import stage
 from tests.bad_sharedstorages import GOOD

@@ -7,7 +7,8 @@ from typing import Any
 
 from nightshift.api import ranges
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun.plan import ItemsInfo, plan
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plantypes import ItemsInfo
 from tests.bad_pipelineruns import stage
 from tests.unit.test_plan import T0, advance, jobs_of, observe, with_status
 

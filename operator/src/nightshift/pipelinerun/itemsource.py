@@ -27,7 +27,7 @@ from nightshift.config import (
 from nightshift.kube import Kube, naming
 from nightshift.pipelinerun import binding
 from nightshift.pipelinerun import items as render_items
-from nightshift.pipelinerun.plan import ItemsInfo
+from nightshift.pipelinerun.plantypes import ItemsInfo
 from nightshift.pipelinerun.spec import FileSource, PipelineRunSpec, S3Storage, Stage, StorageRef
 from nightshift.pipelinerun.validate import MAX_GATHER, check_items
 

@@ -28,7 +28,8 @@ from nightshift.pipelinerun import binding, cost, mpijob, references, stalled
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.lost import lost_jobs
-from nightshift.pipelinerun.plan import Observed, Plan, plan
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plantypes import Observed, Plan
 from nightshift.pipelinerun.samples import failure_sample
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec, Stage
 
