@@ -53,8 +53,12 @@ def test_pools_launch_right_nodes_within_limits_and_run_completes(
     create_vc(kubectl, cleanup, namespace, vc_manifest("physics", [
         {"name": cpu_pool, "class": "compute", "capacity": "spot", "maxCPU": 64,
          "consolidateAfter": "5s"},
+        # A pool's own taints keep other pods off its nodes; the stages that name the
+        # pool tolerate them (pipelinerun/jobs.placement).
         {"name": mem_pool, "class": "memory", "capacity": "on-demand", "maxCPU": 16,
-         "consolidateAfter": "5s"},
+         "consolidateAfter": "5s", "taints": [
+             {"key": "example.org/dedicated", "value": "imaging"},
+             {"key": "example.org/big-memory", "effect": "NoExecute"}]},
     ]))
     ready(kube, namespace, "physics")
     # 12 x 7 CPU = 84 > 64: the reduce stage must wait for the limit, not pass it.
@@ -66,6 +70,7 @@ def test_pools_launch_right_nodes_within_limits_and_run_completes(
     peak = 0.0
     nodes_seen: dict[str, dict[str, str]] = {}
     busy_status: dict[str, Any] = {}
+    mem_taints: list[dict[str, Any]] = []
 
     def finished() -> bool:
         nonlocal peak, busy_status
@@ -74,6 +79,8 @@ def test_pools_launch_right_nodes_within_limits_and_run_completes(
         for pool in (cpu_pool, mem_pool):
             for n in pool_objects(kube, "Node", namespace, "physics", pool):
                 nodes_seen[n["metadata"]["name"]] = n["metadata"]["labels"]
+                if pool == mem_pool:
+                    mem_taints[:] = n["spec"].get("taints") or []
         status = (get_vc(kube, namespace, "physics") or {}).get("status") or {}
         if status.get("nodes") and status.get("hourlyUSD") and not busy_status:
             busy_status = status
@@ -85,6 +92,9 @@ def test_pools_launch_right_nodes_within_limits_and_run_completes(
     by_pool: dict[str, list[dict[str, str]]] = {cpu_pool: [], mem_pool: []}
     for labels in nodes_seen.values():
         by_pool[labels[names.LABEL_POOL]].append(labels)
+    assert {(t["key"], t.get("value"), t["effect"]) for t in mem_taints} >= {
+        ("example.org/dedicated", "imaging", "NoSchedule"),
+        ("example.org/big-memory", None, "NoExecute")}, mem_taints
     assert by_pool[cpu_pool] and by_pool[mem_pool], nodes_seen
     for labels in by_pool[cpu_pool]:
         assert category_of(labels[KWOK_FAMILY]) in CLASS_CATEGORIES["compute"], labels

@@ -61,12 +61,14 @@ def render_job(
     skip_items: str | None = None,
     positions: int | None = None,
     gather_configmaps: Mapping[str, Sequence[str]] | None = None,
+    pool_taints: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes).
 
     `positions`: the items this Job runs (its list's length) when the stage is batched;
     `completions` is then the number of batches, batch.completions(positions, K).
     `gather_configmaps`: the items ConfigMaps of each stage the inputs gather.
+    `pool_taints`: the stage's VirtualCluster pool's own taints (tolerate_pool).
     """
     name = job_name(run.name, stage.name, attempt)
     labels = {**run.labels(stage.name, "stage"), names.LABEL_ATTEMPT: str(attempt)}
@@ -118,6 +120,7 @@ def render_job(
         if skip_items is not None:
             # The items this attempt does not run: its own completion-index map.
             metadata["annotations"][names.ANNOTATION_SKIP_ITEMS] = skip_items
+    tolerate_pool(job_spec["template"]["spec"], pool_taints)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 
@@ -247,6 +250,18 @@ def placement(spec: PipelineRunSpec, stage: Stage, namespace: str) -> dict[str, 
         if spec.virtual_cluster:
             out["affinity"] = virtual_cluster_affinity(spec.virtual_cluster, namespace)
     return out
+
+
+def tolerate_pool(pod_spec: dict[str, Any], taints: Sequence[Mapping[str, Any]]) -> None:
+    """Tolerate the taints a VirtualCluster pool adds to its nodes besides the pool taint
+    (spec.pools[].taints): they keep other pods off the pool, not the stages that name
+    it, whose pods would otherwise never find a node there."""
+    for t in taints:
+        tol = {"key": str(t["key"]), "operator": "Equal" if t.get("value") else "Exists",
+               "effect": str(t.get("effect") or "NoSchedule")}
+        if t.get("value"):
+            tol["value"] = str(t["value"])
+        pod_spec.setdefault("tolerations", []).append(tol)
 
 
 def pod_metadata(stage: Stage, labels: Mapping[str, str]) -> dict[str, Any]:

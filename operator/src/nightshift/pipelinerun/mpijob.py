@@ -16,7 +16,7 @@ attempts, events) applies unchanged.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nightshift.api import names
@@ -28,6 +28,7 @@ from nightshift.pipelinerun.jobs import (
     placement,
     pod_metadata,
     pod_security,
+    tolerate_pool,
 )
 from nightshift.pipelinerun.spec import Mpi, PipelineRunSpec, Stage
 
@@ -84,7 +85,8 @@ def launcher_argv(mpi: Mpi, command: list[str], args: list[str]) -> list[str]:
 
 
 def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
-                  suspend: bool, rerun: int = 0) -> dict[str, Any]:
+                  suspend: bool, rerun: int = 0,
+                  pool_taints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     mpi = stage.mpi
     assert mpi is not None  # noqa: S101  (callers dispatch on stage.mpi)
     step = stage.steps[-1]
@@ -134,6 +136,10 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
     }
     if stage.active_deadline_seconds is not None:
         run_policy["activeDeadlineSeconds"] = stage.active_deadline_seconds
+    templates = {role: _template(spec, stage, run, pod_labels, c, volumes)
+                 for role, c in (("Launcher", launcher), ("Worker", worker))}
+    for template in templates.values():
+        tolerate_pool(template["spec"], pool_taints)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -146,11 +152,9 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
             "launcherCreationPolicy": "WaitForWorkersReady",
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                             "template": _template(spec, stage, run, pod_labels, launcher,
-                                                   volumes)},
+                             "template": templates["Launcher"]},
                 "Worker": {"replicas": mpi.workers, "restartPolicy": "Never",
-                           "template": _template(spec, stage, run, pod_labels, worker,
-                                                 volumes)},
+                           "template": templates["Worker"]},
             },
         },
     }

@@ -339,3 +339,13 @@ def _virtual_cluster(spec: PipelineRunSpec, namespace: str,
     return References(spec.model_copy(update={"stages": stages}), waiting, frozenset(blocked),
                       REASON if waiting else "")
 
+
+def pool_taints(spec: PipelineRunSpec, observed: Mapping[str, Mapping[str, Any] | None],
+                pool: str | None) -> list[Mapping[str, Any]]:
+    """The taints spec.virtualCluster's pool `pool` puts on its nodes besides the pool
+    taint (spec.pools[].taints), which the stage's pods tolerate (jobs.tolerate_pool)."""
+    vc = observed.get(spec.virtual_cluster or "") if spec.virtual_cluster and pool else None
+    for p in ((vc or {}).get("spec") or {}).get("pools") or []:
+        if p.get("name") == pool:
+            return [t for t in p.get("taints") or [] if isinstance(t, Mapping) and t.get("key")]
+    return []
