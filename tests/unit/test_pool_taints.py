@@ -32,7 +32,7 @@ def templates(*stages: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                      virtual_clusters={"chiles": VC}))
     out: dict[str, list[dict[str, Any]]] = {}
     for m in p.apply:
-        st = (m["metadata"].get("labels") or {}).get(names.LABEL_STAGE)
+        st = str((m["metadata"].get("labels") or {}).get(names.LABEL_STAGE))
         if m["kind"] == "Job":
             out[st] = [m["spec"]["template"]["spec"]]
         elif m["kind"] == "MPIJob":
