@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,9 @@ class Pod:
     stage_in_rc: int
     step_rcs: list[int]
     root: Path
+    # Each step's output, stdout then stderr (the kubelet's log, whose last lines become
+    # the termination message with FallbackToLogsOnError).
+    step_out: list[str] = field(default_factory=list)
 
     @property
     def rc(self) -> int:
@@ -75,18 +78,21 @@ def run_pod(gw: VersityGW, root: Path, cfg: dict[str, Any], steps: list[tuple[st
         if rc:
             return Pod(rc, [], root)
         sidecar = subprocess.Popen([str(RUNNER), "commit"], env=env, process_group=pause.pid)
-        rcs = []
+        rcs, outs = [], []
         try:
             for name, script in steps:
-                rcs.append(subprocess.run(
+                done = subprocess.run(
                     ["/bin/sh", str(root / "bin" / "step"), name, "--", "/bin/sh", "-c", script],
-                    env=env, process_group=pause.pid, timeout=300, check=False).returncode)
+                    env=env, process_group=pause.pid, timeout=300, check=False,
+                    capture_output=True, text=True)
+                rcs.append(done.returncode)
+                outs.append(done.stdout + done.stderr)
                 if rcs[-1]:
                     break
         finally:
             sidecar.terminate()  # the kubelet stops native sidecars after the steps
             assert sidecar.wait(30) == 0
-        return Pod(0, rcs, root)
+        return Pod(0, rcs, root, outs)
     finally:
         pause.kill()
         pause.wait()
@@ -185,6 +191,27 @@ def test_commit_failure_exits_75(gw: VersityGW, tmp_path: Path) -> None:
     pod = run_pod(gw, tmp_path, cfg, [("only", 'echo x > "$NIGHTSHIFT_OUTPUTS/x"')], ["x"],
                   cache=False)
     assert pod.step_rcs == [75]
+
+
+def test_a_refused_identity_is_named_in_the_steps_last_words(gw: VersityGW,
+                                                            tmp_path: Path) -> None:
+    """A secret key the server refuses: the step exits 75 and its last line (the pod's
+    termination message, so the run's failure sample) gives the server's refusal and
+    the permissions to check, where it said "see the commit log"."""
+    cfg = config(gw, [], [{"storage": "data", "path": "out/{item}/"}], archive=False)
+    real = gw.secret_key
+    try:
+        gw.secret_key = "not-" + real
+        pod = run_pod(gw, tmp_path, cfg, [("only", 'echo x > "$NIGHTSHIFT_OUTPUTS/x"')],
+                      ["x"], cache=False)
+    finally:
+        gw.secret_key = real
+    assert pod.step_rcs == [75]
+    last = pod.step_out[0].strip().splitlines()[-1]
+    assert "storage unreachable: ClientError: An error occurred (" in last, pod.step_out
+    assert "the pod's S3 identity is refused: the outputs need s3:ListBucket" in last, last
+    assert not keys(gw, "proj/out/"), "nothing committed"
+    print(last)  # what a user sees, for `pytest -s`
 
 
 @pytest.mark.parametrize("with_sha", [True, False], ids=["sha256-metadata", "md5-etag"])

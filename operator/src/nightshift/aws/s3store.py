@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
 
 from nightshift.runner.config import StorageConfig
 from nightshift.runner.store import (
@@ -81,6 +86,8 @@ def is_retryable(err: BaseException) -> bool:
         code = str(err.response.get("Error", {}).get("Code", ""))
         status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
         return code in RETRYABLE_CODES or status >= 500 or status == 429
+    if isinstance(err, NoCredentialsError | PartialCredentialsError):
+        return False  # the pod's setup, not a moment's fault: say so at once
     return isinstance(err, BotoCoreError | ConnectionError | TimeoutError | OSError)
 
 

@@ -189,7 +189,26 @@ def safe(fn: Callable[[], CommitResult], what: str) -> CommitResult:
         return fn()
     except Exception as e:
         log.exception("%s failed", what)
-        return CommitResult(ok=False, error=f"{type(e).__name__}: {e}")
+        return CommitResult(ok=False, error=storage_error(e))
+
+
+def storage_error(e: BaseException) -> str:
+    """An error of the outputs' storage, as the run's failure sample shows it, with what
+    to check for the two a user's setup causes: a pod with no S3 credentials (no
+    credentialsSecret, and no IAM role for its service account) and an identity the
+    bucket refuses."""
+    said = f"{type(e).__name__}: {' '.join(str(e).split())}"
+    if type(e).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+        return (f"{said}; the pod has no S3 credentials: set the storage's credentialsSecret "
+                "(spec.storage[].s3), or the stage's serviceAccountName with an IAM role")
+    response = getattr(e, "response", None)  # a botocore ClientError's
+    meta = response.get("ResponseMetadata") if isinstance(response, dict) else None
+    status = meta.get("HTTPStatusCode") if isinstance(meta, dict) else None
+    if status == 403 or "AccessDenied" in said:
+        return (f"{said}; the pod's S3 identity is refused: the outputs need s3:ListBucket "
+                "on the bucket and s3:GetObject, s3:PutObject, s3:DeleteObject and "
+                "s3:AbortMultipartUpload under their prefix")
+    return said
 
 
 def fifo_signal(path: Path, message: str, stop: float = 3600.0) -> bool:

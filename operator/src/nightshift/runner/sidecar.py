@@ -19,7 +19,14 @@ from typing import Any
 
 from nightshift.aws.s3store import S3Store
 from nightshift.runner import procstat, record
-from nightshift.runner.commit import CommitResult, Committer, fifo_signal, safe, utcnow
+from nightshift.runner.commit import (
+    CommitResult,
+    Committer,
+    fifo_signal,
+    safe,
+    storage_error,
+    utcnow,
+)
 from nightshift.runner.config import Item, Paths, RunnerConfig
 from nightshift.runner.stepsh import EX_TEMPFAIL, FIFO, REQUEST
 from nightshift.runner.store import DirStore
@@ -74,6 +81,7 @@ class Sidecar:
         self.committer = Committer(cfg, paths, item, self.attempt, stores)
         self.stop = threading.Event()
         self.node: dict[str, str | None] = {}
+        self.prepare_error = "not tried"
 
     def _on_term(self, signum: int, frame: object) -> None:
         self.stop.set()
@@ -108,7 +116,7 @@ class Sidecar:
             return 0
         step, rc = req
         if not prepared and not self._prepare():
-            res = CommitResult(ok=False, error="storage unreachable: see the commit log")
+            res = CommitResult(ok=False, error=f"storage unreachable: {self.prepare_error}")
         elif rc == 0:
             res = safe(self.committer.commit_success, "commit")
         else:
@@ -119,7 +127,7 @@ class Sidecar:
         (self.state / RESULT).write_text("ok\n" if res.ok else "failed\n")
         # "failed <why>" on one line: the step script prints it last, so it becomes the
         # step's termination message and the run's failure sample.
-        why = " ".join((res.error or "").split())[:300]
+        why = " ".join((res.error or "").split())[:600]  # the advice comes last
         fifo_signal(self.state / FIFO, "ok" if res.ok else f"failed {why}".rstrip())
         return self._idle()
 
@@ -131,6 +139,8 @@ class Sidecar:
             return True
         except Exception as e:
             log.warning("preparing outputs (will retry): %s", e)
+            # The last error is the one the failure sample shows if it never succeeds.
+            self.prepare_error = storage_error(e)
             return False
 
     def _interleave(self) -> None:
