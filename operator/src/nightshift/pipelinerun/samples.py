@@ -40,13 +40,17 @@ def failure_sample(pod: dict[str, Any]) -> dict[str, Any]:
     exit_code: int | None = None
     reason = status.get("reason") or ""
     message = status.get("message") or ""
+    # The kubelet's own eviction (its scratch or ephemeral storage past the limit) says
+    # why on the pod; the containers it killed say only "Error" and their last lines.
+    evicted = reason == "Evicted"
     for cs in [*(status.get("initContainerStatuses") or []),
                *(status.get("containerStatuses") or [])]:
         term = (cs.get("state") or {}).get("terminated")
         if term and term.get("exitCode", 0) != 0:
             exit_code = int(term["exitCode"])
-            reason = term.get("reason") or reason
-            message = term.get("message") or message
+            if not evicted:
+                reason = term.get("reason") or reason
+                message = term.get("message") or message
             break
     return {
         "index": int(ann.get("batch.kubernetes.io/job-completion-index", -1)),
