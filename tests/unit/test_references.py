@@ -178,6 +178,26 @@ TABLE: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str,
         "WaitingForSecret",
         ["spec.storage[0].s3.credentialsSecret:", "Secret 's3-keys'",
          "--from-literal=AWS_ACCESS_KEY_ID=... --from-literal=AWS_SECRET_ACCESS_KEY=..."]),
+    "pool maxCPU": (
+        {"pool": "gpu", "resources": {"requests": {"cpu": "96", "memory": "8Gi"}}},
+        {"virtualCluster": "chiles"},
+        {"virtual_clusters": {"chiles": {"spec": {"pools": [
+            {"name": "compute"}, {"name": "gpu", "maxCPU": 64}]}}}},
+        {"virtual_clusters": {"chiles": {"spec": {"pools": [
+            {"name": "compute"}, {"name": "gpu", "maxCPU": 128, "maxMemory": "1Ti"}]}}}},
+        "WaitingForVirtualCluster",
+        ["spec.stages[1].resources: one pod asks for 96 CPU, more than pool 'gpu' of "
+         "VirtualCluster 'chiles' may hold in all (maxCPU 64)", "raise the pool's maxCPU"]),
+    "pool maxMemory": (
+        {"pool": "gpu", "resources": {"limits": {"memory": "512Gi"}}},
+        {"virtualCluster": "chiles"},
+        {"virtual_clusters": {"chiles": {"spec": {"pools": [
+            {"name": "compute"}, {"name": "gpu", "maxMemory": "256Gi"}]}}}},
+        {"virtual_clusters": {"chiles": {"spec": {"pools": [
+            {"name": "compute"}, {"name": "gpu", "maxMemory": "1Ti"}]}}}},
+        "WaitingForVirtualCluster",
+        ["spec.stages[1].resources: one pod asks for 512Gi of memory, more than pool 'gpu'",
+         "(maxMemory 256Gi)"]),
     "s3 credentialsSecret key": (
         {"forEach": {"fromS3": {"storage": "raw"}}}, {"storage": S3},
         {"secrets": {"s3-keys": frozenset({"AWS_ACCESS_KEY_ID"})}},

@@ -167,7 +167,7 @@ def check(spec: PipelineRunSpec, namespace: str,
     exist); unread ones are not checked. `volume_claims`: whether each claim of
     `claims()` exists."""
     vc = _virtual_cluster(spec, namespace, observed)
-    parts = [vc, _scratch(vc.spec, observed),
+    parts = [vc, _scratch(vc.spec, observed), _pool_limits(vc.spec, observed),
              _accounts(spec, namespace, accounts or {}),
              _claims(spec, namespace, volume_claims or {}),
              _objects(spec, namespace, {SECRET: secrets or {}, CONFIGMAP: config_maps or {}})]
@@ -238,6 +238,32 @@ def _scratch(spec: PipelineRunSpec,
             "raid0 or a larger root volume, or ask for less; the stage waits until it fits")
         blocked.add(st.name)
     return References(spec, waiting, frozenset(blocked), REASON_SCRATCH if waiting else "")
+
+
+def _pool_limits(spec: PipelineRunSpec,
+                 observed: Mapping[str, Mapping[str, Any] | None]) -> References:
+    """A stage whose one pod asks for more CPU or memory than its pool's maxCPU or
+    maxMemory can never be placed: the pool's NodePool limit caps the nodes Karpenter may
+    launch for it, so no node that fits the pod is ever made, and its pods would stay
+    Pending with the scheduler saying only that no node fits."""
+    vc = observed.get(spec.virtual_cluster or "")
+    pools = {p.get("name"): p for p in ((vc or {}).get("spec") or {}).get("pools") or []}
+    waiting, blocked = [], set()
+    for i, st in enumerate(spec.stages):
+        pool = pools.get(st.pool) or {}
+        asked = {**(st.resources.get("limits") or {}), **(st.resources.get("requests") or {})}
+        for res, limit, what in (("cpu", "maxCPU", "{} CPU"), ("memory", "maxMemory",
+                                                               "{} of memory")):
+            want, cap = podvalues.quantity(asked.get(res)), podvalues.quantity(pool.get(limit))
+            if want is None or cap is None or want <= cap:
+                continue
+            waiting.append(
+                f"spec.stages[{i}].resources: one pod asks for {what.format(asked[res])}, more "
+                f"than pool '{st.pool}' of VirtualCluster '{spec.virtual_cluster}' may hold "
+                f"in all ({limit} {pool[limit]}), so no node for it is ever launched; raise "
+                f"the pool's {limit} or ask for less; the stage waits until it fits")
+            blocked.add(st.name)
+    return References(spec, waiting, frozenset(blocked), REASON if waiting else "")
 
 
 def _root_volume(node_class: Mapping[str, Any]) -> str | None:
