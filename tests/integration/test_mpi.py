@@ -93,6 +93,8 @@ def test_mpi_stage_past_its_deadline_fails_the_run_with_the_reason(
     ep = get_run(kube, namespace, "npb-late")["status"]["stages"][0]
     assert ep["phase"] == "Failed", ep
     assert "DeadlineExceeded" in json.dumps(ep), ep
+    failed = next(c for c in run["status"]["conditions"] if c["type"] == "Failed")
+    assert "it ran longer than its activeDeadlineSeconds" in failed["message"], failed
 
 
 def _refused(kube: Kube, kubectl: Kubectl, namespace: str, name: str,

@@ -268,11 +268,23 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
     return [ready, progressing, failed, invalid]
 
 
+# What to change for the failures a stage's own fields cause, beside the Job's reason or
+# a failed pod's (the kubelet's OOMKilled).
+FAILURE_FIXES = {
+    "DeadlineExceeded": "it ran longer than its activeDeadlineSeconds: raise that, or leave "
+                        "it out for no limit",
+    "OOMKilled": "its pods were killed for memory (OOMKilled): raise its "
+                 "resources.limits.memory",
+}
+
+
 def _failure_text(r: StageRecord) -> str:
     text = f"stage {r['name']}: {r.get('reason') or 'failed'}"
     if r.get("failedItems"):
         text += f", {r.get('failed', 0)} failed items ({r['failedItems']})"
-    return text
+    seen = [r.get("reason"), *(s.get("reason") for s in r.get("failureSamples") or [])]
+    fixes = [FAILURE_FIXES[k] for k in FAILURE_FIXES if k in seen]
+    return "; ".join([text, *fixes])
 
 
 def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
