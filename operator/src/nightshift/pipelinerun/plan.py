@@ -13,7 +13,7 @@ new attempt that runs only the items the record does not hold as succeeded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -333,8 +333,10 @@ class _Planner:
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
             resolving=bool(self.resolve), final=self.final,
-            waiting="; ".join([*self.refs.waiting, *self.binding.missing]),
-            waiting_reason=self.refs.reason or "WaitingForStorage", stalled=stuck)
+            waiting="; ".join([*self.refs.waiting, *self.binding.missing,
+                               *_paused(spec, records)]),
+            waiting_reason=self.refs.reason or (
+                "WaitingForStorage" if self.binding.missing else "Paused"), stalled=stuck)
         if self.obs.unresolved:
             # Nothing is written but the status: the stage waits (or the run fails).
             status, unresolved = unresolved_status(self.old, status, self.obs.unresolved,
@@ -350,6 +352,22 @@ class _Planner:
             requeue_after=self.requeue,
             patch=self.patch,
         )
+
+
+def _paused(spec: PipelineRunSpec | None, records: Sequence[StageRecord]) -> list[str]:
+    """Running stages held at parallelism 0, which otherwise read as plain Running."""
+    if spec is None:
+        return []
+    running = {r["name"] for r in records if r["phase"] == pg.RUNNING}
+    out = []
+    for i, st in enumerate(spec.stages):
+        if st.name not in running or spec.parallelism.get(st.name, st.parallelism) != 0:
+            continue
+        field = (f"spec.parallelism.{st.name}" if st.name in spec.parallelism
+                 else f"spec.stages[{i}].parallelism")
+        out.append(f"{field} is 0: stage {st.name} is paused (its running pods finish, no "
+                   "new ones start); set it above 0 to go on")
+    return out
 
 
 def _stage_state(v: pg.StageView) -> str:
