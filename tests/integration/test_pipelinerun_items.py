@@ -76,6 +76,19 @@ def test_items_from_an_s3_listing(kube: Kube, kubectl: Kubectl, operator: Operat
     # Frozen at start: objects written later do not change the run's items.
     s3.put_object(Bucket="raw", Key="nights/0004.fits", Body=b"x")
     assert _frozen(kube, namespace, "s3") == ["0001.fits", "0002.fits", "0003.fits"]
+    # A suffix off by its case lists nothing: the run fails naming what it listed.
+    kubectl.apply(pipelinerun("s3-none", namespace, [
+        stage("reduce", pool, forEach={"fromS3": {"storage": "raw", "prefix": "nights/",
+                                                  "suffix": ".FITS"}}),
+    ], storage=[{"name": "raw", "s3": {"bucket": "raw", "endpoint": s3server.endpoint,
+                                       "credentialsSecret": "s3"}}]))
+    run = wait_phase(kube, namespace, "s3-none", {"Succeeded", "Failed"}, 60)
+    assert run["status"]["phase"] == "Failed", run["status"]
+    conds = {c["type"]: c for c in run["status"]["conditions"]}
+    for kind in ("Invalid", "Failed"):  # both True, with the same words, as the phase says
+        assert (conds[kind]["status"], conds[kind]["reason"]) == ("True", "InvalidItems")
+        assert ("stage reduce: spec.stages[0].forEach.fromS3: s3://raw/nights/*.FITS lists "
+                "no objects") in conds[kind]["message"], conds[kind]
 
 
 def test_missing_service_account_holds_the_stage_naming_it(

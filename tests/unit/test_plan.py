@@ -360,5 +360,10 @@ def test_unresolved_items_wait_with_a_condition_and_one_event() -> None:
     assert plan(again).events == []
     bad = plan(_replace(obs, unresolved={"a": ("item 3 has a NUL", True)}))
     assert bad.status["phase"] == "Failed"
-    assert any(c["type"] == "Invalid" and c["reason"] == "InvalidItems"
-               for c in bad.status["conditions"])
+    conds = {c["type"]: c for c in bad.status["conditions"]}
+    assert (conds["Invalid"]["status"], conds["Invalid"]["reason"]) == ("True", "InvalidItems")
+    # Failed and Ready agree with the phase (they said NoFailure and "run is Pending").
+    assert (conds["Failed"]["status"], conds["Failed"]["reason"]) == ("True", "InvalidItems")
+    assert conds["Failed"]["message"] == "stage a: item 3 has a NUL"
+    assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == ("False", "Failed")
+    assert len(bad.status["conditions"]) == len(conds), "one condition per type"

@@ -139,6 +139,13 @@ def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage,
             keys = list_keys(target, prefix, src3.suffix)
         except S3Error as e:
             raise ResolveError(f"{field}.fromS3: {e}") from None
+        if not keys:
+            # What was listed, so a bucket, prefix or suffix off by a letter shows.
+            raise ResolveError(
+                f"{field}.fromS3: s3://{target.bucket}/{prefix}*{src3.suffix} lists no "
+                "objects, and a stage needs at least one item; check the storage's bucket "
+                "and prefix and forEach.fromS3.prefix and .suffix (keys are case-sensitive)",
+                invalid=True)
         if src3.strip_prefix:
             keys = [k[len(prefix):].lstrip("/") for k in keys]
         return keys

@@ -336,12 +336,18 @@ def unresolved_status(old: Mapping[str, Any], status: dict[str, Any],
         if invalid:
             new = cond.condition(cond.INVALID, cond.TRUE, "InvalidItems", message, generation)
             status["phase"] = "Failed"
+            # Failed and Ready agree with the phase, as for a spec the planner refuses.
+            also = [cond.condition(cond.FAILED, cond.TRUE, "InvalidItems", message, generation),
+                    cond.condition(cond.READY, cond.FALSE, "Failed", "run is Failed",
+                                   generation)]
         else:
             new = cond.condition(cond.PROGRESSING, cond.FALSE, "ItemsUnresolved", message,
                                  generation)
             status["phase"] = old.get("phase") or "Pending"
-        conds = [*(c for c in conds if c["type"] != new["type"]),
-                 *cond.merge(old_conds, [new], now=now)]
+            also = []
+        types = {c["type"] for c in (new, *also)}
+        conds = [*(c for c in conds if c["type"] not in types),
+                 *cond.merge(old_conds, [new, *also], now=now)]
         prior = cond.find(old_conds, new["type"])
         if prior is None or prior.get("message") != message:
             events.append(("Warning", str(new["reason"]), message))
