@@ -65,11 +65,16 @@ def test_items_from_an_s3_listing(kube: Kube, kubectl: Kubectl, operator: Operat
                            s3server.access_key.encode()).decode(),
                        "AWS_SECRET_ACCESS_KEY": base64.b64encode(
                            s3server.secret_key.encode()).decode()}}, namespace)
-    kubectl.apply(pipelinerun("s3", namespace, [
-        stage("reduce", pool, forEach={"fromS3": {"storage": "raw", "prefix": "nights/",
-                                                  "suffix": ".fits"}}),
-    ], storage=[{"name": "raw", "s3": {"bucket": "raw", "endpoint": s3server.endpoint,
-                                       "credentialsSecret": "s3"}}]))
+
+    def listing(name: str, suffix: str) -> None:
+        """A run of one stage over the nights/ objects ending with `suffix`."""
+        kubectl.apply(pipelinerun(name, namespace, [
+            stage("reduce", pool, forEach={"fromS3": {"storage": "raw", "prefix": "nights/",
+                                                      "suffix": suffix}}),
+        ], storage=[{"name": "raw", "s3": {"bucket": "raw", "endpoint": s3server.endpoint,
+                                           "credentialsSecret": "s3"}}]))
+
+    listing("s3", ".fits")
     run = wait_phase(kube, namespace, "s3", {"Succeeded", "Failed"}, 90)
     assert run["status"]["phase"] == "Succeeded", run["status"]
     assert _frozen(kube, namespace, "s3") == ["0001.fits", "0002.fits", "0003.fits"]
@@ -77,11 +82,7 @@ def test_items_from_an_s3_listing(kube: Kube, kubectl: Kubectl, operator: Operat
     s3.put_object(Bucket="raw", Key="nights/0004.fits", Body=b"x")
     assert _frozen(kube, namespace, "s3") == ["0001.fits", "0002.fits", "0003.fits"]
     # A suffix off by its case lists nothing: the run fails naming what it listed.
-    kubectl.apply(pipelinerun("s3-none", namespace, [
-        stage("reduce", pool, forEach={"fromS3": {"storage": "raw", "prefix": "nights/",
-                                                  "suffix": ".FITS"}}),
-    ], storage=[{"name": "raw", "s3": {"bucket": "raw", "endpoint": s3server.endpoint,
-                                       "credentialsSecret": "s3"}}]))
+    listing("s3-none", ".FITS")
     run = wait_phase(kube, namespace, "s3-none", {"Succeeded", "Failed"}, 60)
     assert run["status"]["phase"] == "Failed", run["status"]
     conds = {c["type"]: c for c in run["status"]["conditions"]}

@@ -84,11 +84,23 @@ def client(storage: StorageConfig, env: dict[str, str] | None = None) -> S3Clien
 def is_retryable(err: BaseException) -> bool:
     if isinstance(err, ClientError):
         code = str(err.response.get("Error", {}).get("Code", ""))
-        status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        status = http_status(err)
         return code in RETRYABLE_CODES or status >= 500 or status == 429
-    if isinstance(err, NoCredentialsError | PartialCredentialsError):
+    if no_credentials(err):
         return False  # the pod's setup, not a moment's fault: say so at once
     return isinstance(err, BotoCoreError | ConnectionError | TimeoutError | OSError)
+
+
+def http_status(err: BaseException) -> int:
+    """The HTTP status a ClientError came with; 0 for any other error."""
+    if not isinstance(err, ClientError):
+        return 0
+    return int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def no_credentials(err: BaseException) -> bool:
+    """boto3 found no credentials (or half of them) where it looks."""
+    return isinstance(err, NoCredentialsError | PartialCredentialsError)
 
 
 def retrying(fn: Callable[[], T], what: str, attempts: int = 6, base: float = 0.5) -> T:

@@ -68,7 +68,7 @@ def render_job(
     `positions`: the items this Job runs (its list's length) when the stage is batched;
     `completions` is then the number of batches, batch.completions(positions, K).
     `gather_configmaps`: the items ConfigMaps of each stage the inputs gather.
-    `pool_taints`: the stage's VirtualCluster pool's own taints (tolerate_pool).
+    `pool_taints`: the stage's VirtualCluster pool's own taints (placement).
     """
     name = job_name(run.name, stage.name, attempt)
     labels = {**run.labels(stage.name, "stage"), names.LABEL_ATTEMPT: str(attempt)}
@@ -99,7 +99,7 @@ def render_job(
         "template": _pod_template(run, spec, stage, attempt, pod_labels,
                                   [*item_configmaps, *indexes_configmaps], runner_image,
                                   completions if positions is None else positions,
-                                  gather_configmaps or {}),
+                                  gather_configmaps or {}, pool_taints),
     }
     if tolerate is not None:
         # In whole batches; the API refuses it above completions (retry Jobs are smaller).
@@ -120,14 +120,14 @@ def render_job(
         if skip_items is not None:
             # The items this attempt does not run: its own completion-index map.
             metadata["annotations"][names.ANNOTATION_SKIP_ITEMS] = skip_items
-    tolerate_pool(job_spec["template"]["spec"], pool_taints)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 
 def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
                   labels: Mapping[str, str], configmaps: Sequence[str],
                   runner_image: str, positions: int,
-                  gather_configmaps: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+                  gather_configmaps: Mapping[str, Sequence[str]],
+                  pool_taints: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     storage = {s.name: s for s in spec.storage}
     parts = runner.runner_parts(
         run=run.name,
@@ -205,7 +205,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         del pod_spec["initContainers"]
     if parts.share_process_namespace:
         pod_spec["shareProcessNamespace"] = True
-    pod_spec.update(placement(spec, stage, run.namespace))
+    pod_spec.update(placement(spec, stage, run.namespace, pool_taints))
     return {"metadata": pod_metadata(stage, labels), "spec": pod_spec}
 
 
@@ -230,11 +230,12 @@ def attempt_env(run: RunRef, stage: Stage, attempt: int) -> list[dict[str, Any]]
     return [{"name": k, "value": v} for k, v in env.items()]
 
 
-def placement(spec: PipelineRunSpec, stage: Stage, namespace: str) -> dict[str, Any]:
+def placement(spec: PipelineRunSpec, stage: Stage, namespace: str,
+              pool_taints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """The pod-spec fields that put a stage's pods where they belong: its service
-    account (or no API token without one), its pool (node selector and the pool
-    taint's toleration) and, in a VirtualCluster, only that VirtualCluster's nodes.
-    Shared by Jobs and MPIJobs."""
+    account (or no API token without one), its pool (node selector, the pool taint's
+    toleration and one for each of `pool_taints`, the pool's own) and, in a
+    VirtualCluster, only that VirtualCluster's nodes. Shared by Jobs and MPIJobs."""
     out: dict[str, Any] = {}
     if stage.service_account_name:
         out["serviceAccountName"] = stage.service_account_name
@@ -246,22 +247,22 @@ def placement(spec: PipelineRunSpec, stage: Stage, namespace: str) -> dict[str, 
     if stage.pool:
         out["nodeSelector"] = {names.LABEL_POOL: stage.pool}
         out["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
-                               "value": stage.pool, "effect": "NoSchedule"}]
+                               "value": stage.pool, "effect": "NoSchedule"},
+                              *map(_toleration, pool_taints)]
         if spec.virtual_cluster:
             out["affinity"] = virtual_cluster_affinity(spec.virtual_cluster, namespace)
     return out
 
 
-def tolerate_pool(pod_spec: dict[str, Any], taints: Sequence[Mapping[str, Any]]) -> None:
-    """Tolerate the taints a VirtualCluster pool adds to its nodes besides the pool taint
-    (spec.pools[].taints): they keep other pods off the pool, not the stages that name
+def _toleration(taint: Mapping[str, Any]) -> dict[str, Any]:
+    """Tolerates a taint a VirtualCluster pool adds to its nodes besides the pool taint
+    (spec.pools[].taints): it keeps other pods off the pool, not the stages that name
     it, whose pods would otherwise never find a node there."""
-    for t in taints:
-        tol = {"key": str(t["key"]), "operator": "Equal" if t.get("value") else "Exists",
-               "effect": str(t.get("effect") or "NoSchedule")}
-        if t.get("value"):
-            tol["value"] = str(t["value"])
-        pod_spec.setdefault("tolerations", []).append(tol)
+    tol = {"key": str(taint["key"]), "operator": "Equal" if taint.get("value") else "Exists",
+           "effect": str(taint.get("effect") or "NoSchedule")}
+    if taint.get("value"):
+        tol["value"] = str(taint["value"])
+    return tol
 
 
 def pod_metadata(stage: Stage, labels: Mapping[str, str]) -> dict[str, Any]:

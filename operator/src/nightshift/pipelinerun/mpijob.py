@@ -28,7 +28,6 @@ from nightshift.pipelinerun.jobs import (
     placement,
     pod_metadata,
     pod_security,
-    tolerate_pool,
 )
 from nightshift.pipelinerun.spec import Mpi, PipelineRunSpec, Stage
 
@@ -136,10 +135,6 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
     }
     if stage.active_deadline_seconds is not None:
         run_policy["activeDeadlineSeconds"] = stage.active_deadline_seconds
-    templates = {role: _template(spec, stage, run, pod_labels, c, volumes)
-                 for role, c in (("Launcher", launcher), ("Worker", worker))}
-    for template in templates.values():
-        tolerate_pool(template["spec"], pool_taints)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -152,16 +147,19 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
             "launcherCreationPolicy": "WaitForWorkersReady",
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                             "template": templates["Launcher"]},
+                             "template": _template(spec, stage, run, pod_labels, launcher,
+                                                   volumes, pool_taints)},
                 "Worker": {"replicas": mpi.workers, "restartPolicy": "Never",
-                           "template": templates["Worker"]},
+                           "template": _template(spec, stage, run, pod_labels, worker,
+                                                 volumes, pool_taints)},
             },
         },
     }
 
 
 def _template(spec: PipelineRunSpec, stage: Stage, run: RunRef, labels: Mapping[str, str],
-              container: dict[str, Any], volumes: list[dict[str, Any]]) -> dict[str, Any]:
+              container: dict[str, Any], volumes: list[dict[str, Any]],
+              pool_taints: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "containers": [container],
         "enableServiceLinks": False,
@@ -169,7 +167,7 @@ def _template(spec: PipelineRunSpec, stage: Stage, run: RunRef, labels: Mapping[
     }
     if volumes:
         pod["volumes"] = copy.deepcopy(volumes)
-    pod.update(placement(spec, stage, run.namespace))
+    pod.update(placement(spec, stage, run.namespace, pool_taints))
     return {"metadata": pod_metadata(stage, labels), "spec": pod}
 
 

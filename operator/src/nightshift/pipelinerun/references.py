@@ -220,11 +220,11 @@ def _scratch(spec: PipelineRunSpec,
     if vc is None or (vc.get("status") or {}).get("provider") != "aws":
         return References(spec)
     vc_spec = vc.get("spec") or {}
-    pools = {p.get("name"): p for p in vc_spec.get("pools") or []}
+    pools = _pools(vc)
     root = _root_volume(vc_spec.get("nodeClass") or {})
     waiting, blocked = [], set()
     for i, st in enumerate(spec.stages):
-        pool = pools.get(st.pool)
+        pool = pools.get(st.pool or "")
         if st.scratch is None or pool is None or pool.get("localDisk") or root is None:
             continue
         size, room = podvalues.quantity(st.scratch.size), podvalues.quantity(root)
@@ -246,11 +246,10 @@ def _pool_limits(spec: PipelineRunSpec,
     maxMemory can never be placed: the pool's NodePool limit caps the nodes Karpenter may
     launch for it, so no node that fits the pod is ever made, and its pods would stay
     Pending with the scheduler saying only that no node fits."""
-    vc = observed.get(spec.virtual_cluster or "")
-    pools = {p.get("name"): p for p in ((vc or {}).get("spec") or {}).get("pools") or []}
+    pools = _pools(observed.get(spec.virtual_cluster or ""))
     waiting, blocked = [], set()
     for i, st in enumerate(spec.stages):
-        pool = pools.get(st.pool) or {}
+        pool = pools.get(st.pool or "") or {}
         asked = {**(st.resources.get("limits") or {}), **(st.resources.get("requests") or {})}
         for res, limit, what in (("cpu", "maxCPU", "{} CPU"), ("memory", "maxMemory",
                                                                "{} of memory")):
@@ -369,9 +368,13 @@ def _virtual_cluster(spec: PipelineRunSpec, namespace: str,
 def pool_taints(spec: PipelineRunSpec, observed: Mapping[str, Mapping[str, Any] | None],
                 pool: str | None) -> list[Mapping[str, Any]]:
     """The taints spec.virtualCluster's pool `pool` puts on its nodes besides the pool
-    taint (spec.pools[].taints), which the stage's pods tolerate (jobs.tolerate_pool)."""
-    vc = observed.get(spec.virtual_cluster or "") if spec.virtual_cluster and pool else None
-    for p in ((vc or {}).get("spec") or {}).get("pools") or []:
-        if p.get("name") == pool:
-            return [t for t in p.get("taints") or [] if isinstance(t, Mapping) and t.get("key")]
-    return []
+    taint (spec.pools[].taints), which the stage's pods tolerate (jobs.placement)."""
+    if not spec.virtual_cluster or not pool:
+        return []
+    taints = _pools(observed.get(spec.virtual_cluster)).get(pool, {}).get("taints") or []
+    return [t for t in taints if isinstance(t, Mapping) and t.get("key")]
+
+
+def _pools(vc: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    """A VirtualCluster's spec.pools by name ({} for none, or one not read)."""
+    return {str(p.get("name")): p for p in ((vc or {}).get("spec") or {}).get("pools") or []}

@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nightshift.aws.s3store import S3Store
+from nightshift.aws.s3store import S3Store, http_status, no_credentials
 from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, fill_template
 from nightshift.runner.store import DirStore, ObjectInfo, sha256_file, walk_files
 
@@ -198,13 +198,10 @@ def storage_error(e: BaseException) -> str:
     credentialsSecret, and no IAM role for its service account) and an identity the
     bucket refuses."""
     said = f"{type(e).__name__}: {' '.join(str(e).split())}"
-    if type(e).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+    if no_credentials(e):
         return (f"{said}; the pod has no S3 credentials: set the storage's credentialsSecret "
                 "(spec.storage[].s3), or the stage's serviceAccountName with an IAM role")
-    response = getattr(e, "response", None)  # a botocore ClientError's
-    meta = response.get("ResponseMetadata") if isinstance(response, dict) else None
-    status = meta.get("HTTPStatusCode") if isinstance(meta, dict) else None
-    if status == 403 or "AccessDenied" in said:
+    if http_status(e) == 403 or "AccessDenied" in said:
         return (f"{said}; the pod's S3 identity is refused: the outputs need s3:ListBucket "
                 "on the bucket and s3:GetObject, s3:PutObject, s3:DeleteObject and "
                 "s3:AbortMultipartUpload under their prefix")

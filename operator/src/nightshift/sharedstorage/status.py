@@ -291,11 +291,8 @@ def lb_problem(svc: Mapping[str, Any] | None, events: Sequence[Mapping[str, Any]
     meta = svc.get("metadata") or {}
     name, namespace = meta.get("name", ""), meta.get("namespace", "")
     head = f"LoadBalancer Service {name} has no address after {_span(grace)}"
-    dated = [(t, e) for e in events if (t := refusals.event_time(e)) is not None]
-    if dated:
-        _, newest = max(dated, key=lambda te: te[0])
-        said = " ".join(str(newest.get("message") or "").split())
-        said = said.removeprefix("(combined from similar events): ")[:REFUSAL_CHARS]
+    if (found := _newest(events)) is not None:
+        newest, said = found
         why = (f"{head}: {newest.get('reason', '')}: {said}; kubectl describe service -n "
                f"{namespace} {name}")
     elif aws:
@@ -327,14 +324,21 @@ def claim_says(events: Sequence[Mapping[str, Any]]) -> str | None:
     """The newest event of a Pending claim that says why it is not bound (the PV
     controller's ExternalProvisioning, a provisioner's ProvisioningFailed), cleaned of
     what repeats change; None when there is none, or it only waits for its pod."""
-    dated = [(t, e) for e in events if str(e.get("reason")) not in _CLAIM_NORMAL
+    found = _newest(events, skip=_CLAIM_NORMAL)
+    return found[1] if found and found[1] else None
+
+
+def _newest(events: Sequence[Mapping[str, Any]], skip: frozenset[str] = frozenset()
+            ) -> tuple[Mapping[str, Any], str] | None:
+    """The newest of `events` (but those whose reason is in `skip`) and its message on
+    one line, without the recorder's fold, cut to REFUSAL_CHARS; None when there is none."""
+    dated = [(t, e) for e in events if str(e.get("reason")) not in skip
              and (t := refusals.event_time(e)) is not None]
     if not dated:
         return None
     _, newest = max(dated, key=lambda te: te[0])
     said = " ".join(str(newest.get("message") or "").split())
-    said = said.removeprefix("(combined from similar events): ")
-    return said[:REFUSAL_CHARS] if said else None
+    return newest, said.removeprefix("(combined from similar events): ")[:REFUSAL_CHARS]
 
 
 def rollout_stuck(deployment: Mapping[str, Any]) -> str | None:
