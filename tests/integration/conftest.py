@@ -47,6 +47,7 @@ LONG_FILES_FIRST = (
     "test_examples_more.py", "test_pipelinerun_stalled.py", "test_mpi.py",
     "test_virtualcluster.py", "test_gluster_real.py", "test_sharedstorage.py",
     "test_sharedstorage_not_ready.py", "test_sharedstorage_real.py", "test_cost.py",
+    "test_pipelinerun_evicted.py",
     "test_pipelinerun_validation.py", "test_validate_parity.py",
     "test_virtualcluster_lifecycle.py", "test_simulate.py", "test_faults.py",
     "test_pipelinerun_operations.py", "test_pipelinerun_final.py",

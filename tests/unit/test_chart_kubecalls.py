@@ -209,7 +209,7 @@ def pipelinerun_calls() -> set[Key]:
     job["status"] = {"failed": 2, "ready": 0, "startTime": "2025-03-01T12:00:00Z"}
     kube.put(job)
     pipelinerun.reconcile(kube, config, NS, "nightly", state)
-    state.stalls[job["metadata"]["name"]].since -= stalled.STALL_SECONDS
+    state.pods.stalls[job["metadata"]["name"]].since -= stalled.STALL_SECONDS
     pipelinerun.reconcile(kube, config, NS, "nightly", state)
     # Suspending the run patches the running Job.
     run_path = kube.path(names.API_VERSION, names.PIPELINERUN, NS, "nightly")

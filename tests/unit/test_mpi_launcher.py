@@ -139,7 +139,7 @@ def _passes(kube: RecordingKube, state: pipelinerun.LoopState, config: OperatorC
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     now = [1000.0]
-    monkeypatch.setattr("nightshift.pipelinerun.reconcile.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("nightshift.pipelinerun.observe.time.monotonic", lambda: now[0])
     return now
 
 
@@ -201,4 +201,4 @@ def test_reconcile_reads_the_launcher_jobs_own_refusals(clock: list[float]) -> N
     pipelinerun.reconcile(kube, config, "physics", "nightly", state)
     prog = condition_of(kube.store[kube.path(names.API_VERSION, names.PIPELINERUN, "physics",
                                              "nightly")], "Progressing")
-    assert prog["reason"] == "Running" and state.stalls == {}
+    assert prog["reason"] == "Running" and state.pods.stalls == {}

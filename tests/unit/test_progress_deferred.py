@@ -28,7 +28,7 @@ def test_sooner_keeps_the_earlier_delay_and_none_means_resync() -> None:
 def _setup(monkeypatch: pytest.MonkeyPatch) -> tuple[RecordingKube, pipelinerun.LoopState,
                                                      list[float], str]:
     clock = [1000.0]
-    monkeypatch.setattr("nightshift.pipelinerun.reconcile.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("nightshift.pipelinerun.observe.time.monotonic", lambda: clock[0])
     kube = RecordingKube([make_run([stage("calib", forEach={"items": list("abcdef")})])])
     state = pipelinerun.LoopState()
     state.writer.clock = lambda: clock[0]

@@ -195,7 +195,7 @@ def _reconcile_setup(monkeypatch: pytest.MonkeyPatch, pending: list[dict[str, An
                      ) -> tuple[RecordingKube, pipelinerun.LoopState, list[float], str]:
     """A run whose stage Job exists with 2 pods active and none ready, and its pods."""
     clock = [1000.0]
-    monkeypatch.setattr("nightshift.pipelinerun.reconcile.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("nightshift.pipelinerun.observe.time.monotonic", lambda: clock[0])
     kube = RecordingKube([make_run([stage("calib", image="pyton:3.12",
                                           forEach={"items": ["a", "b"]})])])
     state = pipelinerun.LoopState()
@@ -244,7 +244,7 @@ def test_reconcile_reads_pending_pods_only_after_the_stall(monkeypatch: pytest.M
     kube.put(job)
     read, prog = _pass(kube, state)
     assert not read and prog["reason"] == "Running"
-    assert state.stalls == {}
+    assert state.pods.stalls == {}
 
 
 def test_pods_busy_in_earlier_steps_are_read_ever_less_often(

@@ -163,7 +163,7 @@ def test_a_refused_stage_stops_the_run_before_one_waiting_for_nodes() -> None:
 def test_reconcile_reads_the_jobs_events_only_after_the_stall(
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
-    monkeypatch.setattr("nightshift.pipelinerun.reconcile.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("nightshift.pipelinerun.observe.time.monotonic", lambda: clock[0])
     kube = RecordingKube([make_run([stage("calib", forEach={"items": ["a", "b"]})])])
     state = pipelinerun.LoopState()
     config = OperatorConfig.from_env()
@@ -203,7 +203,7 @@ def test_reconcile_reads_the_jobs_events_only_after_the_stall(
     kube.put(job)
     read, prog = one_pass()
     assert not read and prog["reason"] == "Running"
-    assert state.stalls == {}
+    assert state.pods.stalls == {}
 
 
 def condition_of(run: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -245,7 +245,7 @@ def test_the_mpi_operators_refusal_is_said_with_its_field() -> None:
 def test_reconcile_reads_an_mpi_stages_pods_then_its_mpijobs_events(
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
-    monkeypatch.setattr("nightshift.pipelinerun.reconcile.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("nightshift.pipelinerun.observe.time.monotonic", lambda: clock[0])
     run = make_run([{"name": "ep", "image": "mpi:dev", "mpi": {"workers": 2},
                      "steps": [{"name": "ep", "command": ["ep"]}]}])
     kube = RecordingKube([run])
@@ -291,7 +291,7 @@ def test_reconcile_reads_an_mpi_stages_pods_then_its_mpijobs_events(
     mpi["status"] = {"replicaStatuses": {"Worker": {"active": 2}, "Launcher": {"active": 1}}}
     kube.put(mpi)
     read, prog = one_pass()
-    assert read == set() and prog["reason"] == "Running" and state.stalls == {}
+    assert read == set() and prog["reason"] == "Running" and state.pods.stalls == {}
 
 
 def partial(**status: Any) -> dict[str, Any]:
@@ -325,7 +325,7 @@ def test_with_pods_running_only_a_full_quota_is_said() -> None:
 def test_reconcile_says_a_stage_runs_short_of_its_pods_for_the_quota(
         monkeypatch: pytest.MonkeyPatch) -> None:
     clock = [1000.0]
-    monkeypatch.setattr("nightshift.pipelinerun.reconcile.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("nightshift.pipelinerun.observe.time.monotonic", lambda: clock[0])
     kube = RecordingKube([make_run([stage("calib", parallelism=4,
                                           forEach={"items": list("abcdefgh")})])])
     state = pipelinerun.LoopState()

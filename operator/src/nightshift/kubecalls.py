@@ -130,7 +130,8 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(CORE, "configmaps", "create patch", NAMESPACE, _K,
            f"pipelinerun/itemsource and plan: item and rerun-index ConfigMaps ({_SSA})"),
     *_rows(CORE, "pods", "list", NAMESPACE, _K,
-           "pipelinerun/reconcile failure samples (failed pods of one Job, limit 5), "
+           "pipelinerun/observe failure samples (failed pods of one Job, limit 5), "
+           "a running Job's Failed pods for evictions (limit 20, every 60 s), "
            "a stalled Job's Pending pods (limit 3), an MPI stage's Running workers while "
            "its launcher is not made (limit its workers, at most 100) and a lost Job's "
            "live pods (limit 1); "

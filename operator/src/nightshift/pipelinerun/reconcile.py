@@ -3,13 +3,13 @@
 The API cost of a pass is O(stages): one GET of the run, one LIST of its Jobs, one
 LIST of its items ConfigMaps, a GET of each SharedStorage, VirtualCluster,
 ServiceAccount, claim, Secret and ConfigMap it names (references.py; the last three
-only while something of it may start), and failed-pod samples only when a stage's
-failure count moved. Never a list of all pods, nor of all Secrets.
+only while something of it may start), and the few pod reads of observe.py (failure
+samples when a stage's failure count moved, a stalled Job's Pending pods, a running
+Job's Failed pods once a minute). Never a list of all pods, nor of all Secrets.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -17,21 +17,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift import metrics
-from nightshift.api import names, refusals
+from nightshift.api import names
 from nightshift.api.requeue import sooner
 from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
 from nightshift.engine.passes import post_events
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
-from nightshift.pipelinerun import binding, cost, mpijob, references, stalled
+from nightshift.pipelinerun import binding, cost, mpijob, references
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.lost import lost_jobs
+from nightshift.pipelinerun.observe import PodReads
 from nightshift.pipelinerun.plan import plan
 from nightshift.pipelinerun.plantypes import Observed, Plan
-from nightshift.pipelinerun.samples import failure_sample
-from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec, Stage
+from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 
 # Status fields that move with every pod: written at most every progress_interval.
 # succeededItems (the ranges a lost Job's replacement skips) moves with every pod too:
@@ -47,16 +47,14 @@ class LoopState:
 
     writer: StatusWriter = field(default_factory=lambda: StatusWriter(
         names.API_VERSION, names.PIPELINERUN, PROGRESS_KEYS))
-    failed_seen: dict[str, int] = field(default_factory=dict)
-    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Failure samples, stalls and evictions: what the few pod reads found (observe.py).
+    pods: PodReads = field(default_factory=PodReads)
     # The cost integration (pipelinerun/cost.py): Ready counts the Job watch saw since
     # the last pass, where the integration stands, and the newest status.cost (the
     # status write is throttled; the figures must not be).
     ready_samples: list[cost.Sample] = field(default_factory=list)
     tally: cost.Tally | None = None
     cost: dict[str, Any] | None = None
-    # Job -> its pods' stall: since when none is ready, when to read them next, why.
-    stalls: dict[str, stalled.Stall] = field(default_factory=dict)
     # UIDs of the run's Jobs the watch has seen finish: each finish wakes the loop for a
     # pass now (the barrier to the next stage, the run's end), once.
     finished_jobs: set[str] = field(default_factory=set)
@@ -95,8 +93,8 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
             if e.status != 404:
                 raise
     items = frozen_items(kube, namespace, name, spec) if spec else {}
-    samples = _failure_samples(kube, namespace, jobs, state)
-    stuck = _stalled(kube, namespace, jobs, spec, state)
+    samples = state.pods.failure_samples(kube, namespace, jobs)
+    stuck = state.pods.held(kube, namespace, jobs, spec)
     # Rare (a stage Job deleted mid-run): one short pod LIST per lost Job.
     live = {job: len(kube.list("v1", "Pod", namespace,
                                label_selector=itemsmod.label_selector(labels),
@@ -214,16 +212,7 @@ def _finish(kube: Kube, config: OperatorConfig, state: LoopState, run: dict[str,
     terminal = p.status.get("phase") in TERMINAL_PHASES
     return Outcome(requeue_after=None if terminal
                    else sooner(sooner(p.requeue_after, state.writer.deferred),
-                               _next_stall_read(state)))
-
-
-def _next_stall_read(state: LoopState) -> float | None:
-    """Seconds until a stalled Job is due a read: a pass then, not a requeue interval
-    later, so a stage says why STALL_SECONDS after its pods stopped, not up to twice that."""
-    now = time.monotonic()
-    due = [max(st.since + stalled.STALL_SECONDS, st.next_read) - now
-           for st in state.stalls.values()]
-    return max(min(due), 1.0) if due else None
+                               state.pods.next_read()))
 
 
 def _apply(kube: Kube, namespace: str, p: Plan) -> list[tuple[str, str]]:
@@ -275,95 +264,6 @@ def _why(e: KubeError) -> str:
     # naming() put "applying Job x: " in front; the object is named apart already.
     message = e.message.partition(": ")[2] if e.obj else e.message
     return f"{e.status} {e.reason}: {message}"
-
-
-def _failure_samples(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
-                     state: LoopState) -> dict[str, list[dict[str, Any]]]:
-    """A few failed pods per stage, re-read only when a Job's failure count moved."""
-    for job in jobs:
-        jname = job["metadata"]["name"]
-        failed = int((job.get("status") or {}).get("failed") or 0)
-        if failed == 0 or state.failed_seen.get(jname) == failed:
-            continue
-        pods = kube.list("v1", "Pod", namespace, label_selector=itemsmod.job_pods_selector(job),
-                         field_selector="status.phase=Failed", limit=5)
-        stage = (job["metadata"].get("labels") or {}).get(names.LABEL_STAGE, jname)
-        state.samples[stage] = [failure_sample(p) for p in pods[:5]]
-        state.failed_seen[jname] = failed
-    return dict(state.samples)
-
-
-def _stalled(kube: Kube, namespace: str, jobs: list[dict[str, Any]],
-             spec: PipelineRunSpec | None, state: LoopState) -> dict[str, tuple[str, str]]:
-    """Why a stage's pods do not start (stalled.py): a few Pending pods, read once its Job
-    has had active pods and none ready for STALL_SECONDS, then again every STALL_SECONDS
-    while they say why, and ever less often while they do not (a stage's earlier steps
-    run as init containers: its pods are Pending, and fine, for as long as those run).
-    A Job with no pod at all for as long has its refusal events read instead; an MPI
-    stage whose workers or launcher are not all running, what stalled.to_read says."""
-    index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
-    now, out = time.monotonic(), {}
-    seen = set()
-    for job in jobs:
-        meta = job["metadata"]
-        jname = meta["name"]
-        stage = (meta.get("labels") or {}).get(names.LABEL_STAGE, "")
-        if spec is None or stage not in index:
-            continue
-        i = index[stage]
-        mpi = spec.stages[i].mpi
-        what = stalled.to_read(job, mpi.workers if mpi else None)
-        if not what:
-            continue
-        seen.add(jname)
-        st = state.stalls.get(jname)
-        if st is None or st.what != what:
-            st = state.stalls[jname] = stalled.Stall(since=now, what=what)
-        if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
-            st.read(_read_stall(kube, namespace, job, what, spec.stages[i], i), now)
-        if st.found:
-            out[stage] = st.found
-    for jname in set(state.stalls) - seen:
-        del state.stalls[jname]
-    return out
-
-
-def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stage: Stage,
-                i: int) -> tuple[str, str] | None:
-    """One stalled Job's reads (stalled.to_read's `what`), each only while the ones
-    before it said nothing: Pending pods; refusal events (the Job's, the MPIJob's, or
-    its launcher Job's since the MPIJob was made); an MPI stage's Running workers."""
-    meta = job["metadata"]
-    jname, now = meta["name"], datetime.now(UTC)
-
-    def events(selector: str, reason: str) -> list[dict[str, Any]]:
-        return kube.list("v1", "Event", namespace, limit=refusals.EVENTS_READ,
-                         field_selector=f"{selector},reason={reason}")
-
-    def pods(phase: str, limit: int) -> list[dict[str, Any]]:
-        return kube.list("v1", "Pod", namespace, label_selector=itemsmod.job_pods_selector(job),
-                         field_selector=f"status.phase={phase}", limit=limit)[:limit]
-
-    found = None
-    if what in ("pods", "mpi", "launcher"):
-        found = stalled.summary(stage, i, pods("Pending", stalled.PODS_READ))
-    if found is None and what in ("events", "more"):
-        found = stalled.not_created(stage, i, jname, events(
-            f"involvedObject.uid={meta.get('uid')}", stalled.JOB_REFUSED), now,
-            some=what == "more")
-    if found is None and what in ("mpi", "gang"):
-        found = stalled.not_created(stage, i, jname, events(
-            f"involvedObject.uid={meta.get('uid')}", stalled.MPI_REFUSED), now, whose="mpi")
-    if found is None and what == "launcher":
-        launcher = jname + mpijob.LAUNCHER_SUFFIX
-        made = refusals.parse_time(meta.get("creationTimestamp"))
-        found = stalled.not_created(stage, i, launcher, events(
-            f"involvedObject.kind=Job,involvedObject.name={launcher}", stalled.JOB_REFUSED),
-            now, whose="launcher", after=made)  # not a same-named Job's from before
-    if found is None and what == "gang" and stage.mpi:
-        found = stalled.workers_unready(stage, i, pods(
-            "Running", min(stage.mpi.workers, stalled.WORKERS_READ)))
-    return found
 
 
 def _cost(state: LoopState, run: dict[str, Any], p: Plan, jobs: list[dict[str, Any]],

@@ -1,7 +1,7 @@
 """A failed pod as the run's status keeps it (`stages[].failureSamples`). Pure.
 
-The reconcile pass reads a few failed pods of a stage whose Job's failure count moved;
-this says which item, which exit code, the kubelet's reason and the end of the message
+The reconcile pass (observe.py) reads a few failed pods of a stage whose Job's failure
+count moved; this says which item, which exit code, the kubelet's reason and the end of the message
 (the container's termination message, or its log's last lines with
 FallbackToLogsOnError).
 """

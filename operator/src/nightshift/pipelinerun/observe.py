@@ -1,0 +1,179 @@
+"""The few pod and event reads a PipelineRun pass makes, each only when its Jobs call for
+it, and what the loop remembers of them between passes (lost on restart, harmlessly).
+
+Never a list of a stage's pods: failure samples are read when a Job's failure count
+moved (5 pods), a stalled Job's Pending pods or refusal events while it is stalled
+(stalled.py), and a running Job's Failed pods at most every evicted.READ_SECONDS
+(evicted.py: the evictions its pod failure policy ignores, which nothing counts; a
+pass is asked for when one is due).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from nightshift.api import names, refusals
+from nightshift.kube import Kube
+from nightshift.pipelinerun import evicted, mpijob, stalled
+from nightshift.pipelinerun import items as itemsmod
+from nightshift.pipelinerun import progress as pg
+from nightshift.pipelinerun.samples import failure_sample
+from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
+
+Found = dict[str, tuple[str, str]]  # stage -> (reason, message)
+
+
+@dataclass
+class PodReads:
+    failed_seen: dict[str, int] = field(default_factory=dict)
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # Job -> its pods' stall: since when none is ready, when to read them next, why.
+    stalls: dict[str, stalled.Stall] = field(default_factory=dict)
+    # Job -> when its Failed pods are next read for evictions, and what they said.
+    evictions: dict[str, tuple[float, tuple[str, str] | None]] = field(
+        default_factory=dict)
+
+    def failure_samples(self, kube: Kube, namespace: str, jobs: list[dict[str, Any]]
+                        ) -> dict[str, list[dict[str, Any]]]:
+        """A few failed pods per stage, re-read only when a Job's failure count moved."""
+        for job in jobs:
+            jname = job["metadata"]["name"]
+            failed = int((job.get("status") or {}).get("failed") or 0)
+            if failed == 0 or self.failed_seen.get(jname) == failed:
+                continue
+            pods = kube.list("v1", "Pod", namespace,
+                             label_selector=itemsmod.job_pods_selector(job),
+                             field_selector="status.phase=Failed", limit=5)
+            stage = (job["metadata"].get("labels") or {}).get(names.LABEL_STAGE, jname)
+            self.samples[stage] = [failure_sample(p) for p in pods[:5]]
+            self.failed_seen[jname] = failed
+        return dict(self.samples)
+
+    def held(self, kube: Kube, namespace: str, jobs: list[dict[str, Any]],
+             spec: PipelineRunSpec | None) -> Found:
+        """Why running stages do not move: their stalls (stalled.py) and, for a stage
+        not stalled, items the kubelet evicts again and again (evicted.py)."""
+        return {**self._evicted(kube, namespace, jobs, spec),
+                **self._stalled(kube, namespace, jobs, spec)}
+
+    def next_read(self) -> float | None:
+        """Seconds until a Job is due a read: a pass then, not a resync later, so a stage
+        says why STALL_SECONDS after its pods stopped, not up to twice that, and a Job's
+        evictions are read every READ_SECONDS even when nothing else moves."""
+        now = time.monotonic()
+        due = [max(st.since + stalled.STALL_SECONDS, st.next_read) - now
+               for st in self.stalls.values()]
+        due += [at - now for at, _ in self.evictions.values()]
+        return max(min(due), 1.0) if due else None
+
+    def _evicted(self, kube: Kube, namespace: str, jobs: list[dict[str, Any]],
+                 spec: PipelineRunSpec | None) -> Found:
+        """A running stage Job's Failed pods (evicted.PODS_READ), first READ_SECONDS after
+        it was first seen running, then every READ_SECONDS while it runs."""
+        index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
+        now, out, seen = time.monotonic(), {}, set()
+        for job in jobs:
+            meta = job["metadata"]
+            jname = meta["name"]
+            stage = (meta.get("labels") or {}).get(names.LABEL_STAGE, "")
+            if spec is None or stage not in index or not _running_indexed(job):
+                continue
+            seen.add(jname)
+            due, found = self.evictions.setdefault(jname, (now + evicted.READ_SECONDS, None))
+            if now >= due:
+                pods = kube.list("v1", "Pod", namespace,
+                                 label_selector=itemsmod.job_pods_selector(job),
+                                 field_selector="status.phase=Failed",
+                                 limit=evicted.PODS_READ)[:evicted.PODS_READ]
+                found = evicted.summary(spec.stages[index[stage]], index[stage], pods)
+                self.evictions[jname] = (now + evicted.READ_SECONDS, found)
+            if found:
+                out[stage] = found
+        for jname in set(self.evictions) - seen:
+            del self.evictions[jname]
+        return out
+
+    def _stalled(self, kube: Kube, namespace: str, jobs: list[dict[str, Any]],
+                 spec: PipelineRunSpec | None) -> Found:
+        """Why a stage's pods do not start (stalled.py): a few Pending pods, read once its
+        Job has had active pods and none ready for STALL_SECONDS, then again every
+        STALL_SECONDS while they say why, and ever less often while they do not (a
+        stage's earlier steps run as init containers: its pods are Pending, and fine, for
+        as long as those run). A Job with no pod at all for as long has its refusal
+        events read instead; an MPI stage whose workers or launcher are not all running,
+        what stalled.to_read says."""
+        index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
+        now, out = time.monotonic(), {}
+        seen = set()
+        for job in jobs:
+            meta = job["metadata"]
+            jname = meta["name"]
+            stage = (meta.get("labels") or {}).get(names.LABEL_STAGE, "")
+            if spec is None or stage not in index:
+                continue
+            i = index[stage]
+            mpi = spec.stages[i].mpi
+            what = stalled.to_read(job, mpi.workers if mpi else None)
+            if not what:
+                continue
+            seen.add(jname)
+            st = self.stalls.get(jname)
+            if st is None or st.what != what:
+                st = self.stalls[jname] = stalled.Stall(since=now, what=what)
+            if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
+                st.read(_read_stall(kube, namespace, job, what, spec.stages[i], i), now)
+            if st.found:
+                out[stage] = st.found
+        for jname in set(self.stalls) - seen:
+            del self.stalls[jname]
+        return out
+
+
+def _running_indexed(job: dict[str, Any]) -> bool:
+    """A started stage Job (an Indexed one: an MPIJob's pods are the MPI Operator's),
+    neither suspended nor finished."""
+    spec, status = job.get("spec") or {}, job.get("status") or {}
+    return (spec.get("completionMode") == "Indexed" and bool(status.get("startTime"))
+            and not spec.get("suspend") and not pg.job_condition(job, "Complete")
+            and not pg.job_condition(job, "Failed"))
+
+
+def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stage: Stage,
+                i: int) -> tuple[str, str] | None:
+    """One stalled Job's reads (stalled.to_read's `what`), each only while the ones
+    before it said nothing: Pending pods; refusal events (the Job's, the MPIJob's, or
+    its launcher Job's since the MPIJob was made); an MPI stage's Running workers."""
+    meta = job["metadata"]
+    jname, now = meta["name"], datetime.now(UTC)
+
+    def events(selector: str, reason: str) -> list[dict[str, Any]]:
+        return kube.list("v1", "Event", namespace, limit=refusals.EVENTS_READ,
+                         field_selector=f"{selector},reason={reason}")
+
+    def pods(phase: str, limit: int) -> list[dict[str, Any]]:
+        return kube.list("v1", "Pod", namespace, label_selector=itemsmod.job_pods_selector(job),
+                         field_selector=f"status.phase={phase}", limit=limit)[:limit]
+
+    found = None
+    if what in ("pods", "mpi", "launcher"):
+        found = stalled.summary(stage, i, pods("Pending", stalled.PODS_READ))
+    if found is None and what in ("events", "more"):
+        found = stalled.not_created(stage, i, jname, events(
+            f"involvedObject.uid={meta.get('uid')}", stalled.JOB_REFUSED), now,
+            some=what == "more")
+    if found is None and what in ("mpi", "gang"):
+        found = stalled.not_created(stage, i, jname, events(
+            f"involvedObject.uid={meta.get('uid')}", stalled.MPI_REFUSED), now, whose="mpi")
+    if found is None and what == "launcher":
+        launcher = jname + mpijob.LAUNCHER_SUFFIX
+        made = refusals.parse_time(meta.get("creationTimestamp"))
+        found = stalled.not_created(stage, i, launcher, events(
+            f"involvedObject.kind=Job,involvedObject.name={launcher}", stalled.JOB_REFUSED),
+            now, whose="launcher", after=made)  # not a same-named Job's from before
+    if found is None and what == "gang" and stage.mpi:
+        found = stalled.workers_unready(stage, i, pods(
+            "Running", min(stage.mpi.workers, stalled.WORKERS_READ)))
+    return found
