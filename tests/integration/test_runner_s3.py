@@ -185,6 +185,37 @@ def test_interleave_uploads_while_steps_run(gw: VersityGW, tmp_path: Path) -> No
                                                       "proj/out/x/second.txt"]
 
 
+def test_a_required_output_left_empty_fails_the_item(gw: VersityGW, tmp_path: Path) -> None:
+    """outputs[].required: steps that succeed but write nothing to it fail the item
+    (exit 75, its retries apply) with a last line naming the output and where the step
+    should have written; what was interleaved into the other output comes back out. The
+    next attempt writes it and commits both."""
+    cfg = config(gw, [], [{"storage": "data", "path": "out/{item}/", "mode": "interleave",
+                           "localPath": "logs"},
+                          {"storage": "data", "path": "cat/{item}/", "localPath": "catalog",
+                           "required": True}])
+    log = ('mkdir -p "$NIGHTSHIFT_OUTPUTS/logs" "$NIGHTSHIFT_OUTPUTS/catalog" && '
+           'echo ran > "$NIGHTSHIFT_OUTPUTS/logs/run.log" && sleep 4')
+    pod = run_pod(gw, tmp_path / "a1", cfg, [("detect", log)], ["n7"], cache=False)
+    assert pod.step_rcs == [75]
+    last = pod.step_out[0].strip().splitlines()[-1]
+    assert last == ("nightshift: committing outputs failed: stage reduce outputs[1] is "
+                    "required, but the steps wrote no file under $NIGHTSHIFT_OUTPUTS/catalog "
+                    "(to commit to data: proj/cat/n7/); check where the step writes, or drop "
+                    "required if some items have no outputs"), last
+    assert not keys(gw, "proj/out/") and not keys(gw, "proj/cat/"), "nothing committed"
+    assert keys(gw, "proj/failed/") == {"proj/failed/out/n7/attempt-1/run.log"}
+    rec = get_json(gw, "proj/_nightshift/run1/reduce/0.json")
+    assert rec["phase"] == "failed" and rec["exitCode"] == 75, rec
+    pod = run_pod(gw, tmp_path / "a2", cfg, [("detect", log + (
+        ' && echo "1 source" > "$NIGHTSHIFT_OUTPUTS/catalog/sources.txt"'))], ["n7"],
+        cache=False)
+    assert pod.step_rcs == [0]
+    assert [f["key"] for f in get_json(gw, "proj/cat/n7/_SUCCESS")["files"]] == [
+        "proj/cat/n7/sources.txt"]
+    assert keys(gw, "proj/out/") == {"proj/out/n7/run.log", "proj/out/n7/_SUCCESS"}
+
+
 def test_commit_failure_exits_75(gw: VersityGW, tmp_path: Path) -> None:
     cfg = config(gw, [], [{"storage": "data", "path": "out/{item}/"}], archive=False)
     cfg["storages"]["data"]["bucket"] = "no-such-bucket"

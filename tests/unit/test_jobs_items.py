@@ -137,6 +137,13 @@ def test_runner_config_json_has_no_gather_key_without_gather() -> None:
     assert all("gather" not in d for d in raw["inputs"] + raw["outputs"])
 
 
+def test_a_required_output_reaches_the_runner() -> None:
+    st = {**BROADBAND, "outputs": [{"storage": "sims", "path": "out/{source}/{site}/",
+                                    "required": True}]}
+    [ref] = runner_config(job_of(st, 48)).outputs
+    assert ref.required
+
+
 def test_plan_passes_the_gathered_stages_frozen_configmaps() -> None:
     run = make_run([SPLIT, IMAGE], storage=STORAGE)
     split_cms = [it.items_configmap_name("nightly", "split", n) for n in range(2)]

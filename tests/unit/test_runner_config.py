@@ -61,6 +61,15 @@ def test_json_round_trip_keeps_every_field() -> None:
     assert "cacheMaxBytes" not in RunnerConfig.loads(json.dumps(BASE)).to_json()
 
 
+def test_required_outputs_round_trip_and_stay_out_of_the_json_when_unset() -> None:
+    outputs = [{"storage": "nfs", "path": "cat/{item}/", "required": True}]
+    cfg = RunnerConfig.loads(json.dumps(BASE | {"outputs": outputs}))
+    assert cfg.outputs[0].required and RunnerConfig.loads(cfg.dumps()) == cfg
+    assert cfg.to_json()["outputs"][0]["required"] is True
+    plain = RunnerConfig.loads(json.dumps(BASE))
+    assert not plain.outputs[0].required and "required" not in plain.to_json()["outputs"][0]
+
+
 def test_item_from_env_wins() -> None:
     paths = config.Paths(Path("/nonexistent"))
     item = config.resolve_item(paths, {"NIGHTSHIFT_ITEM": "a b", "NIGHTSHIFT_ITEM_INDEX": "7",

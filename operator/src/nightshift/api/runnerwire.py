@@ -105,6 +105,8 @@ class DataConfig:
     # inputs[].gather: the stage whose items the input repeats over ({gather} in path);
     # its items ConfigMaps are mounted at gather_dir(gather).
     gather: str = ""
+    # outputs[].required: an item whose steps leave this output empty fails.
+    required: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"storage": self.storage, "path": self.path, "mode": self.mode,
@@ -114,6 +116,8 @@ class DataConfig:
         # ignores the key; the operator never renders it for one).
         if self.gather:
             out["gather"] = self.gather
+        if self.required:
+            out["required"] = True
         return out
 
     @classmethod
@@ -123,7 +127,7 @@ class DataConfig:
                    mode=raw.get("mode") or default_mode, cache=bool(raw.get("cache", True)),
                    local_path=raw.get("localPath", ""),
                    failed_prefix=raw.get("failedPrefix", DEFAULT_FAILED_PREFIX),
-                   gather=raw.get("gather") or "")
+                   gather=raw.get("gather") or "", required=bool(raw.get("required")))
 
 
 def gather_dir(stage: str) -> str:

@@ -92,6 +92,9 @@ class DataRef(Spec):
     # Outputs only: where a failed item's outputs go for debugging, relative to the
     # storage prefix (then the output path, then attempt-<n>/); "" keeps them nowhere.
     failed_prefix: str = "failed/"
+    # Outputs only: an item whose steps succeed but leave this output empty fails (its
+    # retries apply), where by default an empty output commits an empty manifest.
+    required: bool = False
 
 
 class Mount(Spec):

@@ -141,7 +141,17 @@ class Committer:
                 n += len(ready)
         return n
 
+    def empty_required(self) -> list[Output]:
+        """Required outputs the steps left empty: nothing uploaded, no file to upload."""
+        return [out for out in self.outputs if out.ref.required and not out.uploaded
+                and next(walk_files(out.local), None) is None]
+
     def commit_success(self) -> CommitResult:
+        if empty := self.empty_required():
+            # The item fails: what was interleaved into the other outputs comes back out.
+            res = self.commit_failure()
+            res.ok, res.error = False, "; ".join(self._said_empty(out) for out in empty)
+            return res
         res = CommitResult(ok=True)
         for out in self.outputs:
             self._upload(out, self._changed(out), out.prefix)
@@ -167,6 +177,13 @@ class Committer:
             res.bytes += int(manifest["totalBytes"])  # type: ignore[call-overload]
             res.manifests.append(out.prefix + MANIFEST)
         return res
+
+    def _said_empty(self, out: Output) -> str:
+        where = "$NIGHTSHIFT_OUTPUTS" + (f"/{out.ref.local_path}" if out.ref.local_path else "")
+        return (f"stage {self.cfg.stage} outputs[{out.index}] is required, but the steps "
+                f"wrote no file under {where} (to commit to {out.ref.storage}: "
+                f"{out.prefix}); check where the step writes, or drop required if some "
+                "items have no outputs")
 
     def commit_failure(self) -> CommitResult:
         """Pull interleaved keys back out of the committed path; keep outputs for debugging."""
