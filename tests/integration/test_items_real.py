@@ -1,5 +1,6 @@
 """Matrices, argv substitution and gathered inputs in real pods on the real node: run.sh
-in our runner image's /bin/sh, the runner's stage-in against versitygw. The Jobs are
+in our runner image's /bin/sh, the runner's stage-in against versitygw; and what the
+real kubelet says of pods that cannot start (an image, a volume). The Jobs are
 rendered as the operator renders them (pipelinerun/jobs.py), items frozen as it freezes
 them; skipped without the real node or its images, as test_real_node.py."""
 
@@ -7,9 +8,10 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
-from nightshift.pipelinerun import batch, jobs, stalled
+from nightshift.pipelinerun import batch, jobs, stalled, unmounted
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun.samples import failure_sample
 from nightshift.pipelinerun.spec import PipelineRunSpec
@@ -202,3 +204,47 @@ def test_an_image_the_node_cannot_get_is_named_with_its_field(
     assert "container main: ErrImageNeverPull: " in message, message
     assert "nightshift-runner:absent" in message, message
     assert message.endswith("; check spec.stages[0].image"), message
+
+
+def test_a_volume_the_kubelet_cannot_mount_is_named_from_the_pods_events(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str) -> None:
+    """A pvc storage whose volume the real kubelet cannot mount (a hostPath PV of type
+    Directory where there is none): the pod is scheduled, gets no sandbox, and only its
+    FailedMount event says why; unmounted.py reads that as the operator does."""
+    pv = f"nowhere-{namespace}"
+    kubectl.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+                   "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "", "persistentVolumeReclaimPolicy": "Retain",
+                            "hostPath": {"path": f"/nonexistent/{pv}", "type": "Directory"},
+                            "claimRef": {"namespace": namespace, "name": "data"}}})
+    try:
+        kubectl.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                       "metadata": {"name": "data", "namespace": namespace},
+                       "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                                "volumeName": pv, "resources": {"requests": {"storage": "1Gi"}}}})
+        spec = PipelineRunSpec.model_validate({
+            "storage": [{"name": "survey", "pvc": {"claimName": "data"}}],
+            "stages": [{"name": "calib", "image": RUNNER_IMAGE, "forEach": {"items": ["a"]},
+                        "mounts": [{"storage": "survey", "mountPath": "/survey"}],
+                        "steps": [{"name": "main", "command": ["true"]}]}]})
+        name = _start(kubectl, spec, namespace, 0, {"calib": ["a"]})
+
+        def said() -> tuple[str, str] | None:
+            pod = unmounted.first(_pods(kubectl, namespace, name))
+            if pod is None:
+                return None
+            events = kubectl.kube.list("v1", "Event", namespace, field_selector=(
+                f"involvedObject.uid={pod['metadata']['uid']}"))
+            return unmounted.summary(spec.stages[0], 0, pod, events, datetime.now(UTC))
+
+        reason, message = wait_for(f"the kubelet's FailedMount for {name}'s pod", said, 120,
+                                   interval=1)
+        assert reason == unmounted.WAITING_FOR_VOLUMES
+        assert " waits for its volumes: FailedMount: MountVolume.SetUp failed for volume " \
+               in message, message
+        assert f"/nonexistent/{pv}" in message, message
+        print(message)  # what a user sees, for `pytest -s`
+        assert message.endswith("; check the storages spec.stages[0] mounts and reads "
+                                "(spec.storage, and a SharedStorage's status)"), message
+    finally:
+        kubectl("delete", "pv", pv, "--wait=false", check=False)

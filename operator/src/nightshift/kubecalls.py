@@ -139,7 +139,9 @@ CALLS: tuple[Call, ...] = tuple([
            "sharedstorage/observe: a not-Ready storage's Pending pods (limit 3) and Running "
            "ones (limit 20, for crash loops)"),
     *_rows(CORE, "events", "list", NAMESPACE, _K,
-           "pipelinerun/reconcile: a stage Job's FailedCreate events (field selector on its "
+           "pipelinerun/observe: a stalled stage's first Pending pod without a sandbox, its "
+           "events (by uid, limit 100: FailedMount, unmounted.py); a stage Job's "
+           "FailedCreate events (field selector on its "
            "uid, limit 100), only while the Job has had no pod, or fewer running than it "
            "may, for 30 s; an MPI stage's MPIJobFailed events while its workers are not "
            "running and none is Pending, or its launcher is not made; its launcher Job's "

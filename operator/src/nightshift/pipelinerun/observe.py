@@ -2,8 +2,9 @@
 it, and what the loop remembers of them between passes (lost on restart, harmlessly).
 
 Never a list of a stage's pods: failure samples are read when a Job's failure count
-moved (5 pods), a stalled Job's Pending pods or refusal events while it is stalled
-(stalled.py), and a running Job's Failed pods at most every evicted.READ_SECONDS
+moved (5 pods); a stalled Job's Pending pods or refusal events while it is stalled
+(stalled.py), and the events of a Pending pod that waits for its volumes
+(unmounted.py); a running Job's Failed pods at most every evicted.READ_SECONDS
 (evicted.py: the evictions its pod failure policy ignores, which nothing counts; a
 pass is asked for when one is due).
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from nightshift.api import names, refusals
 from nightshift.kube import Kube
-from nightshift.pipelinerun import evicted, mpijob, stalled
+from nightshift.pipelinerun import evicted, mpijob, stalled, unmounted
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.samples import failure_sample
@@ -159,7 +160,13 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
 
     found = None
     if what in ("pods", "mpi", "launcher"):
-        found = stalled.summary(stage, i, pods("Pending", stalled.PODS_READ))
+        pending = pods("Pending", stalled.PODS_READ)
+        found = stalled.summary(stage, i, pending)
+        if found is None and (waiting := unmounted.first(pending)) is not None:
+            # Scheduled, no sandbox: only its events say which volume and why.
+            found = unmounted.summary(stage, i, waiting, kube.list(
+                "v1", "Event", namespace, limit=refusals.EVENTS_READ,
+                field_selector=f"involvedObject.uid={waiting['metadata'].get('uid')}"), now)
     if found is None and what in ("events", "more"):
         found = stalled.not_created(stage, i, jname, events(
             f"involvedObject.uid={meta.get('uid')}", stalled.JOB_REFUSED), now,

@@ -179,7 +179,7 @@ def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str
     elif guard == "limitrange":
         fix = (f"check spec.stages[{index}].{maker.resources} against the namespace's "
                "LimitRange")
-    return reason, head + _fit(said, fix, MESSAGE_CHARS - len(head))
+    return reason, head + fit(said, fix, MESSAGE_CHARS - len(head))
 
 
 def workers_unready(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
@@ -199,7 +199,7 @@ def workers_unready(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
         name = (pod.get("metadata") or {}).get("name", "")
         port = mpi.ssh_port if mpi else "the ssh port"
         head = f"stage {stage.name}: "
-        return NOT_STARTING, head + _fit(
+        return NOT_STARTING, head + fit(
             f"MPI worker {name} runs but is not ready: nothing answers on port {port}, so "
             "the MPI Operator does not create the launcher",
             f"check spec.stages[{index}].mpi.sshdCommand and sshPort against the image "
@@ -227,15 +227,15 @@ def why(pod: Mapping[str, Any], stage: Stage, index: int,
     if found is None:
         return None
     if found.unschedulable:
-        return WAITING_FOR_NODES, _fit(found.text(), (
+        return WAITING_FOR_NODES, fit(found.text(), (
             f"nodes may still be launching, else check spec.stages[{index}].resources "
             "and its pool's nodes"), room)
     fix = (f"check {image_field(stage, index, found.container)}" if found.image
            else f"kubectl describe pod {found.pod}")
-    return NOT_STARTING, _fit(found.text(), fix, room)
+    return NOT_STARTING, fit(found.text(), fix, room)
 
 
-def _fit(said: str, fix: str, room: int) -> str:
+def fit(said: str, fix: str, room: int) -> str:
     keep = room - len(fix) - 2
     if len(said) > keep:
         said = said[:max(keep - 1, 0)] + "…"

@@ -1,0 +1,73 @@
+"""Pods of a stalled stage that wait for their volumes, and what was said of them. Pure.
+
+A pod whose volume cannot be attached or mounted (an NFS server that does not answer, a
+claim's disk attached to another node, a hostPath that is not there) is scheduled but
+never gets its sandbox: its containers wait in ContainerCreating or PodInitializing,
+which is how every pod starts, so its status alone says nothing. Only the pod's events
+say why: the kubelet's FailedMount and the attach/detach controller's
+FailedAttachVolume. When none of a stalled stage's Pending pods says why from its status
+(stalled.summary), the I/O layer reads the events of the first that waits for its
+volumes (one LIST by its uid), and this says what they mean and where to look.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from nightshift.api import refusals
+from nightshift.pipelinerun.spec import Stage
+from nightshift.pipelinerun.stalled import MESSAGE_CHARS, fit
+
+WAITING_FOR_VOLUMES = "WaitingForVolumes"
+# The events that say why a volume is not there, in the kubelet's or the attach/detach
+# controller's words.
+VOLUME_EVENTS = frozenset({"FailedMount", "FailedAttachVolume", "FailedMapVolume"})
+_STARTING = frozenset({"ContainerCreating", "PodInitializing"})
+
+
+def waits_for_volumes(pod: Mapping[str, Any]) -> bool:
+    """Scheduled, and without its sandbox: the kubelet makes none before the volumes are
+    mounted (PodReadyToStartContainers, or, without that condition, every container
+    still waiting to be created)."""
+    status = pod.get("status") or {}
+    conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if conds.get("PodScheduled") != "True":
+        return False
+    if "PodReadyToStartContainers" in conds:
+        return bool(conds["PodReadyToStartContainers"] != "True")
+    waiting = [((cs.get("state") or {}).get("waiting") or {}).get("reason")
+               for cs in [*(status.get("initContainerStatuses") or []),
+                          *(status.get("containerStatuses") or [])]]
+    return bool(waiting) and all(r in _STARTING for r in waiting)
+
+
+def first(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    return next((p for p in pods if waits_for_volumes(p)), None)
+
+
+def summary(stage: Stage, index: int, pod: Mapping[str, Any],
+            events: Sequence[Mapping[str, Any]], now: datetime) -> tuple[str, str] | None:
+    """The stage's line from `pod`'s events (its newest of the last
+    refusals.EVENT_WINDOW about a volume), or None when none says why."""
+    dated = [(t, e) for e in events if e.get("reason") in VOLUME_EVENTS
+             and (t := refusals.event_time(e)) is not None]
+    if not dated:
+        return None
+    when, newest = max(dated, key=lambda te: te[0])
+    if (now - when).total_seconds() > refusals.EVENT_WINDOW:
+        return None
+    reason, said = newest.get("reason"), " ".join(refusals.clean(
+        str(newest.get("message") or "")).split())
+    if "Multi-Attach" in said:
+        fix = (f"a ReadWriteOnce volume attaches to one node at a time: give "
+               f"spec.stages[{index}] a ReadWriteMany storage (an nfs or glusterfs "
+               "SharedStorage, EFS) or parallelism 1")
+    else:
+        fix = (f"check the storages spec.stages[{index}] mounts and reads (spec.storage, "
+               "and a SharedStorage's status)")
+    name = (pod.get("metadata") or {}).get("name", "")
+    head = f"stage {stage.name}: its pods do not start: "
+    return WAITING_FOR_VOLUMES, head + fit(
+        f"pod {name} waits for its volumes: {reason}: {said}", fix, MESSAGE_CHARS - len(head))

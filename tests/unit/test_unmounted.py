@@ -1,0 +1,113 @@
+"""Pods that wait for their volumes (pipelinerun/unmounted.py): scheduled, no sandbox,
+and only their events say why (the kubelet's FailedMount, the attach/detach
+controller's FailedAttachVolume). Before, the stage read as merely starting."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from nightshift.api import names
+from nightshift.pipelinerun import stalled, unmounted
+from nightshift.pipelinerun.spec import PipelineRunSpec
+from tests.bad_pipelineruns import run as manifest
+from tests.bad_pipelineruns import stage
+from tests.unit.test_stalled import _pass, _reconcile_setup
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+HOSTPATH = ('MountVolume.SetUp failed for volume "data" : hostPath type check failed: '
+            "/srv/survey is not a directory")
+MULTI = ('Multi-Attach error for volume "pvc-5f1c" Volume is already used by pod(s) '
+         "nightly-calib-0-a1b2c")
+
+
+def scheduled(sandbox: bool | None, *waiting: str) -> dict[str, Any]:
+    conds = [{"type": "PodScheduled", "status": "True"}]
+    if sandbox is not None:
+        conds.append({"type": "PodReadyToStartContainers",
+                      "status": "True" if sandbox else "False"})
+    return {"phase": "Pending", "conditions": conds,
+            "containerStatuses": [{"name": f"c{i}", "state": {"waiting": {"reason": r}}}
+                                  for i, r in enumerate(waiting)]}
+
+
+def event(reason: str, message: str, ago: float = 5, uid: str = "") -> dict[str, Any]:
+    when = (NOW - timedelta(seconds=ago)).isoformat()
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"e{ago}-{reason}-{uid[-6:]}", "namespace": "physics"},
+            "involvedObject": {"kind": "Pod", "uid": uid}, "type": "Warning",
+            "reason": reason, "message": message, "lastTimestamp": when}
+
+
+def one_stage() -> PipelineRunSpec:
+    return PipelineRunSpec.model_validate(manifest([stage("calib")])["spec"])
+
+
+def test_only_scheduled_pods_without_a_sandbox_wait_for_volumes() -> None:
+    pod = {"status": scheduled(False, "ContainerCreating")}
+    assert unmounted.waits_for_volumes(pod)
+    assert not unmounted.waits_for_volumes({"status": scheduled(True, "PodInitializing")})
+    # No PodReadyToStartContainers (an older kubelet): every container still to be made.
+    assert unmounted.waits_for_volumes({"status": scheduled(None, "ContainerCreating",
+                                                            "PodInitializing")})
+    assert not unmounted.waits_for_volumes({"status": scheduled(None, "ContainerCreating",
+                                                                "ErrImagePull")})
+    assert not unmounted.waits_for_volumes({"status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}})
+    assert unmounted.first([{"status": scheduled(True)}, pod]) is pod
+
+
+def test_a_mount_the_kubelet_refuses_names_the_storages_to_check() -> None:
+    pod = {"metadata": {"name": "nightly-calib-1-x7"}, "status": scheduled(False)}
+    found = unmounted.summary(one_stage().stages[0], 0, pod, [
+        event("Scheduled", "Successfully assigned", 30), event("FailedMount", HOSTPATH, 5),
+        event("FailedMount", "an older failure", 50)], NOW)
+    assert found == (unmounted.WAITING_FOR_VOLUMES, (
+        "stage calib: its pods do not start: pod nightly-calib-1-x7 waits for its volumes: "
+        f"FailedMount: {HOSTPATH}; check the storages spec.stages[0] mounts and reads "
+        "(spec.storage, and a SharedStorage's status)"))
+    assert len(found[1]) <= stalled.MESSAGE_CHARS
+
+
+def test_a_multi_attach_error_names_readwritemany_or_one_pod() -> None:
+    pod = {"metadata": {"name": "nightly-calib-1-x7"}, "status": scheduled(False)}
+    found = unmounted.summary(one_stage().stages[0], 0, pod,
+                              [event("FailedAttachVolume", MULTI)], NOW)
+    assert found is not None and f"FailedAttachVolume: {MULTI}" in found[1]
+    assert found[1].endswith("a ReadWriteOnce volume attaches to one node at a time: give "
+                             "spec.stages[0] a ReadWriteMany storage (an nfs or glusterfs "
+                             "SharedStorage, EFS) or parallelism 1"), found[1]
+
+
+def test_no_volume_event_or_only_old_ones_say_nothing() -> None:
+    pod = {"metadata": {"name": "p"}, "status": scheduled(False)}
+    st = one_stage().stages[0]
+    assert unmounted.summary(st, 0, pod, [], NOW) is None
+    assert unmounted.summary(st, 0, pod, [event("Pulling", "pulling image")], NOW) is None
+    assert unmounted.summary(st, 0, pod, [event("FailedMount", HOSTPATH, 3600)], NOW) is None
+
+
+def test_reconcile_reads_the_events_of_a_pod_that_waits_for_its_volumes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, state, clock, _ = _reconcile_setup(monkeypatch, [scheduled(False,
+                                                                      "ContainerCreating")])
+    (ppath,) = [p for p in kube.store if "/pods/" in p]
+    uid = kube.store[ppath]["metadata"]["uid"]
+    recent = datetime.now(UTC)
+    kube.put({**event("FailedMount", HOSTPATH, uid=uid),
+              "lastTimestamp": recent.isoformat()})
+    kube.put({**event("FailedMount", "someone else's", uid="uid-other"),
+              "lastTimestamp": recent.isoformat()})
+    read, _ = _pass(kube, state)
+    assert not read  # not stalled long enough
+    clock[0] += stalled.STALL_SECONDS + 1
+    read, prog = _pass(kube, state)
+    assert read and ("", "events", "list", "namespace") in kube.calls
+    assert (prog["status"], prog["reason"]) == ("True", unmounted.WAITING_FOR_VOLUMES)
+    assert prog["message"].startswith(
+        "stage calib: its pods do not start: pod nightly-calib-0-x7 waits for its volumes: "
+        f"FailedMount: {HOSTPATH}"), prog
+    run = kube.store[kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")]
+    assert run["status"]["stages"][0]["waiting"] == prog["message"]
