@@ -22,6 +22,7 @@ from nightshift.api.itemlookup import Item
 from nightshift.api.runnerwire import RunnerConfig
 from nightshift.cli import plugin_records as prec
 from nightshift.kube import Kube
+from nightshift.pipelinerun.runnerparts import COMMIT_CONTAINER
 
 WORKERS = 16
 
@@ -95,8 +96,11 @@ def records(kube: Kube, namespace: str, run: Mapping[str, Any], stages: list[dic
             rows += got
             missing += absent
     if missing:
-        err.print(f"{missing} item(s) have no task record yet (not run, or still running)",
-                  markup=False, highlight=False)
+        # The sidecar never fails an item for its record (an account, not a result), so
+        # one it could not write shows only here and in its own log.
+        err.print(f"{missing} item(s) have no task record yet: not run, still running, or "
+                  "the record could not be written (the item's pod's log of container "
+                  f"{COMMIT_CONTAINER} says why)", markup=False, highlight=False)
     out = sys.stdout
     if args.output == "json":
         json.dump(rows, out, indent=1)
