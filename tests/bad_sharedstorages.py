@@ -155,6 +155,13 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
      "invalid", "spec.cvmfs.squid.upstreams[0]: 'http://s1.example.org:8000/cvmfs/sft' has no"),
     ("disk-cache-tiny", _with("cvmfs-eks", "cvmfs.squid.diskCache", "10Mi"), "invalid",
      "spec.cvmfs.squid.diskCache: '10Mi' is not a size of at least 1Gi"),
+    ("nfs-version-3", _with("nfs-dedicated", "nfs.clients.mountOptions",
+                            ["noatime", "nfsvers=3"]), "invalid",
+     "spec.nfs.clients.mountOptions[1]: 'nfsvers=3': the server speaks NFSv4 over TCP only: "
+     "use nfsvers=4.1"),
+    ("nfs-over-udp", _with("nfs-dedicated", "nfs.clients.mountOptions", ["proto=udp"]),
+     "invalid", "spec.nfs.clients.mountOptions[0]: 'proto=udp': the server speaks NFSv4 over "
+     "TCP only: remove it"),
 ]
 
 

@@ -149,6 +149,23 @@ def test_what_a_type_cannot_do_names_the_field() -> None:
         "; ".join(problems(archived))
 
 
+def test_an_nfs_storage_exported_read_only_takes_no_outputs_nor_writable_mounts() -> None:
+    ro = copy.deepcopy(GOOD["nfs-dedicated"])
+    ro["spec"]["nfs"]["exportOptions"] = {"accessType": "RO"}
+    run = run_with([calib(outputs=[{"storage": "nfs", "path": "o/{item}/"}],
+                          mounts=[{"storage": "nfs", "mountPath": "/data", "readOnly": False}])])
+    spec = PipelineRunSpec.model_validate(run["spec"])
+    b = binding.bind(spec, {**SHARED, "raw": ro}, "physics")
+    assert [str(p) for p in [*validate_spec(b.spec, "nightly"), *b.problems]] == [
+        "spec.stages[0].outputs[0].storage: 'nfs' is the nfs SharedStorage 'raw', read-only "
+        "(its spec.nfs.exportOptions.accessType is RO; RW lets pods write): write outputs to "
+        "another storage",
+        "spec.stages[0].mounts[0].readOnly: an nfs SharedStorage is read-only (its "
+        "spec.nfs.exportOptions.accessType is RO; RW lets pods write): remove readOnly: false"]
+    # Exported read-write (the default), the same stage is fine.
+    assert problems(run) == []
+
+
 def test_storage_entries_need_exactly_one_source() -> None:
     run = run_with([calib()])
     assert problems(run) == []

@@ -164,7 +164,9 @@ def _bound(ref: StorageRef, st: Storage) -> BoundStorage:
     if st.spec.type == "nfs":
         claim = nfs.storage_ref(st).pvc
         assert claim is not None  # noqa: S101  (invariant for mypy: nfs storages have a claim)
-        return BoundStorage(**base, pvc=PvcStorage(claim_name=claim.claim_name))
+        # An export the server gives read-only: writes fail with EROFS, so say so first.
+        ro = st.spec.nfs is not None and st.spec.nfs.export_options.access_type == "RO"
+        return BoundStorage(**base, pvc=PvcStorage(claim_name=claim.claim_name), read_only=ro)
     if st.spec.type == "glusterfs":
         volume, mount = gluster.pod_volume(st, "/")
     else:
@@ -183,7 +185,8 @@ def stage_problems(stage: Stage, storage: Mapping[str, StorageRef], at: str) -> 
         if isinstance(ref, BoundStorage) and ref.read_only:
             out.append(Problem(f"{at}.outputs[{j}].storage", f"{d.storage!r} is the "
                                f"{ref.storage_type} SharedStorage {ref.shared_storage!r}, "
-                               "read-only: write outputs to another storage"))
+                               f"read-only{_why_read_only(ref)}: write outputs to another "
+                               "storage"))
     for j, m in enumerate(stage.mounts):
         where = f"{at}.mounts[{j}]"
         ref = storage.get(m.storage)
@@ -205,10 +208,16 @@ def stage_problems(stage: Stage, storage: Mapping[str, StorageRef], at: str) -> 
                                            or m.mount_path.startswith("/nightshift")):
             out.append(Problem(f"{where}.mountPath", f"{m.mount_path!r} must be an absolute "
                                "path outside /nightshift (the runner's)"))
-        if is_cvmfs and not m.read_only:
-            out.append(Problem(f"{where}.readOnly", "a cvmfs SharedStorage is read-only: "
-                               "remove readOnly: false"))
+        if isinstance(ref, BoundStorage) and ref.read_only and not m.read_only:
+            article = "an" if ref.storage_type == "nfs" else "a"
+            out.append(Problem(f"{where}.readOnly", f"{article} {ref.storage_type} SharedStorage "
+                               f"is read-only{_why_read_only(ref)}: remove readOnly: false"))
     return out
+
+
+def _why_read_only(ref: BoundStorage) -> str:
+    return (" (its spec.nfs.exportOptions.accessType is RO; RW lets pods write)"
+            if ref.storage_type == "nfs" else "")
 
 
 def stage_mounts(stage: Stage, storage: Mapping[str, StorageRef]

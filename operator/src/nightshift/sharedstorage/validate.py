@@ -148,6 +148,16 @@ def _nfs(nfs: Nfs, facts: ClusterFacts) -> list[Problem]:
                 p.append(Problem("spec.nfs.backing.pvc.storageClass", "not set and the "
                                  f"cluster has no default StorageClass (have: {have}): "
                                  "name one"))
+    for j, opt in enumerate(nfs.clients.mount_options):
+        # nfs.ganesha_conf: NFSv4 over TCP only (no rpcbind, no lock manager), so an
+        # NFSv3 or UDP mount fails on every client with a FailedMount the storage never sees.
+        key, _, value = opt.strip().partition("=")
+        if key in ("nfsvers", "vers") and not value.startswith("4"):
+            p.append(Problem(f"spec.nfs.clients.mountOptions[{j}]", f"{opt!r}: the server "
+                             "speaks NFSv4 over TCP only: use nfsvers=4.1"))
+        elif (key == "proto" and value.startswith("udp")) or key == "udp":
+            p.append(Problem(f"spec.nfs.clients.mountOptions[{j}]", f"{opt!r}: the server "
+                             "speaks NFSv4 over TCP only: remove it (TCP is the default)"))
     if nfs.server == "colocated" and nfs.pool not in nfs.clients.pools:
         p.append(Problem("spec.nfs.pool", f"a colocated server shares a node with its "
                          f"clients, but pool {nfs.pool!r} is not in clients.pools: add it "
