@@ -29,7 +29,10 @@ from tests.bad_sharedstorages import BAD, POOLS, VC
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.conftest import SESSION, Cluster, OperatorProcess, make_namespace
 from tests.integration.prutil import (
+    jobs,
     kwok_node_pool,
+    pipelinerun,
+    stage,
 )
 
 CEL = [(i, m, s) for i, m, kind, s in BAD if kind == "cel"]
@@ -200,6 +203,7 @@ def test_cvmfs_squids_hpa_lb_and_clients(kube: Kube, kubectl: Kubectl,
     # No allowedCIDRs: the squids serve the cluster's ranges (NIGHTSHIFT_CLUSTER_CIDRS).
     assert svc["spec"]["loadBalancerSourceRanges"] == CLUSTER_CIDRS.split(",")
     _load_balancer_said(kube, kubectl, ns, svc)
+    _a_stage_off_its_client_pools_waits(kube, kubectl, ns)
     (hpa,) = owned(kube, ns, "software", ("autoscaling/v2", "HorizontalPodAutoscaler"))
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
     (ds,) = owned(kube, ns, "software", ("apps/v1", "DaemonSet"))
@@ -220,6 +224,27 @@ def test_cvmfs_squids_hpa_lb_and_clients(kube: Kube, kubectl: Kubectl,
     assert owned(kube, ns, "software", ("apps/v1", "Deployment"))[0]["spec"]["replicas"] == 2
     kubectl("-n", ns, "delete", "sharedstorage", "software", "--wait=false")
     wait_for("the storage deleted", lambda: gone(kube, ns, "software"), 30)
+
+
+def _a_stage_off_its_client_pools_waits(kube: Kube, kubectl: Kubectl, ns: str) -> None:
+    """A run whose stage runs on a pool the storage's clients do not cover: no mounter
+    there, so the stage waits and names both fields, where its pods would have found no
+    /cvmfs while the storage said Ready."""
+    kubectl.apply(pipelinerun("offpool", ns, [stage("sim", "elsewhere", 1,
+                                                    mounts=[{"storage": "sw"}])],
+                              storage=[{"name": "sw", "sharedStorage": "software"}]))
+
+    def held() -> str | None:
+        run = kube.get(names.API_VERSION, names.PIPELINERUN, "offpool", ns) or {}
+        prog: dict[str, Any] = next((c for c in (run.get("status") or {}).get(
+            "conditions") or [] if c["type"] == "Progressing"), {})
+        return str(prog["message"]) if prog.get("reason") == "WaitingForStorage" else None
+
+    said = wait_for("the stage held", held, 60)
+    assert said.startswith("spec.stages[0].pool: pool 'elsewhere' is not in SharedStorage "
+                           "'software' spec.cvmfs.client.pools (p-"), said
+    assert not jobs(kube, ns, "offpool")
+    kubectl("-n", ns, "delete", "nsrun", "offpool")
 
 
 def _load_balancer_said(kube: Kube, kubectl: Kubectl, ns: str, svc: dict[str, Any]) -> None:

@@ -195,6 +195,34 @@ def test_a_missing_shared_storage_makes_its_stages_wait() -> None:
     assert "calib" in [j["metadata"]["labels"][names.LABEL_STAGE] for j in jobs_of(plan(obs2))]
 
 
+def test_a_stage_on_a_pool_its_storage_does_not_mount_on_waits_and_says_so() -> None:
+    run = run_with([calib(pool="gpu", mounts=[{"storage": "sw"}]),
+                    stage("other", forEach={"items": ["x"]}, pool="gpu")])
+    obs = replace(observe(run, items=items_for(run, "calib", "other", count=10)),
+                  shared_storages=SHARED)
+    p = plan(obs)
+    assert [j["metadata"]["labels"][names.LABEL_STAGE] for j in jobs_of(p)] == ["other"]
+    prog = condition(p, "Progressing")
+    assert (prog["status"], prog["reason"]) == ("True", "WaitingForStorage")
+    assert prog["message"] == (
+        "spec.stages[0].pool: pool 'gpu' is not in SharedStorage 'software' "
+        "spec.cvmfs.client.pools (workers), so its nodes do not mount 'sw': add the pool "
+        "there, or run the stage on one of those; the stage waits until then")
+    assert condition(p, "Invalid")["status"] == "False"
+    # The storage's clients go to that pool too: the stage starts.
+    wider = copy.deepcopy(SHARED["software"])
+    wider["spec"]["cvmfs"]["client"]["pools"] = ["workers", "gpu"]
+    later = copy.deepcopy(run)
+    later["status"] = p.status
+    obs2 = replace(observe(later, jobs=[], items=items_for(run, "calib", "other", count=10)),
+                   shared_storages={**SHARED, "software": wider})
+    assert "calib" in [j["metadata"]["labels"][names.LABEL_STAGE] for j in jobs_of(plan(obs2))]
+    # A stage on the storage's own pool, or one that does not use it, is never held.
+    ok = run_with([calib(pool="workers", mounts=[{"storage": "sw"}])])
+    assert binding.off_pool(binding.bind(PipelineRunSpec.model_validate(ok["spec"]), SHARED,
+                                         "physics").spec) == {}
+
+
 def test_only_waiting_before_anything_runs_is_pending() -> None:
     run = run_with([calib(inputs=[{"storage": "raw", "path": "n/{item}"}])])
     p = plan(replace(observe(run, items=items_for(run, "calib", count=10)),

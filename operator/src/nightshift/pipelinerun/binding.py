@@ -52,6 +52,8 @@ class BoundStorage(StorageRef):
     storage_type: str = ""
     # s3: the SharedStorage's cache.size, the runner's node cache ceiling.
     cache_max_bytes: int | None = None
+    # glusterfs, cvmfs: the pools whose nodes mount it (its client DaemonSet's); None: any.
+    client_pools: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -169,12 +171,39 @@ def _bound(ref: StorageRef, st: Storage) -> BoundStorage:
         return BoundStorage(**base, pvc=PvcStorage(claim_name=claim.claim_name), read_only=ro)
     if st.spec.type == "glusterfs":
         volume, mount = gluster.pod_volume(st, "/")
+        pools = st.spec.glusterfs.clients.pools if st.spec.glusterfs else None
     else:
         volume, mount = cvmfs.pod_volume(st)
+        pools = st.spec.cvmfs.client.pools if st.spec.cvmfs else None
     claim_name = str(volume["persistentVolumeClaim"]["claimName"])
     return BoundStorage(**base, pvc=PvcStorage(claim_name=claim_name),
                         mount_propagation=mount.get("mountPropagation"),
-                        read_only=st.spec.type == "cvmfs")
+                        read_only=st.spec.type == "cvmfs", client_pools=pools)
+
+
+def off_pool(spec: PipelineRunSpec) -> dict[str, str]:
+    """Stages (by name) on a pool whose nodes do not mount a glusterfs or cvmfs storage
+    they use (not in its clients' pools: no mounter runs there), and what to change. The
+    pod would find no mount on its node (FailedMount, or an empty directory), while the
+    storage says Ready. `spec`: bound, its stages' default pools filled in."""
+    by_name = {s.name: s for s in spec.storage}
+    out: dict[str, str] = {}
+    for i, stage in enumerate(spec.stages):
+        used = [*(d.storage for d in [*stage.inputs, *stage.outputs]),
+                *(m.storage for m in stage.mounts)]
+        for name in dict.fromkeys(used):
+            ref = by_name.get(name)
+            if (stage.pool is None or not isinstance(ref, BoundStorage)
+                    or ref.client_pools is None or stage.pool in ref.client_pools):
+                continue
+            field = "glusterfs.clients" if ref.storage_type == "glusterfs" else "cvmfs.client"
+            out[stage.name] = (
+                f"spec.stages[{i}].pool: pool '{stage.pool}' is not in SharedStorage "
+                f"'{ref.shared_storage}' spec.{field}.pools ({', '.join(ref.client_pools)}), "
+                f"so its nodes do not mount '{name}': add the pool there, or run the stage "
+                "on one of those; the stage waits until then")
+            break
+    return out
 
 
 def stage_problems(stage: Stage, storage: Mapping[str, StorageRef], at: str) -> list[Problem]:

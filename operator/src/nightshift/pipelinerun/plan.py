@@ -63,6 +63,7 @@ class _Planner:
         # The run's SharedStorages resolved (binding.py); a stage needing a missing one waits.
         self.binding = binding.Binding(PipelineRunSpec(stages=[]))
         self.refs = references.References(PipelineRunSpec(stages=[]))
+        self.off_pool: dict[str, str] = {}  # binding.off_pool
         self.requeue: float | None = None
         self.problems: list[Problem] = []
         self.records: dict[str, StageRecord] = {}
@@ -85,6 +86,7 @@ class _Planner:
                                      self.obs.service_accounts, self.obs.secrets,
                                      self.obs.config_maps, self.obs.volume_claims)
         spec = self.refs.spec
+        self.off_pool = binding.off_pool(spec)
         self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
         self.problems += [Problem(where, f"refused by the API server: {why}")
                           for where, why in self.obs.refused]
@@ -166,7 +168,7 @@ class _Planner:
             if not all(states.get(d) == pg.SUCCEEDED for d in st.depends_on):
                 continue
             if (binding.waits(st, spec, self.binding.missing_entries)
-                    or st.name in self.refs.waiting_stages):
+                    or st.name in self.refs.waiting_stages or st.name in self.off_pool):
                 self.requeue = sooner(self.requeue, STORAGE_WAIT)
                 continue
             if st.name not in self.obs.items:
@@ -322,6 +324,8 @@ class _Planner:
         elif self.final:
             records = [dict(r) for r in self.old.get("stages") or []]
         stuck = [] if self.final else stalledmod.mark(records, self.obs.stalled)
+        off_pool = [m for r in records if r["phase"] == pg.PENDING
+                    and (m := self.off_pool.get(r["name"]))]
         if not self.final and any(stalledmod.unready(j) or stalledmod.uncreated(j)
                                   for j in self.obs.jobs):
             # Look again soon: a Job whose pods do not start, or are never made, sends
@@ -333,10 +337,11 @@ class _Planner:
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
             resolving=bool(self.resolve), final=self.final,
-            waiting="; ".join([*self.refs.waiting, *self.binding.missing,
+            waiting="; ".join([*self.refs.waiting, *self.binding.missing, *off_pool,
                                *_paused(spec, records)]),
             waiting_reason=self.refs.reason or (
-                "WaitingForStorage" if self.binding.missing else "Paused"), stalled=stuck)
+                "WaitingForStorage" if self.binding.missing or off_pool else "Paused"),
+            stalled=stuck)
         if self.obs.unresolved:
             # Nothing is written but the status: the stage waits (or the run fails).
             status, unresolved = unresolved_status(self.old, status, self.obs.unresolved,
