@@ -204,6 +204,7 @@ def test_cvmfs_squids_hpa_lb_and_clients(kube: Kube, kubectl: Kubectl,
     assert svc["spec"]["loadBalancerSourceRanges"] == CLUSTER_CIDRS.split(",")
     _load_balancer_said(kube, kubectl, ns, svc)
     _a_stage_off_its_client_pools_waits(kube, kubectl, ns)
+    _a_client_change_is_outdated_until_its_pod_goes(kube, kubectl, ns)
     (hpa,) = owned(kube, ns, "software", ("autoscaling/v2", "HorizontalPodAutoscaler"))
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
     (ds,) = owned(kube, ns, "software", ("apps/v1", "DaemonSet"))
@@ -224,6 +225,33 @@ def test_cvmfs_squids_hpa_lb_and_clients(kube: Kube, kubectl: Kubectl,
     assert owned(kube, ns, "software", ("apps/v1", "Deployment"))[0]["spec"]["replicas"] == 2
     kubectl("-n", ns, "delete", "sharedstorage", "software", "--wait=false")
     wait_for("the storage deleted", lambda: gone(kube, ns, "software"), 30)
+
+
+def _a_client_change_is_outdated_until_its_pod_goes(kube: Kube, kubectl: Kubectl,
+                                                    ns: str) -> None:
+    """A third repository changes the clients' template; the real DaemonSet controller
+    (updateStrategy OnDelete) leaves the node's client as it is, and the storage says so
+    until that pod is deleted and made again from the new template."""
+    kubectl("-n", ns, "patch", "sharedstorage", "software", "--type=json", "-p", json.dumps(
+        [{"op": "add", "path": "/spec/cvmfs/repositories/-", "value": "cms.cern.ch"}]))
+
+    def clients() -> dict[str, Any]:
+        return dict((get(kube, ns, "software").get("status") or {}).get("clients") or {})
+
+    def explain() -> str:
+        (ds,) = owned(kube, ns, "software", ("apps/v1", "DaemonSet"))
+        return json.dumps({"metadata.generation": ds["metadata"].get("generation"),
+                           "status": ds.get("status"), "storage": clients()})
+
+    said = wait_for("the client counted outdated", lambda: clients().get("update"), 60,
+                    explain=explain)
+    assert clients()["outdated"] == 1 and said.startswith(
+        "1 of 1 nodes mount the previous configuration"), said
+    # The command it gives selects the client's pod (one node here: no node to name).
+    labels = said.split(f"kubectl delete pod -n {ns} -l ", 1)[1].split(" ", 1)[0]
+    out = kubectl("-n", ns, "delete", "pod", "-l", labels, "--grace-period=0", "--force")
+    assert "deleted" in out.stdout, out
+    wait_for("the new client counted", lambda: "outdated" not in clients(), 60)
 
 
 def _a_stage_off_its_client_pools_waits(kube: Kube, kubectl: Kubectl, ns: str) -> None:

@@ -14,6 +14,7 @@ from nightshift.sharedstorage import squid
 from nightshift.sharedstorage.objects import Storage
 from nightshift.sharedstorage.render import endpoints
 from nightshift.sharedstorage.status import (
+    Clients,
     Observed,
     SquidCounters,
     SquidSample,
@@ -44,15 +45,49 @@ def test_parse_squid_counters() -> None:
 
 def test_daemonset_counts() -> None:
     assert daemonset_counts({"status": {"desiredNumberScheduled": 40, "numberReady": 38}}) == (
-        40, 38)
-    assert daemonset_counts(None) == (0, 0)
-    assert daemonset_counts({"status": {}}) == (0, 0)
+        Clients(40, 38))
+    assert daemonset_counts(None) == Clients(0, 0)
+    assert daemonset_counts({"status": {}}) == Clients(0, 0)
+
+
+def _ds(generation: int, observed: int, updated: int) -> dict[str, object]:
+    return {"metadata": {"name": "sw-cvmfs-client", "namespace": "hep",
+                         "generation": generation},
+            "spec": {"selector": {"matchLabels": {"nightshift.io/storage": "sw",
+                                                  "app.kubernetes.io/component": "cvmfs"}}},
+            "status": {"observedGeneration": observed, "desiredNumberScheduled": 5,
+                       "currentNumberScheduled": 5, "numberReady": 5,
+                       **({"updatedNumberScheduled": updated} if updated else {})}}
+
+
+def test_clients_on_an_older_template_are_counted_with_how_to_move_them() -> None:
+    got = daemonset_counts(_ds(2, 2, 3))
+    assert (got.nodes, got.mounted, got.outdated) == (5, 5, 2)
+    assert got.how == (
+        "2 of 5 nodes mount the previous configuration: a client is not restarted under "
+        "running pods (updateStrategy OnDelete), so a change reaches a node when its client "
+        "pod is deleted, e.g. once the node is idle: kubectl delete pod -n hep -l "
+        "app.kubernetes.io/component=cvmfs,nightshift.io/storage=sw --field-selector "
+        "spec.nodeName=<node>")
+    # The controller has not looked at the new template yet: nothing said.
+    assert daemonset_counts(_ds(3, 2, 5)) == Clients(5, 5)
+    assert daemonset_counts(_ds(2, 2, 5)) == Clients(5, 5)
+    # None updated: the API server leaves the 0 out.
+    assert daemonset_counts(_ds(2, 2, 0)).outdated == 5
+    # Made, its pods not yet: nothing is outdated.
+    fresh = _ds(1, 1, 0)
+    fresh["status"] = {"observedGeneration": 1, "desiredNumberScheduled": 5}
+    assert daemonset_counts(fresh) == Clients(5, 0)
+    status = storage_status(GOOD["cvmfs-local"], observed=Observed(
+        servers_wanted=1, servers_ready=1, clients=got), now=NOW)
+    assert status["phase"] == "Ready"  # the mounts work, with the old configuration
+    assert status["clients"] == {"nodes": 5, "mounted": 5, "outdated": 2, "update": got.how}
 
 
 def test_ready_cvmfs_with_squid_figures() -> None:
     obj = GOOD["cvmfs-eks"]
     status = storage_status(obj, now=NOW, observed=Observed(
-        servers_wanted=2, servers_ready=2, clients=(40, 40),
+        servers_wanted=2, servers_ready=2, clients=Clients(40, 40),
         endpoints=endpoints(obj, load_balancer="nlb.example"),
         squid=[SquidSample(1500.0, 1200.0), SquidSample(500.0, 300.0)]))
     assert status["phase"] == "Ready"
@@ -65,7 +100,7 @@ def test_ready_cvmfs_with_squid_figures() -> None:
 
 def test_pending_says_what_is_missing() -> None:
     status = storage_status(GOOD["gluster-nufa"], now=NOW, observed=Observed(
-        servers_wanted=4, servers_ready=3, clients=(10, 7),
+        servers_wanted=4, servers_ready=3, clients=Clients(10, 7),
         not_ready=["volume montage not started: waiting for every server"]))
     assert status["phase"] == "Pending"
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
@@ -95,7 +130,7 @@ def test_status_fields_are_in_the_crd() -> None:
     props = openapi_schema("sharedstorage.yaml")["properties"]["status"]["properties"]
     obj = GOOD["cvmfs-eks"]
     status = storage_status(obj, now=NOW, observed=Observed(
-        servers_wanted=1, servers_ready=1, clients=(1, 1), capacity="50Gi",
+        servers_wanted=1, servers_ready=1, clients=Clients(1, 1), capacity="50Gi",
         endpoints=endpoints(obj), squid=[SquidSample(1, 1)]))
     assert set(status) <= set(props)
     assert set(status["squid"]) <= set(props["squid"]["properties"])

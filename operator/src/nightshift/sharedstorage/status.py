@@ -65,10 +65,40 @@ def squid_rates(prev: SquidCounters | None, now: SquidCounters,
     return None
 
 
-def daemonset_counts(ds: Mapping[str, Any] | None) -> tuple[int, int]:
-    """(nodes that should run the client, nodes whose client is ready)."""
+@dataclass(frozen=True)
+class Clients:
+    """A client DaemonSet's counts: nodes that should mount, nodes whose client is
+    ready, and nodes whose client runs an older template, with what moves them."""
+
+    nodes: int
+    mounted: int
+    outdated: int = 0
+    how: str = ""
+
+
+def daemonset_counts(ds: Mapping[str, Any] | None) -> Clients:
+    """The client DaemonSet's Clients. Its clients are never restarted under running
+    pods (updateStrategy OnDelete: a remount pulls /cvmfs or the volume from under
+    them), so a changed spec reaches a node only when its client pod is deleted; until
+    then the storage is Ready with the old configuration there, which `outdated` says."""
     st = (ds or {}).get("status") or {}
-    return int(st.get("desiredNumberScheduled", 0)), int(st.get("numberReady", 0))
+    nodes, mounted = int(st.get("desiredNumberScheduled", 0)), int(st.get("numberReady", 0))
+    meta = (ds or {}).get("metadata") or {}
+    if ds is None or int(st.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
+        return Clients(nodes, mounted)  # counts of an older template: not yet known
+    # Nodes running a client, less those running the current one (a node whose pod is
+    # not made yet is neither). The API server leaves out counts that are 0.
+    outdated = int(st.get("currentNumberScheduled", 0)) - int(st.get("updatedNumberScheduled", 0))
+    if outdated <= 0:
+        return Clients(nodes, mounted)
+    match = ((ds.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    labels = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
+    return Clients(nodes, mounted, outdated, (
+        f"{outdated} of {nodes} nodes mount the previous configuration: a client is not "
+        "restarted under running pods (updateStrategy OnDelete), so a change reaches a "
+        "node when its client pod is deleted, e.g. once the node is idle: kubectl delete "
+        f"pod -n {meta.get('namespace', '')} -l {labels} --field-selector "
+        "spec.nodeName=<node>"))
 
 
 @dataclass(frozen=True)
@@ -77,8 +107,8 @@ class Observed:
 
     servers_wanted: int = 0
     servers_ready: int = 0
-    # (nodes, mounted) for types with a client DaemonSet; None for nfs and s3.
-    clients: tuple[int, int] | None = None
+    # Types with a client DaemonSet (daemonset_counts); None for nfs and s3.
+    clients: Clients | None = None
     endpoints: Sequence[Mapping[str, str]] = ()
     capacity: str | None = None
     # cvmfs: the squids' samples ([] when none could be read); None for other types.
@@ -111,8 +141,9 @@ def storage_status(obj: Mapping[str, Any], *, observed: Observed,
     reasons = list(observed.not_ready)
     if observed.servers_ready < observed.servers_wanted:
         reasons.append(f"{observed.servers_ready} of {observed.servers_wanted} servers ready")
-    if observed.clients is not None and observed.clients[1] < observed.clients[0]:
-        reasons.append(f"mounted on {observed.clients[1]} of {observed.clients[0]} nodes")
+    if observed.clients is not None and observed.clients.mounted < observed.clients.nodes:
+        reasons.append(f"mounted on {observed.clients.mounted} of {observed.clients.nodes} "
+                       "nodes")
     c = conditions
     if problems:
         phase = "Failed"
@@ -145,7 +176,11 @@ def storage_status(obj: Mapping[str, Any], *, observed: Observed,
     if observed.capacity:
         status["capacity"] = observed.capacity
     if observed.clients is not None:
-        status["clients"] = {"nodes": observed.clients[0], "mounted": observed.clients[1]}
+        status["clients"] = {"nodes": observed.clients.nodes,
+                             "mounted": observed.clients.mounted}
+        if observed.clients.outdated:
+            status["clients"].update(outdated=observed.clients.outdated,
+                                     update=observed.clients.how)
     if observed.squid is not None:
         status["squid"] = _squid(observed.squid, observed.servers_ready)
         if observed.squid_scaling:
