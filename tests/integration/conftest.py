@@ -46,6 +46,7 @@ LONG_FILES_FIRST = (
     "test_install.py", "test_pipelinerun.py", "test_examples.py",
     "test_examples_more.py", "test_pipelinerun_stalled.py", "test_mpi.py",
     "test_virtualcluster.py", "test_gluster_real.py", "test_sharedstorage.py",
+    "test_sharedstorage_nfs.py",
     "test_sharedstorage_not_ready.py", "test_sharedstorage_real.py", "test_cost.py",
     "test_pipelinerun_evicted.py",
     "test_pipelinerun_validation.py", "test_validate_parity.py",

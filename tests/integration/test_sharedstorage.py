@@ -7,8 +7,9 @@ tests/integration/test_sharedstorage_real.py's and test_gluster_real.py's).
 - Each type's workloads are accepted by the API server and converge: cvmfs (squid
   Deployment, LoadBalancer Service, HPA, client DaemonSet), glusterfs (StatefulSet,
   client DaemonSet, the volume Job once its servers are ready), nfs (the clients'
-  PersistentVolume once the Service has its address, bound to its claim); a hand edit is
-  restored; deletion removes the PV and the finalizer.
+  PersistentVolume once the Service has its address, bound to its claim:
+  test_sharedstorage_nfs.py); a hand edit is restored; deletion removes the PV and the
+  finalizer.
 - An s3 SharedStorage used by runs against versitygw: test_sharedstorage_s3.py.
 """
 
@@ -365,48 +366,3 @@ def test_gluster_servers_clients_and_volume_job(kube: Kube, kubectl: Kubectl,
              "gluster-volume)" in condition(get(kube, ns, "montage"), "Ready")["message"], 30)
     obj = get(kube, ns, "montage")
     assert obj["status"]["endpoint"] == f"glusterfs://montage-gluster.{ns}.svc.cluster.local/montage"
-
-
-def test_nfs_client_volume_then_deletion(kube: Kube, kubectl: Kubectl,
-                                         storage_operator: OperatorProcess, ns: str,
-                                         kwok_pool: str) -> None:
-    kubectl.apply(storage(ns, "scratch", {
-        "type": "nfs", "reclaimPolicy": "Retain",
-        "nfs": {"server": "colocated", "pool": kwok_pool, "backing": {"localDisk": True},
-                "clients": {"pools": [kwok_pool]}}}))
-    obj = wait_ready(kube, storage_operator, ns, "scratch")
-    svc = kube.get("v1", "Service", "scratch-nfs", ns)
-    assert svc is not None
-    ip = svc["spec"]["clusterIP"]
-    assert obj["status"]["endpoint"] == f"nfs://{ip}:/data"
-    sel = f"{names.LABEL_STORAGE}=scratch,{names.LABEL_STORAGE_NAMESPACE}={ns}"
-    (pv,) = kube.list("v1", "PersistentVolume", label_selector=sel)
-    assert pv["spec"]["nfs"] == {"server": ip, "path": "/data"}
-    assert pv["status"]["phase"] == "Bound"
-    claim = kube.get("v1", "PersistentVolumeClaim", "scratch-nfs-client", ns)
-    assert claim is not None and claim["status"]["phase"] == "Bound"
-    kubectl("-n", ns, "delete", "sharedstorage", "scratch", "--wait=false")
-    wait_for("the storage deleted", lambda: gone(kube, ns, "scratch"), 30)
-    wait_for("its PersistentVolume deleted", lambda: not kube.list(
-        "v1", "PersistentVolume", label_selector=sel), 60)
-
-
-def test_reclaim_delete_removes_the_data_on_its_node_then_goes(
-        kube: Kube, kubectl: Kubectl, storage_operator: OperatorProcess, ns: str,
-        kwok_pool: str) -> None:
-    """reclaimPolicy Delete with the export on the node's disk: the server stops, a Job
-    on the node that held the data removes it (KWOK completes it here; the directories
-    themselves: tests/unit/test_sharedstorage_reclaim.py), then the storage goes."""
-    kubectl.apply(storage(ns, "tmp", {
-        "type": "nfs", "reclaimPolicy": "Delete",
-        "nfs": {"server": "colocated", "pool": kwok_pool, "backing": {"localDisk": True},
-                "clients": {"pools": [kwok_pool]}}}))
-    obj = wait_ready(kube, storage_operator, ns, "tmp")
-    (node,) = obj["status"]["dataNodes"]
-    assert node.startswith("kwok-")
-    kubectl("-n", ns, "delete", "sharedstorage", "tmp", "--wait=false")
-    job = wait_for("the reclaim Job", lambda: kube.get("batch/v1", "Job", "tmp-reclaim-0", ns),
-                   60)
-    assert job["spec"]["template"]["spec"]["nodeName"] == node
-    assert kube.get("apps/v1", "Deployment", "tmp-nfs", ns) is None
-    wait_for("the storage deleted", lambda: gone(kube, ns, "tmp"), 90)

@@ -42,6 +42,36 @@ def test_the_data_nodes_are_recorded_while_it_runs() -> None:
     assert "dataNodes" not in (plan(observed(storage("nfs-dedicated"))).status or {})
 
 
+def test_a_server_that_moved_off_its_data_makes_the_storage_not_ready() -> None:
+    """Node-local data (an NFS localDisk export, Gluster bricks) stays on the node: a
+    server pod made again elsewhere serves an empty directory."""
+    obj = storage("nfs-colocated-localdisk")
+    held, _ = converge(obj)
+    obj["status"] = {"dataNodes": ["node-a"]}
+    ready = cond(plan(observed(obj, held, server_nodes=["node-a"])).status or {}, "Ready")
+    assert "moved" not in ready["message"]
+    p = plan(observed(obj, held, server_nodes=["node-b"]))
+    assert (p.status or {})["phase"] == "Pending"
+    assert ("its data was written on 2 nodes but it has 1 server: a server pod moved (a spot "
+            "interruption, an eviction, an upgrade) and serves an empty directory, leaving "
+            "its data on node-a (status.dataNodes); those files are no longer served: "
+            "recreate the storage, and put spec.nfs.pool on on-demand nodes"
+            ) in cond(p.status or {}, "Ready")["message"]
+    # Gluster: four nodes for three servers.
+    st = storage("gluster-nufa")
+    spec = SharedStorageSpec.model_validate(st["spec"])
+    servers = spec.glusterfs.servers if spec.glusterfs else 0
+    nodes = [f"n{i}" for i in range(servers)]
+    assert reclaim.moved(Storage.of(st), spec, nodes, nodes) is None
+    said = reclaim.moved(Storage.of(st), spec, nodes, ["spare", *nodes[1:]])
+    assert said is not None and "leaving its data on n0" in said, said
+    assert "spec.glusterfs.pool" in said
+    # Nothing of an NFS export on a claim lives on a node.
+    claim = storage("nfs-dedicated")
+    assert reclaim.moved(Storage.of(claim), SharedStorageSpec.model_validate(claim["spec"]),
+                         ["a"], ["b"]) is None
+
+
 def test_gluster_under_delete_stops_servers_then_cleans_each_node_then_finishes() -> None:
     held, _ = converge(storage("gluster-nufa"))
     obj = deleting("gluster-nufa", ["n1", "n2"])

@@ -267,6 +267,9 @@ def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
     """The status figures of what was observed, and what is still missing."""
     not_ready = [*o.errors, *ssstatus.workloads_not_ready(
         spec.type, st.namespace, o.pods_not_starting, o.pods_refused, present.values())]
+    if said := reclaim.moved(st, spec, (o.storage.get("status") or {}).get("dataNodes") or [],
+                             o.server_nodes):
+        not_ready.append(said)
     if spec.type == "nfs" and spec.nfs is not None:
         ip = _cluster_ip(present.get(("Service", st.object_name("nfs"))))
         data = present.get(("PersistentVolumeClaim", nfs.data_claim_name(st)))

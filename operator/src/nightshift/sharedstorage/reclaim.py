@@ -54,6 +54,28 @@ def data_nodes(previous: Sequence[str], server_nodes: Sequence[str]) -> list[str
     return sorted({*previous, *(n for n in server_nodes if n)})
 
 
+def moved(st: Storage, spec: SharedStorageSpec, previous: Sequence[str],
+          server_nodes: Sequence[str]) -> str | None:
+    """Why the storage's data is no longer all served, when a server holding node-local
+    data (Gluster bricks, an NFS localDisk export) has run on more nodes than it has
+    servers: a pod moved (a spot interruption, an eviction, an upgrade) and the new one
+    serves an empty directory, its data left on the old node. Pure: status.dataNodes
+    against the server pods' nodes; the server count is immutable (CEL)."""
+    if not data_dirs(st, spec):
+        return None
+    servers, field = ((spec.glusterfs.servers, "spec.glusterfs.pool") if spec.glusterfs
+                      else (1, "spec.nfs.pool"))
+    nodes = data_nodes(previous, server_nodes)
+    if len(nodes) <= servers:
+        return None
+    left = [n for n in nodes if n not in server_nodes]
+    return (f"its data was written on {len(nodes)} nodes but it has {servers} "
+            f"server{'s' if servers > 1 else ''}: a server pod moved (a spot interruption, "
+            f"an eviction, an upgrade) and serves an empty directory, leaving its data on "
+            f"{', '.join(left)} (status.dataNodes); those files are no longer served: "
+            f"recreate the storage, and put {field} on on-demand nodes")
+
+
 def job_name(st: Storage, index: int) -> str:
     return st.object_name(f"reclaim-{index}")
 
