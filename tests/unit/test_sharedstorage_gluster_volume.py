@@ -7,6 +7,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from nightshift.sharedstorage import gluster, glustervolume
 from nightshift.sharedstorage.objects import Storage
 from tests.bad_sharedstorages import GOOD
@@ -84,3 +86,25 @@ esac
     assert [c for c in run() if c not in ("pool list", "volume info")] == []
     (state / "started").unlink()
     assert [c for c in run() if c not in ("pool list", "volume info")] == ["volume start"]
+
+
+def test_a_glusterd_that_never_answers_fails_the_job_with_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Server pod 0's glusterd never answers (its pod made again elsewhere, a socket
+    that is not there): the script gives up after GLUSTERD_WAIT_S, saying so, so the Job
+    fails and the storage's status points at its log, instead of "making the volume"
+    for ever."""
+    monkeypatch.setattr(glustervolume, "GLUSTERD_WAIT_S", 2)
+    st = Storage.of(GOOD["gluster-nufa"])
+    pods = [gluster.ServerPod(f"montage-gluster-{i}", f"10.0.2.{i}", True, f"n{i}")
+            for i in range(4)]
+    job = glustervolume.volume_job(st, pods)
+    assert job is not None
+    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    fake = tmp_path / "gluster"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    done = subprocess.run(["/bin/sh", "-c", script], env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+                          check=False, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == "glusterd did not answer in 2 s"

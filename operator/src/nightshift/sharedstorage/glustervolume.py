@@ -36,6 +36,10 @@ from nightshift.sharedstorage.objects import COMPONENT_GLUSTER_VOLUME, Storage, 
 BACKOFF = 3
 # Seconds the script waits for probed peers to join the pool.
 PEER_WAIT_S = 120
+# Seconds it waits for server pod 0's glusterd to answer: past that the Job fails (its
+# pods retried BACKOFF times), and the storage's status says so, rather than "making the
+# volume" for ever.
+GLUSTERD_WAIT_S = 300
 JOINED = "Peer in Cluster (Connected)"
 
 
@@ -54,8 +58,12 @@ def volume_script(st: Storage, commands: Sequence[Exec]) -> str:
     peers = g.servers - 1
     lines = [
         "set -eu",
+        "waited=0",
         f"until {cli} pool list >/dev/null 2>&1; do",
-        '  echo "waiting for glusterd"; sleep 2',
+        '  echo "waiting for glusterd"; waited=$((waited + 2))',
+        f"  [ $waited -le {GLUSTERD_WAIT_S} ] || {{ echo \"glusterd did not answer in "
+        f"{GLUSTERD_WAIT_S} s\" >&2; exit 1; }}",
+        "  sleep 2",
         "done",
         f"if {cli} volume info {vol} >/dev/null 2>&1; then",
         f"  echo \"volume {volume_name(st)} exists\"",
