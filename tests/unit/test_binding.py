@@ -96,6 +96,8 @@ def test_gluster_is_the_nodes_mount_through_its_claim_host_to_container() -> Non
     assert len(runner_mounts) == 2  # stage-in reads, commit writes
     assert {m["mountPropagation"] for m in runner_mounts} == {"HostToContainer"}
     assert runner_config(job)["storages"]["scratch"]["kind"] == "dir"
+    # ... checked to be the node's FUSE mount before the runner uses it (runner/mounts.py).
+    assert runner_config(job)["storages"]["scratch"]["fuse"] is True
 
 
 def test_cvmfs_software_mount_at_cvmfs_through_its_claim() -> None:

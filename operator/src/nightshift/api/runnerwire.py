@@ -68,10 +68,14 @@ class StorageConfig:
     access_key_env: str | None = None
     secret_key_env: str | None = None
     path: str = ""  # KIND_DIR: where the volume is mounted
+    # KIND_DIR: the volume is a node's FUSE mount (a glusterfs SharedStorage), which
+    # the runner checks is mounted before it stages anything.
+    fuse: bool = False
 
     def to_json(self) -> dict[str, Any]:
         if self.kind == KIND_DIR:
-            return {"kind": KIND_DIR, "path": self.path}
+            # "fuse" only when set: every other pod template stays byte-identical.
+            return {"kind": KIND_DIR, "path": self.path, **({"fuse": True} if self.fuse else {})}
         out: dict[str, Any] = {"kind": self.kind, "bucket": self.bucket, "prefix": self.prefix,
                                "endpoint": self.endpoint, "region": self.region}
         if self.access_key_env or self.secret_key_env:
@@ -91,7 +95,8 @@ class StorageConfig:
         return cls(name=name, kind=kind, bucket=raw.get("bucket", ""),
                    prefix=raw.get("prefix", ""), endpoint=raw.get("endpoint"),
                    region=raw.get("region"), access_key_env=raw.get("accessKeyEnv"),
-                   secret_key_env=raw.get("secretKeyEnv"), path=raw.get("path", ""))
+                   secret_key_env=raw.get("secretKeyEnv"), path=raw.get("path", ""),
+                   fuse=bool(raw.get("fuse")))
 
 
 @dataclass(frozen=True)

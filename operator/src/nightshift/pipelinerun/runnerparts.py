@@ -31,7 +31,12 @@ from nightshift.api.runnerwire import (
     StorageConfig,
     gather_dir,
 )
-from nightshift.pipelinerun.binding import cache_max_bytes, mount_propagation, volume_source
+from nightshift.pipelinerun.binding import (
+    BoundStorage,
+    cache_max_bytes,
+    mount_propagation,
+    volume_source,
+)
 from nightshift.pipelinerun.items import items_configmap_name, matrix_fields
 from nightshift.pipelinerun.spec import Archive, DataRef, Stage, StorageRef
 
@@ -153,8 +158,9 @@ def runner_config(*, run: str, namespace: str, stage: Stage,
                 endpoint=ref.s3.endpoint, region=ref.s3.region, access_key_env=ak,
                 secret_key_env=sk)
         else:
-            storages[name] = StorageConfig(name=name, kind=KIND_DIR,
-                                           path=f"{names.MOUNT_STORAGE}/{name}")
+            storages[name] = StorageConfig(
+                name=name, kind=KIND_DIR, path=f"{names.MOUNT_STORAGE}/{name}",
+                fuse=isinstance(ref, BoundStorage) and ref.storage_type == "glusterfs")
     # An s3 SharedStorage states its node cache size; the runner's default otherwise.
     cache = cache_max_bytes(stage, storage) or DEFAULT_CACHE_BYTES
     cfg = RunnerConfig(

@@ -20,7 +20,7 @@ from pathlib import Path
 from nightshift.api import names
 from nightshift.aws import s3store as s3io
 from nightshift.aws.s3store import S3Store
-from nightshift.runner import config, record, stepsh
+from nightshift.runner import config, mounts, record, stepsh
 from nightshift.runner.commit import utcnow
 from nightshift.runner.config import ConfigError, Paths, RunnerConfig
 from nightshift.runner.stagein import stage_in, write_stats
@@ -73,6 +73,7 @@ def cmd_stage_in(env: dict[str, str]) -> int:
                                 "item": item.value, "index": item.index}
     rc, error = 0, None
     try:
+        mounts.check(cfg, env)
         stats = stage_in(cfg, paths, item, stores)
         write_stats(paths, stats, extra)
         log.info("staged %d files, %d bytes in %.1fs (cache %d hits, %d misses)",
@@ -84,6 +85,8 @@ def cmd_stage_in(env: dict[str, str]) -> int:
         rc, error = EX_NOINPUT, f"missing input: {e}"
     except ConfigError as e:
         rc, error = EX_CONFIG, str(e)
+    except mounts.NotMountedError as e:
+        rc, error = EX_TEMPFAIL, str(e)
     except Exception as e:
         rc = EX_TEMPFAIL if s3io.is_retryable(e) else 1
         error = f"{type(e).__name__}: {e}"

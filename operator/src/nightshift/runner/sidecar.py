@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nightshift.aws.s3store import S3Store
-from nightshift.runner import procstat, record
+from nightshift.runner import mounts, procstat, record
 from nightshift.runner.commit import (
     CommitResult,
     Committer,
@@ -135,6 +135,7 @@ class Sidecar:
         # Storage may be briefly unreachable when the pod starts; keep sampling /proc
         # and try again rather than crash-looping the sidecar.
         try:
+            mounts.check(self.cfg, self.env)  # a FUSE volume not mounted: never commit to it
             self.committer.prepare()
             return True
         except Exception as e:

@@ -163,9 +163,11 @@ def node_mount_claim(st: Storage, role: str, component: str, app: str, host_path
     Why not a hostPath volume in the pipeline pods: the baseline and restricted Pod
     Security Standards refuse hostPath volumes but admit claims, whatever backs them.
     The PV has no node affinity: the same path on whichever node the pod lands (type
-    Directory: a node whose client never mounted fails the pod's start, and the Job
-    retries it, rather than running on an empty directory). Cluster-scoped, so no
-    owner: the labels say whose it is and the storage's deletion removes it.
+    Directory: a node whose client never ran fails the pod's start). A client that ran
+    but did not mount leaves the directory there, empty: the runner checks that a
+    glusterfs storage's path is a FUSE mount before using it (runner/mounts.py).
+    Cluster-scoped, so no owner: the labels say whose it is and the storage's deletion
+    removes it.
     """
     pv_name = st.cluster_name(role)
     claim = st.object_name(f"{role}-client")

@@ -1,0 +1,75 @@
+"""Whether a node's FUSE mount is really there before the runner uses it.
+
+A glusterfs SharedStorage reaches pods as a PersistentVolume of the node directory its
+client DaemonSet mounts the volume on. That directory exists whether or not the mount
+does (the client makes it before mounting), so on a node whose client has not mounted
+the volume, or lost it, the pod would read an empty directory and write its outputs to
+the node's own disk: lost to every other node, and committed as if all were well. The
+runner's stage-in and commit sidecar therefore check, from /proc/self/mountinfo, that
+each such storage their container mounts is on a FUSE file system, and fail the item
+(retryable, exit 75) when it is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from nightshift.runner.config import RunnerConfig
+
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+class NotMountedError(RuntimeError):
+    """A storage the runner needs is not mounted on this node."""
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo (octal).
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def fs_type(path: str, mountinfo: str) -> str:
+    """The file system type of the mount `path` is on: the entry with the longest mount
+    point that is `path` or above it, the last one listed (a later mount on the same
+    point hides the earlier)."""
+    best, best_len = "", -1
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if " - " not in line or len(fields) < 5:
+            continue
+        point = _unescape(fields[4]).rstrip("/") or "/"
+        if not (path == point or path.startswith(point.rstrip("/") + "/") or point == "/"):
+            continue
+        fstype = line.split(" - ", 1)[1].split(" ")[0]
+        if len(point) >= best_len:
+            best, best_len = fstype, len(point)
+    return best
+
+
+def check(cfg: RunnerConfig, env: Mapping[str, str], mountinfo: str | None = None) -> None:
+    """Raise NotMountedError for the first FUSE storage whose path is not on a FUSE mount."""
+    fuse = [st for st in cfg.storages.values() if st.fuse]
+    if not fuse:
+        return
+    text = MOUNTINFO.read_text() if mountinfo is None else mountinfo
+    for st in fuse:
+        if mountinfo is None and not Path(st.path).is_dir():
+            continue  # not mounted in this container (stage-in mounts only what it reads)
+        got = fs_type(st.path.rstrip("/"), text)
+        if not got.startswith("fuse"):
+            node = env.get("NODE_NAME") or "this node"
+            raise NotMountedError(
+                f"storage {st.name!r}: {st.path} is not the volume's FUSE mount on node "
+                f"{node} (it is on {got or 'an unknown file system'}): the SharedStorage's "
+                "client there has not mounted it, and the item's files would stay on the "
+                "node's own disk; the item is retried (see the SharedStorage's "
+                "status.clients)")
