@@ -34,7 +34,7 @@ def _running(kube: Kube, namespace: str, index: int, not_: set[str]) -> str | No
     pods = kube.list("v1", "Pod", namespace, label_selector=f"{names.LABEL_RUN}=evict",
                      field_selector="status.phase=Running")
     return next((p["metadata"]["name"] for p in pods
-                 if p["metadata"]["annotations"].get(evicted.INDEX) == str(index)
+                 if p["metadata"]["annotations"].get(names.JOB_COMPLETION_INDEX) == str(index)
                  and p["metadata"]["name"] not in not_), None)
 
 
@@ -44,7 +44,7 @@ def _pods(kube: Kube, namespace: str) -> str:
     for p in kube.list("v1", "Pod", namespace, label_selector=f"{names.LABEL_RUN}=evict"):
         ann = p["metadata"].get("annotations") or {}
         lines.append(f"{p['metadata']['name']} {p['status'].get('phase')} "
-                     f"index={ann.get(evicted.INDEX)} "
+                     f"index={ann.get(names.JOB_COMPLETION_INDEX)} "
                      f"ignored={ann.get('batch.kubernetes.io/job-index-ignored-failure-count')} "
                      f"finalizers={p['metadata'].get('finalizers')} "
                      f"made={p['metadata'].get('creationTimestamp')}")

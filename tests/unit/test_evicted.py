@@ -36,7 +36,7 @@ def pod(index: int, n: int, *, reason: str = "Evicted", by: str | None = "Termin
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"nightly-sim-{index}-{n}", "namespace": NS,
                          "labels": labels or {},
-                         "annotations": {evicted.INDEX: str(index)}},
+                         "annotations": {names.JOB_COMPLETION_INDEX: str(index)}},
             "status": {"phase": "Failed", "reason": reason, "message": message,
                        "conditions": conditions}}
 

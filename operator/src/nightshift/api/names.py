@@ -100,6 +100,11 @@ ENV_POD_UID = "NIGHTSHIFT_POD_UID"
 ENV_NODE_NAME = "NODE_NAME"
 # Set by the Job controller in every pod of an Indexed Job.
 ENV_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+# ... as an annotation, and a label too (Kubernetes >= 1.28), with the same key.
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# The pod condition of a disruption (preemption, eviction, a drain, the kubelet's own
+# eviction for node pressure), which the stage Jobs' pod failure policy ignores.
+DISRUPTION_TARGET = "DisruptionTarget"
 
 # The runner's volume layout inside every pipeline pod (design for storage/MPI later):
 #   /nightshift/items/items      the stage's item list, one per line (ConfigMap)

@@ -17,7 +17,7 @@ from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import progress as pg
 
 # The label the Job controller puts on every pod of an Indexed Job (Kubernetes >= 1.28).
-LABEL_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+LABEL_COMPLETION_INDEX = names.JOB_COMPLETION_INDEX
 
 SUCCEEDED = "succeeded"
 FAILED = "failed"

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nightshift.api import names
 from nightshift.pipelinerun.spec import Stage
 
 READ_SECONDS = 60.0
@@ -26,7 +27,6 @@ PODS_READ = 20
 REPEATS = 2  # evictions of one item before the stage says so
 REASON = "PodsEvicted"
 WORDS_CHARS = 120  # the kubelet's measurement (stages[].waiting holds 400)
-INDEX = "batch.kubernetes.io/job-completion-index"
 _RESOURCE = re.compile(r"low on resource: ([\w.-]+)")
 _USING = re.compile(r"Container (\S+) was using (\S+), request is (\S*),")
 
@@ -40,7 +40,7 @@ def kubelet_said(pod: Mapping[str, Any]) -> str | None:
     if status.get("reason") != "Evicted":
         return None
     for c in status.get("conditions") or []:
-        if (c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+        if (c.get("type") == names.DISRUPTION_TARGET and c.get("status") == "True"
                 and c.get("reason") == "TerminationByKubelet"):
             return " ".join(str(c.get("message") or status.get("message") or "").split())
     return None
@@ -77,7 +77,8 @@ def summary(stage: Stage, i: int, pods: Sequence[Mapping[str, Any]]
         words = kubelet_said(pod)
         if words is None:
             continue
-        ix = str(((pod.get("metadata") or {}).get("annotations") or {}).get(INDEX, "?"))
+        ann = (pod.get("metadata") or {}).get("annotations") or {}
+        ix = str(ann.get(names.JOB_COMPLETION_INDEX, "?"))
         per_item[ix] += 1
         said[ix] = words
     if not per_item:

@@ -17,8 +17,6 @@ from nightshift.pipelinerun import runnerparts as runner
 from nightshift.pipelinerun.items import RunRef, job_name
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
-# Alias of api/names.py for callers that still spell it here (plan.py, tests).
-DISRUPTION_TARGET = "DisruptionTarget"
 # Job API limit on completions-with-backoffLimitPerIndex before stricter rules apply.
 HIGH_COMPLETIONS = 100_000
 HIGH_COMPLETIONS_PARALLELISM = 10_000
@@ -35,7 +33,7 @@ def pod_failure_policy(stage: Stage) -> dict[str, Any]:
     # item's retries, even if the step also exited with a "permanent" code on SIGTERM.
     rules: list[dict[str, Any]] = [
         {"action": "Ignore",
-         "onPodConditions": [{"type": DISRUPTION_TARGET, "status": "True"}]},
+         "onPodConditions": [{"type": names.DISRUPTION_TARGET, "status": "True"}]},
     ]
     codes = sorted(set(stage.retries.permanent_exit_codes))
     if codes:

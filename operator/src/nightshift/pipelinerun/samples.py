@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nightshift.api import names
+
 
 def message_tail(text: str, limit: int = 240) -> str:
     """A failure message's end, whole lines where they fit: a log tail's last lines say
@@ -53,7 +55,7 @@ def failure_sample(pod: dict[str, Any]) -> dict[str, Any]:
                 message = term.get("message") or message
             break
     return {
-        "index": int(ann.get("batch.kubernetes.io/job-completion-index", -1)),
+        "index": int(ann.get(names.JOB_COMPLETION_INDEX, -1)),
         "exitCode": exit_code,
         "reason": reason,
         "message": message_tail(message),
