@@ -12,6 +12,7 @@ pass is asked for when one is due).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +21,6 @@ from nightshift.api import names, refusals
 from nightshift.kube import Kube
 from nightshift.pipelinerun import evicted, mpijob, stalled, unmounted
 from nightshift.pipelinerun import items as itemsmod
-from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.samples import failure_sample
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
@@ -45,11 +45,9 @@ class PodReads:
             failed = int((job.get("status") or {}).get("failed") or 0)
             if failed == 0 or self.failed_seen.get(jname) == failed:
                 continue
-            pods = kube.list("v1", "Pod", namespace,
-                             label_selector=itemsmod.job_pods_selector(job),
-                             field_selector="status.phase=Failed", limit=5)
             stage = (job["metadata"].get("labels") or {}).get(names.LABEL_STAGE, jname)
-            self.samples[stage] = [failure_sample(p) for p in pods[:5]]
+            self.samples[stage] = [failure_sample(p)
+                                   for p in _pods(kube, namespace, job, "Failed", 5)]
             self.failed_seen[jname] = failed
         return dict(self.samples)
 
@@ -74,25 +72,18 @@ class PodReads:
                  spec: PipelineRunSpec | None) -> Found:
         """A running stage Job's Failed pods (evicted.PODS_READ), first READ_SECONDS after
         it was first seen running, then every READ_SECONDS while it runs."""
-        index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
         now, out, seen = time.monotonic(), {}, set()
-        for job in jobs:
-            meta = job["metadata"]
-            jname = meta["name"]
-            stage = (meta.get("labels") or {}).get(names.LABEL_STAGE, "")
-            if spec is None or stage not in index or not _running_indexed(job):
+        for job, jname, stage, i in _stage_jobs(jobs, spec):
+            if not _running_indexed(job):
                 continue
             seen.add(jname)
             due, found = self.evictions.setdefault(jname, (now + evicted.READ_SECONDS, None))
             if now >= due:
-                pods = kube.list("v1", "Pod", namespace,
-                                 label_selector=itemsmod.job_pods_selector(job),
-                                 field_selector="status.phase=Failed",
-                                 limit=evicted.PODS_READ)[:evicted.PODS_READ]
-                found = evicted.summary(spec.stages[index[stage]], index[stage], pods)
+                found = evicted.summary(stage, i, _pods(kube, namespace, job, "Failed",
+                                                        evicted.PODS_READ))
                 self.evictions[jname] = (now + evicted.READ_SECONDS, found)
             if found:
-                out[stage] = found
+                out[stage.name] = found
         for jname in set(self.evictions) - seen:
             del self.evictions[jname]
         return out
@@ -106,18 +97,9 @@ class PodReads:
         as long as those run). A Job with no pod at all for as long has its refusal
         events read instead; an MPI stage whose workers or launcher are not all running,
         what stalled.to_read says."""
-        index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
-        now, out = time.monotonic(), {}
-        seen = set()
-        for job in jobs:
-            meta = job["metadata"]
-            jname = meta["name"]
-            stage = (meta.get("labels") or {}).get(names.LABEL_STAGE, "")
-            if spec is None or stage not in index:
-                continue
-            i = index[stage]
-            mpi = spec.stages[i].mpi
-            what = stalled.to_read(job, mpi.workers if mpi else None)
+        now, out, seen = time.monotonic(), {}, set()
+        for job, jname, stage, i in _stage_jobs(jobs, spec):
+            what = stalled.to_read(job, stage.mpi.workers if stage.mpi else None)
             if not what:
                 continue
             seen.add(jname)
@@ -125,12 +107,30 @@ class PodReads:
             if st is None or st.what != what:
                 st = self.stalls[jname] = stalled.Stall(since=now, what=what)
             if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
-                st.read(_read_stall(kube, namespace, job, what, spec.stages[i], i), now)
+                st.read(_read_stall(kube, namespace, job, what, stage, i), now)
             if st.found:
-                out[stage] = st.found
+                out[stage.name] = st.found
         for jname in set(self.stalls) - seen:
             del self.stalls[jname]
         return out
+
+
+def _stage_jobs(jobs: list[dict[str, Any]], spec: PipelineRunSpec | None
+                ) -> Iterator[tuple[dict[str, Any], str, Stage, int]]:
+    """Each Job of a stage `spec` has: (the Job, its name, the stage, its index)."""
+    index = {st.name: i for i, st in enumerate(spec.stages)} if spec else {}
+    for job in jobs:
+        meta = job["metadata"]
+        i = index.get((meta.get("labels") or {}).get(names.LABEL_STAGE, ""))
+        if spec is not None and i is not None:
+            yield job, meta["name"], spec.stages[i], i
+
+
+def _pods(kube: Kube, namespace: str, job: dict[str, Any], phase: str,
+          limit: int) -> list[dict[str, Any]]:
+    """At most `limit` of a stage Job's pods in `phase` (one LIST)."""
+    return kube.list("v1", "Pod", namespace, label_selector=itemsmod.job_pods_selector(job),
+                     field_selector=f"status.phase={phase}", limit=limit)[:limit]
 
 
 def _running_indexed(job: dict[str, Any]) -> bool:
@@ -138,8 +138,7 @@ def _running_indexed(job: dict[str, Any]) -> bool:
     neither suspended nor finished."""
     spec, status = job.get("spec") or {}, job.get("status") or {}
     return (spec.get("completionMode") == "Indexed" and bool(status.get("startTime"))
-            and not spec.get("suspend") and not pg.job_condition(job, "Complete")
-            and not pg.job_condition(job, "Failed"))
+            and stalled.live(job))
 
 
 def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stage: Stage,
@@ -150,23 +149,18 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
     meta = job["metadata"]
     jname, now = meta["name"], datetime.now(UTC)
 
-    def events(selector: str, reason: str) -> list[dict[str, Any]]:
+    def events(selector: str, reason: str = "") -> list[dict[str, Any]]:
         return kube.list("v1", "Event", namespace, limit=refusals.EVENTS_READ,
-                         field_selector=f"{selector},reason={reason}")
-
-    def pods(phase: str, limit: int) -> list[dict[str, Any]]:
-        return kube.list("v1", "Pod", namespace, label_selector=itemsmod.job_pods_selector(job),
-                         field_selector=f"status.phase={phase}", limit=limit)[:limit]
+                         field_selector=f"{selector},reason={reason}" if reason else selector)
 
     found = None
     if what in ("pods", "mpi", "launcher"):
-        pending = pods("Pending", stalled.PODS_READ)
+        pending = _pods(kube, namespace, job, "Pending", stalled.PODS_READ)
         found = stalled.summary(stage, i, pending)
         if found is None and (waiting := unmounted.first(pending)) is not None:
             # Scheduled, no sandbox: only its events say which volume and why.
-            found = unmounted.summary(stage, i, waiting, kube.list(
-                "v1", "Event", namespace, limit=refusals.EVENTS_READ,
-                field_selector=f"involvedObject.uid={waiting['metadata'].get('uid')}"), now)
+            found = unmounted.summary(stage, i, waiting, events(
+                f"involvedObject.uid={waiting['metadata'].get('uid')}"), now)
     if found is None and what in ("events", "more"):
         found = stalled.not_created(stage, i, jname, events(
             f"involvedObject.uid={meta.get('uid')}", stalled.JOB_REFUSED), now,
@@ -181,6 +175,6 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
             f"involvedObject.kind=Job,involvedObject.name={launcher}", stalled.JOB_REFUSED),
             now, whose="launcher", after=made)  # not a same-named Job's from before
     if found is None and what == "gang" and stage.mpi:
-        found = stalled.workers_unready(stage, i, pods(
-            "Running", min(stage.mpi.workers, stalled.WORKERS_READ)))
+        found = stalled.workers_unready(stage, i, _pods(
+            kube, namespace, job, "Running", min(stage.mpi.workers, stalled.WORKERS_READ)))
     return found

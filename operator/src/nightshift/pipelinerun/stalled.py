@@ -53,7 +53,7 @@ def unready(job: Mapping[str, Any]) -> bool:
     status = job.get("status") or {}
     if "ready" not in status:
         return False  # the Job controller always writes it; without it nothing is known
-    return (_live(job) and int(status.get("active") or 0) > 0
+    return (live(job) and int(status.get("active") or 0) > 0
             and int(status.get("ready") or 0) == 0)
 
 
@@ -80,7 +80,7 @@ def workers_short(job: Mapping[str, Any], workers: int) -> bool:
     """An MPI stage's MPIJob (read as a Job, mpijob.as_job), neither finished nor
     suspended, with fewer workers running than it asks: the MPI Operator counts only
     Running workers active, so Pending and never-made workers look alike here."""
-    return _live(job) and int((job.get("status") or {}).get("active") or 0) < workers
+    return live(job) and int((job.get("status") or {}).get("active") or 0) < workers
 
 
 def launcher_short(job: Mapping[str, Any], workers: int) -> str:
@@ -88,7 +88,7 @@ def launcher_short(job: Mapping[str, Any], workers: int) -> str:
     no launcher running: "gang" while the launcher is not made (the MPI Operator makes it
     once every worker is Ready), "launcher" once made; else ""."""
     status = job.get("status") or {}
-    if not _live(job) or int(status.get("active") or 0) < workers:
+    if not live(job) or int(status.get("active") or 0) < workers:
         return ""
     launcher = status.get(mpijob.LAUNCHER_RUNNING)
     return "gang" if launcher is None else "" if int(launcher) else "launcher"
@@ -107,7 +107,7 @@ def to_read(job: Mapping[str, Any], mpi_workers: int | None) -> str:
             "more" if throttled(job) else "")
 
 
-def _live(job: Mapping[str, Any]) -> bool:
+def live(job: Mapping[str, Any]) -> bool:
     """Neither suspended nor finished."""
     if (job.get("spec") or {}).get("suspend"):
         return False
@@ -122,7 +122,7 @@ def _going(job: Mapping[str, Any]) -> bool:
         return False  # an MPIJob's workers are the MPI Operator's, read as a Job
     if not status.get("startTime") or not int(spec.get("parallelism") or 0):
         return False
-    return _live(job) and int(status.get("terminating") or 0) == 0
+    return live(job) and int(status.get("terminating") or 0) == 0
 
 
 @dataclass(frozen=True)
