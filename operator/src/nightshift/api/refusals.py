@@ -12,7 +12,7 @@ with the field to check (pipelinerun/stalled.py, sharedstorage/plan.py).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -74,12 +74,20 @@ def newest(events: Sequence[Mapping[str, Any]], now: datetime,
            after: datetime | None = None) -> tuple[str, str] | None:
     """refusal() of the newest refusing event of the last EVENT_WINDOW seconds (and since
     `after`: not a same-named object's from before), or None."""
-    dated = [(t, got) for e in events if (got := refusal(e, patterns)) is not None
-             and (t := event_time(e)) is not None and (after is None or t >= after)]
+    found = latest([e for e in events if refusal(e, patterns) is not None], now, after)
+    return None if found is None else refusal(found, patterns)
+
+
+def latest(events: Iterable[Mapping[str, Any]], now: datetime | None = None,
+           after: datetime | None = None) -> Mapping[str, Any] | None:
+    """The newest of `events` by event_time (undated ones left out), since `after`; None
+    for none, or, given `now`, when even that one is older than EVENT_WINDOW seconds."""
+    dated = [(t, e) for e in events
+             if (t := event_time(e)) is not None and (after is None or t >= after)]
     if not dated:
         return None
-    when, got = max(dated, key=lambda tg: tg[0])
-    return got if (now - when).total_seconds() <= EVENT_WINDOW else None
+    when, found = max(dated, key=lambda te: te[0])
+    return None if now is not None and (now - when).total_seconds() > EVENT_WINDOW else found
 
 
 def event_time(event: Mapping[str, Any]) -> datetime | None:

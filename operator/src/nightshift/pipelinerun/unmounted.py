@@ -51,12 +51,8 @@ def summary(stage: Stage, index: int, pod: Mapping[str, Any],
             events: Sequence[Mapping[str, Any]], now: datetime) -> tuple[str, str] | None:
     """The stage's line from `pod`'s events (its newest of the last
     refusals.EVENT_WINDOW about a volume), or None when none says why."""
-    dated = [(t, e) for e in events if e.get("reason") in VOLUME_EVENTS
-             and (t := refusals.event_time(e)) is not None]
-    if not dated:
-        return None
-    when, newest = max(dated, key=lambda te: te[0])
-    if (now - when).total_seconds() > refusals.EVENT_WINDOW:
+    newest = refusals.latest([e for e in events if e.get("reason") in VOLUME_EVENTS], now)
+    if newest is None:
         return None
     reason, said = newest.get("reason"), " ".join(refusals.clean(
         str(newest.get("message") or "")).split())

@@ -367,11 +367,9 @@ def _newest(events: Sequence[Mapping[str, Any]], skip: frozenset[str] = frozense
             ) -> tuple[Mapping[str, Any], str] | None:
     """The newest of `events` (but those whose reason is in `skip`) and its message on
     one line, without the recorder's fold, cut to REFUSAL_CHARS; None when there is none."""
-    dated = [(t, e) for e in events if str(e.get("reason")) not in skip
-             and (t := refusals.event_time(e)) is not None]
-    if not dated:
+    newest = refusals.latest(e for e in events if str(e.get("reason")) not in skip)
+    if newest is None:
         return None
-    _, newest = max(dated, key=lambda te: te[0])
     said = " ".join(str(newest.get("message") or "").split())
     return newest, said.removeprefix("(combined from similar events): ")[:REFUSAL_CHARS]
 
