@@ -41,16 +41,21 @@ def test_gluster_volume_job_runs_on_server_zero_with_its_socket() -> None:
         "montage-gluster-0", "10.0.2.0", True)]) is None
 
 
-def test_gluster_volume_script_runs_and_is_idempotent(tmp_path: Path) -> None:
-    """The script against a fake `gluster` CLI that keeps a volume's state in files:
-    the first run probes, creates, sets nufa and starts; a second run does nothing but
-    read; a created but stopped volume is only started."""
+def _nufa_script() -> str:
+    """The volume Job's script for gluster-nufa's four ready servers."""
     st = Storage.of(GOOD["gluster-nufa"])
     pods = [gluster.ServerPod(f"montage-gluster-{i}", f"10.0.2.{i}", True, f"n{i}")
             for i in range(4)]
     job = glustervolume.volume_job(st, pods)
     assert job is not None
-    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    return str(job["spec"]["template"]["spec"]["containers"][0]["command"][2])
+
+
+def test_gluster_volume_script_runs_and_is_idempotent(tmp_path: Path) -> None:
+    """The script against a fake `gluster` CLI that keeps a volume's state in files:
+    the first run probes, creates, sets nufa and starts; a second run does nothing but
+    read; a created but stopped volume is only started."""
+    script = _nufa_script()
     state, log = tmp_path / "state", tmp_path / "log"
     state.mkdir()
     fake = tmp_path / "gluster"
@@ -95,12 +100,7 @@ def test_a_glusterd_that_never_answers_fails_the_job_with_why(
     fails and the storage's status points at its log, instead of "making the volume"
     for ever."""
     monkeypatch.setattr(glustervolume, "GLUSTERD_WAIT_S", 2)
-    st = Storage.of(GOOD["gluster-nufa"])
-    pods = [gluster.ServerPod(f"montage-gluster-{i}", f"10.0.2.{i}", True, f"n{i}")
-            for i in range(4)]
-    job = glustervolume.volume_job(st, pods)
-    assert job is not None
-    script = job["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    script = _nufa_script()
     fake = tmp_path / "gluster"
     fake.write_text("#!/bin/sh\nexit 1\n")
     fake.chmod(0o755)

@@ -47,7 +47,7 @@ def fs_type(path: str, mountinfo: str) -> str:
         if " - " not in line or len(fields) < 5:
             continue
         point = _unescape(fields[4]).rstrip("/") or "/"
-        if not (path == point or path.startswith(point.rstrip("/") + "/") or point == "/"):
+        if point not in ("/", path) and not path.startswith(point + "/"):
             continue
         fstype = line.split(" - ", 1)[1].split(" ")[0]
         if len(point) >= best_len:
