@@ -24,10 +24,12 @@ from typing import Any
 
 import pytest
 
-from nightshift.pipelinerun import binding
+from nightshift.api import names
+from nightshift.pipelinerun import binding, fusewait
+from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift.sharedstorage import gluster, glustervolume
-from nightshift.sharedstorage.objects import Storage
+from nightshift.sharedstorage.objects import COMPONENT_GLUSTER_CLIENT, Storage
 from nightshift.sharedstorage.plan import server_pod
 from nightshift_localcluster.nodeconfig import NODE_NAME
 from tests.clusterutil import Kubectl, wait_for
@@ -36,6 +38,7 @@ from tests.integration.test_real_node import (
     pod_job,
     real_node,
     run_stage,
+    start_stage,
     wait_job,
 )
 
@@ -128,24 +131,23 @@ def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st:
     print(layout, out)
     assert "files=200" in out
     # A PipelineRun's stage Job (rendered as the operator renders it, the storage entry
-    # naming this SharedStorage): its non-root pods commit outputs through the volume.
-    spec = PipelineRunSpec.model_validate({
-        "storage": [{"name": "scratch", "sharedStorage": name}],
-        "stages": [{"name": "write", "image": RUNNER, "forEach": {"items": ["a", "b"]},
-                    "outputs": [{"storage": "scratch", "path": "out/{item}/"}],
-                    "steps": [{"name": "make", "command": [
-                        "sh", "-c", 'echo "$NIGHTSHIFT_ITEM" > "$NIGHTSHIFT_OUTPUTS/item.txt"'
-                    ]}]}]})
-    run_stage(kubectl, binding.bind(spec, {name: obj}, namespace).spec, namespace, "rg",
-              ["a", "b"])
+    # naming this SharedStorage): its non-root pods commit outputs through the volume,
+    # and its step writes to the volume itself (stages[].mounts), once run.sh saw the
+    # FUSE mount there (pipelinerun/fusewait.py).
+    spec = binding.bind(write_stage(name, "sh", "-c", 'echo "$NIGHTSHIFT_ITEM" > '
+                                    '"$NIGHTSHIFT_OUTPUTS/item.txt" && echo "$NIGHTSHIFT_ITEM"'
+                                    ' > "/shared/seen-$NIGHTSHIFT_ITEM"'),
+                        {name: obj}, namespace).spec
+    run_stage(kubectl, spec, namespace, "rg", ["a", "b"])
+    bricks = [brick_root / f"{namespace}-{name}" / f"brick{b}" for b in (0, 1)]
     for item in ("a", "b"):
-        committed = [p for b in ("brick0", "brick1")
-                     for p in (brick_root / f"{namespace}-{name}" / b / "out" /
-                               item).glob("item.txt") if p.stat().st_size > 0]
+        committed = [p for b in bricks for p in (b / "out" / item).glob("item.txt")
+                     if p.stat().st_size > 0]
         assert [p.read_text() for p in committed] == [f"{item}\n"], (item, committed)
+        seen = [p for b in bricks for p in b.glob(f"seen-{item}") if p.stat().st_size > 0]
+        assert [p.read_text() for p in seen] == [f"{item}\n"], (item, seen)
     # The files are on the bricks (host directories): data files, and DHT's zero-size
     # pointers where a file's hash names another brick than the one holding it.
-    bricks = [brick_root / f"{namespace}-{name}" / f"brick{b}" for b in (0, 1)]
     files = [[p for d in b.iterdir() if d.is_dir() and d.name != ".glusterfs"
               for p in d.glob("f*")] for b in bricks]
     data = [sum(1 for p in fs if p.stat().st_size > 0) for fs in files]
@@ -160,6 +162,50 @@ def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st:
         assert data == [200, 0] and pointers[1] > 0
     if layout == "distribute":
         server_killed_mid_write(kubectl, namespace, name, volume, mount)
+        client_gone_items_fail_instead_of_writing_to_the_node(kubectl, namespace, name, obj)
+
+
+def write_stage(storage: str, *command: str, **stage: Any) -> PipelineRunSpec:
+    """One stage of two items that commits outputs to `storage` and sees it at /shared."""
+    return PipelineRunSpec.model_validate({
+        "storage": [{"name": "scratch", "sharedStorage": storage}],
+        "stages": [{"name": "write", "image": RUNNER, "forEach": {"items": ["a", "b"]},
+                    "outputs": [{"storage": "scratch", "path": "out/{item}/"}],
+                    "mounts": [{"storage": "scratch", "mountPath": "/shared",
+                                "readOnly": False}],
+                    "steps": [{"name": "make", "command": list(command)}], **stage}]})
+
+
+def client_gone_items_fail_instead_of_writing_to_the_node(
+        kubectl: Kubectl, namespace: str, name: str, obj: dict[str, Any]) -> None:
+    """The client DaemonSet deleted: its pod unmounts the volume and the node directory
+    stays, empty. A stage using the storage then fails its items as transient, with
+    run.sh's line naming the path, and writes nothing to the node's directory."""
+    kubectl("-n", namespace, "delete", "daemonset", f"{name}-gluster-client", "--wait=true",
+            "--timeout=120s")
+    st = Storage.of(obj)
+    clients = ",".join(f"{k}={v}" for k, v in st.selector(COMPONENT_GLUSTER_CLIENT).items())
+    wait_for("the client pod gone", lambda: not kubectl.kube.list(
+        "v1", "Pod", namespace, label_selector=clients), 120)
+    spec = binding.bind(write_stage(name, "sh", "-c", "echo wrote > /shared/unmounted",
+                                    retries={"perItem": 0},
+                                    env=[{"name": names.ENV_FUSE_WAIT_S, "value": "4"}]),
+                        {name: obj}, namespace).spec
+    job = start_stage(kubectl, spec, namespace, "rgone", ["a", "b"])
+    wait_for(f"job {job} Failed", lambda: any(
+        c["type"] == "Failed" and c["status"] == "True" for c in ((kubectl.kube.get(
+            "batch/v1", "Job", job, namespace) or {}).get("status") or {}).get(
+                "conditions", [])), 180)
+    pods = kubectl.kube.list("v1", "Pod", namespace, label_selector=it.job_pods_selector(
+        kubectl.kube.get("batch/v1", "Job", job, namespace) or {}))
+    said = [s["state"]["terminated"] for p in pods
+            for s in p["status"].get("containerStatuses", []) if s["name"] == "make"]
+    print("client gone:", said)
+    assert len(said) == 2 and all(
+        s["exitCode"] == fusewait.EX_TEMPFAIL
+        and "nightshift: /shared is not mounted in this pod after 4 s" in s.get("message", "")
+        for s in said), pods
+    assert not (Path(gluster.client_host_dir(st)) / "unmounted").exists()
 
 
 def remove_gluster(kubectl: Kubectl, namespace: str, st: Storage) -> None:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from nightshift.pipelinerun import binding, jobs, runnerparts
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun import jobs, runnerparts
 from nightshift.pipelinerun.runnerparts import SECRET_ACCESS_KEY_ID, SECRET_SECRET_ACCESS_KEY
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift_localcluster import helminstall
@@ -84,16 +84,24 @@ def stage_job(spec: PipelineRunSpec, namespace: str, run_name: str,
     return run, manifest
 
 
-def run_stage(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, run_name: str,
-              items: list[str], timeout: float = 240) -> str:
-    """Freeze `items` (two) as the operator would, run stage_job to completion; its name."""
+def start_stage(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, run_name: str,
+                items: list[str]) -> str:
+    """Freeze `items` (two) as the operator would (`spec` bound), start stage_job; its name."""
     run, manifest = stage_job(spec, namespace, run_name)
     first = spec.stages[0]
-    for cm in it.items_configmaps(run, first.name, items, last_step=first.steps[-1].name):
+    fuse = binding.fuse_mounts(first, {s.name: s for s in spec.storage})
+    for cm in it.items_configmaps(run, first.name, items, last_step=first.steps[-1].name,
+                                  fuse_mounts=fuse):
         cm["metadata"].pop("ownerReferences", None)
         kubectl.apply(cm)
     kubectl.apply(manifest)
-    name = str(manifest["metadata"]["name"])
+    return str(manifest["metadata"]["name"])
+
+
+def run_stage(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, run_name: str,
+              items: list[str], timeout: float = 240) -> str:
+    """start_stage, then wait for the Job to complete; its name."""
+    name = start_stage(kubectl, spec, namespace, run_name, items)
     wait_job(kubectl, name, namespace, timeout=timeout)
     return name
 

@@ -82,6 +82,11 @@ ENV_OUTPUTS = "NIGHTSHIFT_OUTPUTS"
 ENV_ATTEMPT = "NIGHTSHIFT_ATTEMPT"
 # The step wrapper commits outputs after the step of this name (pipelinerun/jobs.py).
 ENV_LAST_STEP = "NIGHTSHIFT_LAST_STEP"
+# The paths (":"-separated) in the steps' containers that must be a node's FUSE mount
+# (stages[].mounts of glusterfs and cvmfs storages), from the stage's env file; run.sh
+# waits ENV_FUSE_WAIT_S (default 120) for each, then fails the item as transient.
+ENV_FUSE_MOUNTS = "NIGHTSHIFT_FUSE_MOUNTS"
+ENV_FUSE_WAIT_S = "NIGHTSHIFT_FUSE_WAIT_S"
 # Batched stages only (pipelinerun/batch.py): items per pod, the Job's number of
 # positions, in-pod retries per item, the permanent exit codes, the index's failed pods
 # so far (downward API), and where the per-item markers go (tests override it).

@@ -54,6 +54,9 @@ class BoundStorage(StorageRef):
     cache_max_bytes: int | None = None
     # glusterfs, cvmfs: the pools whose nodes mount it (its client DaemonSet's); None: any.
     client_pools: list[str] | None = None
+    # glusterfs, cvmfs: the directories, relative to where a pod mounts it, that are the
+    # node's FUSE mounts ("" the mount itself; a cvmfs storage's repositories).
+    fuse_dirs: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -172,13 +175,16 @@ def _bound(ref: StorageRef, st: Storage) -> BoundStorage:
     if st.spec.type == "glusterfs":
         volume, mount = gluster.pod_volume(st, "/")
         pools = st.spec.glusterfs.clients.pools if st.spec.glusterfs else None
+        fuse_dirs = [""]
     else:
         volume, mount = cvmfs.pod_volume(st)
         pools = st.spec.cvmfs.client.pools if st.spec.cvmfs else None
+        fuse_dirs = list(st.spec.cvmfs.repositories) if st.spec.cvmfs else []
     claim_name = str(volume["persistentVolumeClaim"]["claimName"])
     return BoundStorage(**base, pvc=PvcStorage(claim_name=claim_name),
                         mount_propagation=mount.get("mountPropagation"),
-                        read_only=st.spec.type == "cvmfs", client_pools=pools)
+                        read_only=st.spec.type == "cvmfs", client_pools=pools,
+                        fuse_dirs=fuse_dirs)
 
 
 def off_pool(spec: PipelineRunSpec) -> dict[str, str]:
@@ -271,6 +277,61 @@ def stage_mounts(stage: Stage, storage: Mapping[str, StorageRef]
             mount["mountPropagation"] = prop
         mounts.append(mount)
     return volumes, mounts
+
+
+def one_volume_per_claim(pod: dict[str, Any]) -> None:
+    """Merge, in place, the pod volumes that name the same claim into the first of them,
+    renaming every container's mounts of the others. Two volumes of one claim (a storage
+    in outputs and in `stages[].mounts`, two entries of one SharedStorage, two subPaths
+    of one PVC) leave the kubelet waiting for the second for ever ("unmounted
+    volumes=[...]: context deadline exceeded", kubernetes/kubernetes#51853; seen on the
+    local cluster's real node), with no event. The merged source is read-only only when
+    every one was; each mount keeps its own readOnly and subPath."""
+    first: dict[str, dict[str, Any]] = {}
+    renamed: dict[str, str] = {}
+    kept = []
+    for v in pod.get("volumes", []):
+        claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+        if claim is None:
+            kept.append(v)
+        elif claim not in first:
+            first[claim] = v
+            kept.append(v)
+        else:
+            renamed[v["name"]] = first[claim]["name"]
+            source = first[claim]["persistentVolumeClaim"]
+            if source.get("readOnly") and not v["persistentVolumeClaim"].get("readOnly"):
+                merged = {**first[claim], "persistentVolumeClaim": {"claimName": claim}}
+                kept[kept.index(first[claim])] = first[claim] = merged
+    if not renamed:
+        return
+    pod["volumes"] = kept
+    for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+        for m in c.get("volumeMounts", []):
+            m["name"] = renamed.get(m["name"], m["name"])
+
+
+# mountinfo escapes these (run.sh compares its fields as they are); ":" separates paths.
+_UNLISTED = frozenset(" \t\n\\:")
+
+
+def fuse_mounts(stage: Stage, storage: Mapping[str, StorageRef]) -> list[str]:
+    """The paths in the steps' containers that must be a node's FUSE mount: each
+    `stages[].mounts` of a glusterfs storage, and each repository under one of a cvmfs
+    storage. The directory is there whether or not the node's client mounted the volume
+    (it makes it first), so run.sh waits for the mount before the step runs on an empty
+    directory (items.RUN_SH). A path with a character mountinfo escapes is left out."""
+    out: list[str] = []
+    for m in stage.mounts:
+        ref = storage.get(m.storage)
+        if not isinstance(ref, BoundStorage) or ref.fuse_dirs is None:
+            continue
+        root = (m.mount_path or CVMFS_MOUNT).rstrip("/")
+        for d in ref.fuse_dirs:
+            path = f"{root}/{d}" if d else root or "/"
+            if path not in out and not _UNLISTED & set(path):
+                out.append(path)
+    return out
 
 
 def cache_max_bytes(stage: Stage, storage: Mapping[str, StorageRef]) -> int | None:

@@ -26,6 +26,7 @@ from nightshift.api import itemfields, itemlookup, names
 from nightshift.api.itemfields import FIELD_SEP
 from nightshift.api.itemlookup import chunk_key
 from nightshift.pipelinerun import batch as batchmod
+from nightshift.pipelinerun import fusewait
 from nightshift.pipelinerun.spec import ForEach
 
 # ConfigMaps are capped at 1 MiB including metadata; leave room for both.
@@ -222,23 +223,29 @@ def chunk(lines: Sequence[str], budget: int = CHUNK_BYTES) -> list[tuple[int, li
     return chunks
 
 
-def stage_env(run: RunRef, stage: str, last_step: str) -> dict[str, str]:
+def stage_env(run: RunRef, stage: str, last_step: str,
+              fuse_mounts: Sequence[str] = ()) -> dict[str, str]:
     """The NIGHTSHIFT_* values that are the same in every pod of every attempt of a
     stage; run.sh exports them from names.STAGE_ENV_KEY (the attempt is not here: a
     retry Job's pods get it in their env, and run.sh defaults it to 0)."""
-    return {
+    env = {
         names.ENV_RUN: run.name,
         names.ENV_STAGE: stage,
         names.ENV_NAMESPACE: run.namespace,
         names.ENV_ITEMS_FILE: names.ITEMS_FILE,
         names.ENV_LAST_STEP: last_step,
     }
+    if fuse_mounts:
+        env[names.ENV_FUSE_MOUNTS] = ":".join(fuse_mounts)
+    return env
 
 
 def items_configmaps(run: RunRef, stage: str, items: Sequence[str],
-                     budget: int = CHUNK_BYTES, *, last_step: str) -> list[dict[str, Any]]:
+                     budget: int = CHUNK_BYTES, *, last_step: str,
+                     fuse_mounts: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The ConfigMaps that freeze a stage's items; the first also carries run.sh and
-    the stage's env file. `last_step`: the name of the stage's last step."""
+    the stage's env file. `last_step`: the name of the stage's last step; `fuse_mounts`:
+    the node FUSE mounts run.sh waits for (binding.fuse_mounts)."""
     out = []
     for n, (start, lines) in enumerate(chunk(items, budget)):
         data = {chunk_key(names.ITEMS_KEY, start): "".join(f"{x}\n" for x in lines)}
@@ -247,7 +254,7 @@ def items_configmaps(run: RunRef, stage: str, items: Sequence[str],
             # Names are DNS labels and step names too (the CRD's patterns): no "=" and
             # no newline can break a line.
             data[names.STAGE_ENV_KEY] = "".join(
-                f"{k}={v}\n" for k, v in stage_env(run, stage, last_step).items())
+                f"{k}={v}\n" for k, v in stage_env(run, stage, last_step, fuse_mounts).items())
         out.append(_configmap(run, stage, items_configmap_name(run.name, stage, n), data,
                               start, len(lines), len(items)))
     return out
@@ -295,7 +302,8 @@ RUN_SH = f"""#!/bin/sh
 # for this pod's {names.ENV_COMPLETION_INDEX}; {{item}}, {{index}} and {{<field>}} in the
 # step's argv replaced, one argument each; then exec the step. Items are data, never
 # shell text: no eval. A batched stage ({names.ENV_BATCH} > 1) runs the step once per
-# item of its batch in the loop at the end instead (pipelinerun/batch.py).
+# item of its batch in the loop at the end instead (pipelinerun/batch.py). First, the
+# node FUSE mounts the steps use are waited for (pipelinerun/fusewait.py).
 set -eu
 step=$1
 shift
@@ -310,6 +318,7 @@ fi
 # First attempts carry no attempt in their env (retry Jobs do).
 {names.ENV_ATTEMPT}=${{{names.ENV_ATTEMPT}:-0}}
 export {names.ENV_ATTEMPT}
+{fusewait.SH_FUSE_WAIT}\
 # item_env: the item of position ${names.ENV_COMPLETION_INDEX}, exported with its fields.
 item_env() {{
 {itemlookup.SH_LOOKUP}\

@@ -88,8 +88,9 @@ def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str,
         check_gathered(frozen_items(kube, namespace, run["metadata"]["name"], spec),
                        stage, f"spec.stages[{index}]")
     ref = render_items.RunRef.of(run)
+    fuse = binding.fuse_mounts(stage, {s.name: s for s in spec.storage})
     for cm in render_items.items_configmaps(
-            ref, stage.name, items, last_step=stage.steps[-1].name):
+            ref, stage.name, items, last_step=stage.steps[-1].name, fuse_mounts=fuse):
         with naming("ConfigMap", cm["metadata"]["name"], "applying"):
             kube.apply(cm)
 

@@ -197,6 +197,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         # Thousands of pods in a namespace with many Services need no service env vars.
         "enableServiceLinks": False,
     }
+    binding.one_volume_per_claim(pod_spec)
     pod_spec["securityContext"] = pod_security(
         stage, fs_group=bool(parts.init_containers) or owns_files(pod_spec["volumes"]))
     if not pod_spec["initContainers"]:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nightshift.api import names
-from nightshift.pipelinerun import binding
+from nightshift.pipelinerun import binding, fusewait
 from nightshift.pipelinerun import runnerparts as runner
 from nightshift.pipelinerun.items import RunRef, attempt_labels, job_name
 from nightshift.pipelinerun.jobs import (
@@ -77,10 +77,23 @@ def mpirun_argv(mpi: Mpi, command: list[str], args: list[str]) -> list[str]:
     return [*head, *mpi.mpirun_args, *command, *args]
 
 
-def launcher_argv(mpi: Mpi, command: list[str], args: list[str]) -> list[str]:
-    """mpirun behind the wait for the workers' DNS names ($0 names the wrapper in ps)."""
-    return ["sh", "-c", DNS_WAIT, "nightshift-wait-for-workers",
+def launcher_argv(mpi: Mpi, command: list[str], args: list[str],
+                  fuse: bool = False) -> list[str]:
+    """mpirun behind the wait for the workers' DNS names ($0 names the wrapper in ps),
+    and, with `fuse`, for the node FUSE mounts first (pipelinerun/fusewait.py)."""
+    script = fusewait.SH_FUSE_WAIT + DNS_WAIT if fuse else DNS_WAIT
+    return ["sh", "-c", script, "nightshift-wait-for-workers",
             *mpirun_argv(mpi, command, args)]
+
+
+def worker_argv(mpi: Mpi, fuse: bool = False) -> list[str]:
+    """sshd, behind the wait for the node FUSE mounts with `fuse`: a worker is Ready (its
+    sshd answers) only once the ranks would find them, and the launcher waits for every
+    worker Ready."""
+    if not fuse:
+        return list(mpi.sshd_command)
+    return ["sh", "-c", fusewait.SH_FUSE_WAIT + 'exec "$@"', "nightshift-wait-for-mounts",
+            *mpi.sshd_command]
 
 
 def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
@@ -99,7 +112,10 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
          {"name": names.ENV_ATTEMPT, "value": str(attempt)}],
         stage.env, step.env,
         [{"name": "OMP_NUM_THREADS", "value": str(mpi.threads_per_process)}])
-    volumes, mounts = binding.stage_mounts(stage, {s.name: s for s in spec.storage})
+    storage = {s.name: s for s in spec.storage}
+    volumes, mounts = binding.stage_mounts(stage, storage)
+    if fuse := binding.fuse_mounts(stage, storage):
+        env.append({"name": names.ENV_FUSE_MOUNTS, "value": ":".join(fuse)})
     image = step.image or stage.image
 
     def container(cname: str, argv: list[str], resources: Mapping[str, Any]) -> dict[str, Any]:
@@ -115,12 +131,12 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
             c["imagePullPolicy"] = stage.image_pull_policy
         return c
 
-    worker = container(WORKER_CONTAINER, list(mpi.sshd_command), stage.resources)
+    worker = container(WORKER_CONTAINER, worker_argv(mpi, bool(fuse)), stage.resources)
     # Ready only once sshd accepts connections, so the launcher (created when every
     # worker is Ready) never races the workers' start.
     worker["readinessProbe"] = {"tcpSocket": {"port": mpi.ssh_port},
                                 "periodSeconds": 2, "failureThreshold": 60}
-    launcher = container(step.name, launcher_argv(mpi, step.command, step.args),
+    launcher = container(step.name, launcher_argv(mpi, step.command, step.args, bool(fuse)),
                          mpi.launcher_resources or LAUNCHER_RESOURCES)
     metadata: dict[str, Any] = {"name": name, "namespace": run.namespace, "labels": labels,
                                 "ownerReferences": [run.owner_reference()]}
@@ -167,6 +183,7 @@ def _template(spec: PipelineRunSpec, stage: Stage, run: RunRef, labels: Mapping[
     }
     if volumes:
         pod["volumes"] = copy.deepcopy(volumes)
+        binding.one_volume_per_claim(pod)
     pod.update(placement(spec, stage, run.namespace, pool_taints))
     return {"metadata": pod_metadata(stage, labels), "spec": pod}
 

@@ -73,7 +73,7 @@ def cmd_stage_in(env: dict[str, str]) -> int:
                                 "item": item.value, "index": item.index}
     rc, error = 0, None
     try:
-        mounts.check(cfg, env)
+        mounts.wait(cfg, env)
         stats = stage_in(cfg, paths, item, stores)
         write_stats(paths, stats, extra)
         log.info("staged %d files, %d bytes in %.1fs (cache %d hits, %d misses)",

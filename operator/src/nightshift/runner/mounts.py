@@ -7,17 +7,25 @@ the volume, or lost it, the pod would read an empty directory and write its outp
 the node's own disk: lost to every other node, and committed as if all were well. The
 runner's stage-in and commit sidecar therefore check, from /proc/self/mountinfo, that
 each such storage their container mounts is on a FUSE file system, and fail the item
-(retryable, exit 75) when it is not.
+(retryable, exit 75) when it is not. Stage-in first waits up to WAIT_S for it: on a new
+node the pod may start before the client mounts, and the mount's HostToContainer
+propagation brings it into the running container (run.sh waits the same way for the
+steps' own mounts, pipelinerun/fusewait.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from nightshift.runner.config import RunnerConfig
 
 MOUNTINFO = Path("/proc/self/mountinfo")
+log = logging.getLogger(__name__)
+WAIT_S = 120.0
+WAIT_INTERVAL_S = 2.0
 
 
 class NotMountedError(RuntimeError):
@@ -73,3 +81,21 @@ def check(cfg: RunnerConfig, env: Mapping[str, str], mountinfo: str | None = Non
                 "client there has not mounted it, and the item's files would stay on the "
                 "node's own disk; the item is retried (see the SharedStorage's "
                 "status.clients)")
+
+
+def wait(cfg: RunnerConfig, env: Mapping[str, str], timeout: float = WAIT_S,
+         sleep: Callable[[float], None] = time.sleep,
+         clock: Callable[[], float] = time.monotonic) -> None:
+    """check() until it passes, or raise its NotMountedError after `timeout` seconds."""
+    end, said = clock() + timeout, False
+    while True:
+        try:
+            check(cfg, env)
+            return
+        except NotMountedError as e:
+            if clock() >= end:
+                raise
+            if not said:
+                log.warning("%s; waiting up to %.0f s for the mount", e, timeout)
+                said = True
+        sleep(WAIT_INTERVAL_S)
