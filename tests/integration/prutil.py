@@ -25,8 +25,11 @@ def kwok_node_pool(pool: str) -> dict[str, Any]:
                                 "type": "kwok"}},
         "spec": {"taints": [{"key": names.TAINT_POOL, "value": pool,
                              "effect": "NoSchedule"}]},
-        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "500"},
-                   "capacity": {"cpu": "64", "memory": "256Gi", "pods": "500"}},
+        # Disk too: the squids request their disk cache as ephemeral storage.
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "500",
+                                   "ephemeral-storage": "500Gi"},
+                   "capacity": {"cpu": "64", "memory": "256Gi", "pods": "500",
+                                "ephemeral-storage": "500Gi"}},
     }
 
 

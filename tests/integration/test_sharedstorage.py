@@ -345,6 +345,18 @@ def test_not_ready_names_the_pods_no_node_takes(kube: Kube, kubectl: Kubectl,
     assert "0/" in ready["message"] and "spec.cvmfs.squid.pool" in ready["message"], ready
     kubectl("-n", ns, "delete", "sharedstorage", "nowhere", "--wait=false")
     wait_for("the storage deleted", lambda: gone(kube, ns, "nowhere"), 60)
+    # A disk cache no node holds (the KWOK pool's nodes have 500Gi): the squid requests
+    # it as ephemeral storage, and the scheduler's words and both fixes reach Ready.
+    kubectl.apply(storage(ns, "huge", {
+        "type": "cvmfs",
+        "cvmfs": {"repositories": ["demo.nightshift.io"], "client": {"pools": [kwok_pool]},
+                  "squid": {"pool": kwok_pool, "diskCache": "600Gi",
+                            "upstreams": ["http://s1.example.org:8000/cvmfs/@fqrn@"]}}}))
+    ready = wait_for("the squid's disk named in Ready's message", lambda: (
+        c := condition(get(kube, ns, "huge"), "Ready")).get("status") == "False"
+        and "Insufficient ephemeral-storage" in c.get("message", "") and c, 90,
+        explain=lambda: str(get(kube, ns, "huge").get("status")))
+    assert "lower spec.cvmfs.squid.diskCache" in ready["message"], ready
 
 
 def test_gluster_servers_clients_and_volume_job(kube: Kube, kubectl: Kubectl,

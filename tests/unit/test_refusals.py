@@ -194,6 +194,17 @@ def test_a_pod_waiting_on_its_claim_is_not_sent_to_the_pools() -> None:
                          "here)"), line
 
 
+def test_a_squid_whose_disk_cache_fits_no_node_names_the_two_fixes() -> None:
+    said = ("0/3 nodes are available: 3 Insufficient ephemeral-storage. preemption: 0/3 "
+            "nodes are available: 3 No preemption victims found for incoming pod.")
+    (line,) = ssstatus.pods_not_starting("cvmfs", [podstate.NotStarting(
+        "software-squid-5d9-x2", "Unschedulable", said)])
+    assert line.endswith("no node of its pool has the disk it requests: lower "
+                         "spec.cvmfs.squid.diskCache (requested as ephemeral storage), or "
+                         "give the pool's nodes a larger root volume (the VirtualCluster's "
+                         "nodeClass.blockDeviceMappings)"), line
+
+
 def test_a_stuck_rollout_is_a_reason_though_old_pods_serve() -> None:
     held, _ = converge(storage("cvmfs-eks"))
     squid = next(o for o in held if o["kind"] == "Deployment")

@@ -139,7 +139,9 @@ def test_squid_deployment_and_hpa() -> None:
     assert "replicas" not in dep["spec"], "the HPA owns the replica count"
     (c,) = pod_spec(dep)["containers"]
     assert c["image"] == "nightshift-squid"
-    assert c["resources"]["requests"] == {"cpu": "2", "memory": f"{2048 + 50 * 16 + 128}Mi"}
+    # The disk cache is requested as ephemeral storage: only a node whose disk holds it.
+    assert c["resources"]["requests"] == {"cpu": "2", "memory": f"{2048 + 50 * 16 + 128}Mi",
+                                          "ephemeral-storage": "50Gi"}
     (hpa,) = kind(objs, "HorizontalPodAutoscaler")
     assert hpa["apiVersion"] == "autoscaling/v2"
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)

@@ -229,8 +229,13 @@ def _deployment(st: Storage, conf: str) -> dict[str, Any]:
                     f"exec squid -N -f {conf_path}"],
         **TERMINATION_MESSAGE,
         "ports": [{"name": "http-proxy", "containerPort": PORT, "protocol": "TCP"}],
-        # No CPU limit: throttling a cache adds latency to every client behind it.
-        "resources": {"requests": {"cpu": sq.cpu, "memory": f"{mem}Mi"},
+        # No CPU limit: throttling a cache adds latency to every client behind it. The
+        # disk cache is requested as ephemeral storage: the scheduler (and Karpenter)
+        # then put it only on a node whose disk holds it; without the request a 20 Gi
+        # cache on a node with a 20 Gi root volume fills it and the kubelet evicts
+        # pods for DiskPressure while the storage says Ready.
+        "resources": {"requests": {"cpu": sq.cpu, "memory": f"{mem}Mi",
+                                   "ephemeral-storage": sq.disk_cache},
                       "limits": {"memory": f"{mem * 2}Mi"}},
         "readinessProbe": {"tcpSocket": {"port": "http-proxy"}, "periodSeconds": 5},
         "livenessProbe": {"tcpSocket": {"port": "http-proxy"}, "periodSeconds": 20,

@@ -222,6 +222,12 @@ def pods_not_starting(type_: str, pods: Sequence[podstate.NotStarting],
                    "and .tag)")
         elif p.unschedulable and "PersistentVolumeClaim" in p.message:
             fix = "it waits for its claim to be bound (the claim's reason is given here)"
+        elif (p.unschedulable and type_ == "cvmfs"
+              and "Insufficient ephemeral-storage" in p.message):
+            fix = (f"no node of its pool has the disk it requests: lower spec.{type_}"
+                   ".squid.diskCache (requested as ephemeral storage), or give the pool's "
+                   "nodes a larger root volume (the VirtualCluster's "
+                   "nodeClass.blockDeviceMappings)")
         elif p.unschedulable:
             servers, clients = POOL_FIELDS.get(type_, (f"spec.{type_}", f"spec.{type_}"))
             fix = (f"check that {servers} and {clients} have nodes that fit (set "
