@@ -282,3 +282,17 @@ def test_merged_claims_are_read_only_only_when_every_volume_was() -> None:
     untouched: dict[str, Any] = {"volumes": [{"name": "e", "emptyDir": {}}], "containers": []}
     binding.one_volume_per_claim(untouched)
     assert untouched == {"volumes": [{"name": "e", "emptyDir": {}}], "containers": []}
+
+
+def test_a_pod_deleted_while_it_waits_ends_at_once(tmp_path: Path) -> None:
+    """SIGTERM ends the wait with 143 (trapped: a container's PID 1 ignores it untrapped)."""
+    info = tmp_path / "mountinfo"
+    info.write_text(ROOT)
+    p = subprocess.Popen(["/bin/sh", "-c", wait_script(info)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env={"PATH": "/usr/bin:/bin", names.ENV_FUSE_MOUNTS: "/scratch",
+                              names.ENV_FUSE_WAIT_S: "120"})
+    time.sleep(1)
+    p.terminate()
+    out, err = p.communicate(timeout=30)
+    assert (p.returncode, out, err) == (143, "", "")

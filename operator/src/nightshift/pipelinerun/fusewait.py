@@ -24,7 +24,10 @@ FUSE_WAIT_S = 120
 EX_TEMPFAIL = 75
 
 # POSIX sh, builtins only but `sleep` (checked). The last mountinfo entry at a path is
-# the one a process there sees (a later mount on the same point hides the earlier).
+# the one a process there sees (a later mount on the same point hides the earlier). The
+# shell is the container's PID 1, which ignores SIGTERM unless it traps it: a pod deleted
+# while it waits (a cancelled run, a spot interruption) ends within a `sleep`, not after
+# its grace period.
 SH_FUSE_WAIT = f"""\
 fuse_at() {{
 fs=
@@ -34,6 +37,7 @@ done < /proc/self/mountinfo
 case $fs in fuse|fuse.*) return 0 ;; esac
 return 1
 }}
+trap 'exit 143' TERM INT
 fuse_left=${{{names.ENV_FUSE_MOUNTS}-}}
 fuse_wait=${{{names.ENV_FUSE_WAIT_S}:-{FUSE_WAIT_S}}}
 while [ -n "$fuse_left" ]; do
@@ -52,4 +56,5 @@ sleep 2
 fuse_waited=$((fuse_waited + 2))
 done
 done
+trap - TERM INT
 """
