@@ -105,6 +105,19 @@ def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st:
         kubectl.apply(o)
     kubectl("-n", namespace, "rollout", "status", f"statefulset/{name}-gluster",
             "--timeout=180s")
+    # Before its volume exists the client cannot mount, and its log says why: the
+    # glusterfs client's own errors, not only mount.glusterfs's "Mount failed".
+    def why() -> str | None:
+        out = kubectl("logs", "-n", namespace, f"daemonset/{name}-gluster-client",
+                      check=False).stdout
+        # Once the server's name resolves, the client passes its address (mount.glusterfs
+        # drops names over 63 characters, and tried a server called "SyntaxOK" instead).
+        last = out[out.rfind("Mounting glusterfs"):]
+        return last if " E [" in last and "not mountable yet (servers 10." in last else None
+
+    said = wait_for("the client's reason in its log", why, 120)
+    print("the client before its volume:", said[-700:])
+    assert "SyntaxOK" not in said, said
     pod = json.loads(kubectl("get", "pod", f"{name}-gluster-0", "-n", namespace, "-o",
                              "json").stdout)
     job = glustervolume.volume_job(st, [server_pod(pod)])

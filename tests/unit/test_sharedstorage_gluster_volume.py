@@ -108,3 +108,24 @@ def test_a_glusterd_that_never_answers_fails_the_job_with_why(
                           check=False, capture_output=True, text=True, timeout=30)
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == "glusterd did not answer in 2 s"
+
+
+def test_the_client_mounts_from_addresses_never_long_names() -> None:
+    """mount.glusterfs drops a server name over 63 characters, as cluster DNS names of
+    server pods often are: the client resolves each to an IPv4 address (else keeps the
+    name), the Service first, and passes them all as the source, in order."""
+    st = Storage.of(GOOD["gluster-nufa"])
+    (cm,) = [o for o in kind(render("gluster-nufa"), "ConfigMap")
+             if "mount.sh" in o.get("data", {})]
+    script = cm["data"]["mount.sh"]
+    assert "backup-volfile-servers" not in script
+    names = script.split('names="', 1)[1].split('"', 1)[0].split()
+    assert names == [gluster.service_host(st), *(
+        f"montage-gluster-{i}.{gluster.service_host(st)}" for i in range(4))]
+    assert '"$list:/montage"' in script
+    # The resolver, run as written: an address where there is one, else the name.
+    resolver = script.split("\naddresses() {", 1)[1].split("\n}\n", 1)[0]
+    got = subprocess.run(["/bin/sh", "-c", 'names="localhost nosuch.invalid"\naddresses() {'
+                          + resolver + "\n}\naddresses"], capture_output=True, text=True,
+                         check=True, timeout=30)
+    assert got.stdout == "127.0.0.1,nosuch.invalid\n"

@@ -182,7 +182,10 @@ def test_cvmfs_status_figures() -> None:
     assert status["squid"] == {"replicas": 2, "hitRatio": 0.75, "requestsPerMinute": 120000.0}
     assert status["clients"] == {"nodes": 40, "mounted": 39}
     assert {"name": "squid-lb", "url": "http://nlb.example:3128"} in status["endpoints"]
-    assert cond(status, "Ready")["message"] == "mounted on 39 of 40 nodes"
+    assert cond(status, "Ready")["message"] == (
+        "mounted on 39 of 40 nodes (a client that does not mount says why in its log: "
+        "kubectl logs -n physics -l app.kubernetes.io/component=cvmfs-client,"
+        "nightshift.io/storage=software --tail=20)")
     assert p.requeue_after, "not ready: look again soon"
     # No cache manager answered: replicas only, never a made-up hit ratio of 0.
     assert (plan(observed(storage("cvmfs-eks"), held)).status or {})["squid"] == {"replicas": 2}

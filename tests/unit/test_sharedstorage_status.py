@@ -69,15 +69,19 @@ def test_clients_on_an_older_template_are_counted_with_how_to_move_them() -> Non
         "pod is deleted, e.g. once the node is idle: kubectl delete pod -n hep -l "
         "app.kubernetes.io/component=cvmfs,nightshift.io/storage=sw --field-selector "
         "spec.nodeName=<node>")
+    # Where a client that does not mount says why.
+    logs = ("kubectl logs -n hep -l app.kubernetes.io/component=cvmfs,nightshift.io/storage=sw"
+            " --tail=20")
+    assert got.logs == logs
     # The controller has not looked at the new template yet: nothing said.
-    assert daemonset_counts(_ds(3, 2, 5)) == Clients(5, 5)
-    assert daemonset_counts(_ds(2, 2, 5)) == Clients(5, 5)
+    assert daemonset_counts(_ds(3, 2, 5)) == Clients(5, 5, logs=logs)
+    assert daemonset_counts(_ds(2, 2, 5)) == Clients(5, 5, logs=logs)
     # None updated: the API server leaves the 0 out.
     assert daemonset_counts(_ds(2, 2, 0)).outdated == 5
     # Made, its pods not yet: nothing is outdated.
     fresh = _ds(1, 1, 0)
     fresh["status"] = {"observedGeneration": 1, "desiredNumberScheduled": 5}
-    assert daemonset_counts(fresh) == Clients(5, 0)
+    assert daemonset_counts(fresh) == Clients(5, 0, logs=logs)
     status = storage_status(GOOD["cvmfs-local"], observed=Observed(
         servers_wanted=1, servers_ready=1, clients=got), now=NOW)
     assert status["phase"] == "Ready"  # the mounts work, with the old configuration

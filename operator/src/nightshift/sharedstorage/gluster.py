@@ -44,25 +44,48 @@ APP = "glusterfs"
 GLUSTERD_PORT = 24007
 BRICKS_IN_POD = "/bricks"
 CLIENT_MOUNT_IN_POD = "/mnt/gluster"
+CLIENT_LOG = "/var/log/glusterfs/client.log"
 GLUSTER = ["gluster", "--mode=script"]
 # glusterd's runtime directory: its CLI socket (/var/run/glusterd.socket; /var/run is
 # /run in Debian), pid files and brick sockets. A host directory per storage, so the
 # volume Job on the same node reaches the socket.
 RUN_IN_POD = "/run"
 
+# The volfile servers go to mount.glusterfs as addresses, resolved at each mount: it
+# drops any name longer than 63 characters (its HOST_NAME_MAX check), which a
+# Service's cluster DNS name easily is, and then either refuses to mount ("No valid
+# servers") or, for backup-volfile-servers, tries a server called "SyntaxOK" (its
+# parser's status word). Several servers in the source fail over in order.
 CLIENT_SH = """\
 set -u
 dir={mount}
-opts="backup-volfile-servers={backups}"
+log={log}
+names="{servers}"
+# IPv4 (an IPv6 address's colons would end the server list early), else the name.
+addresses() {{
+  for h in $names; do
+    a=$(getent ahostsv4 "$h" | awk '{{print $1; exit}}'); echo "${{a:-$h}}"
+  done | paste -sd, -
+}}
 # $dir is the node's directory (a Bidirectional hostPath mount): unmount only the
 # glusterfs on top of it, never the bind itself, or the next mount stays in this pod.
 unmount() {{
   if grep -q " $dir fuse.glusterfs " /proc/mounts; then umount -l "$dir"; fi
 }}
+# mount.glusterfs says only "Mount failed"; the client's own log says why (a server
+# that does not answer, a port a network policy blocks): its last errors, once each.
+said=
+why() {{
+  [ -r "$log" ] || return 0
+  last=$(grep ' E \\[' "$log" | tail -n 2 | cut -c1-300)
+  if [ -n "$last" ] && [ "$last" != "$said" ]; then echo "$last"; said=$last; fi
+}}
 remount() {{
   unmount
-  until mount -t glusterfs -o "$opts" {server}:/{volume} "$dir"; do
-    echo "volume {volume} not mountable yet; retrying in 5 s"; sleep 5
+  until list=$(addresses) && mount -t glusterfs -o "log-file=$log" "$list:/{volume}" "$dir"
+  do
+    why
+    echo "volume {volume} not mountable yet (servers $list); retrying in 5 s"; sleep 5
   done
   # Pipeline pods run as non-root users (stages[].runAsUser): the volume's root is
   # theirs to create directories in, as /tmp is (sticky: not to remove others').
@@ -241,9 +264,10 @@ def _statefulset(st: Storage) -> dict[str, Any]:
 
 def _clients(st: Storage) -> list[dict[str, Any]]:
     g = _gluster(st)
-    backups = ":".join(f"{server_name(st)}-{i}.{service_host(st)}" for i in range(g.servers))
-    script = CLIENT_SH.format(mount=CLIENT_MOUNT_IN_POD, server=service_host(st),
-                              volume=volume_name(st), backups=backups)
+    servers = " ".join([service_host(st), *(f"{server_name(st)}-{i}.{service_host(st)}"
+                                            for i in range(g.servers))])
+    script = CLIENT_SH.format(mount=CLIENT_MOUNT_IN_POD, servers=servers,
+                              volume=volume_name(st), log=CLIENT_LOG)
     probe = PROBE_SH.format(mount=CLIENT_MOUNT_IN_POD)
     container = {
         "name": "glusterfs",

@@ -74,6 +74,8 @@ class Clients:
     mounted: int
     outdated: int = 0
     how: str = ""
+    # Where a client that does not mount says why: the kubectl logs that read it.
+    logs: str = ""
 
 
 def daemonset_counts(ds: Mapping[str, Any] | None) -> Clients:
@@ -84,16 +86,17 @@ def daemonset_counts(ds: Mapping[str, Any] | None) -> Clients:
     st = (ds or {}).get("status") or {}
     nodes, mounted = int(st.get("desiredNumberScheduled", 0)), int(st.get("numberReady", 0))
     meta = (ds or {}).get("metadata") or {}
+    match = (((ds or {}).get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    labels = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
+    logs = f"kubectl logs -n {meta.get('namespace', '')} -l {labels} --tail=20" if labels else ""
     if ds is None or int(st.get("observedGeneration") or 0) < int(meta.get("generation") or 0):
-        return Clients(nodes, mounted)  # counts of an older template: not yet known
+        return Clients(nodes, mounted, logs=logs)  # counts of an older template: not known
     # Nodes running a client, less those running the current one (a node whose pod is
     # not made yet is neither). The API server leaves out counts that are 0.
     outdated = int(st.get("currentNumberScheduled", 0)) - int(st.get("updatedNumberScheduled", 0))
     if outdated <= 0:
-        return Clients(nodes, mounted)
-    match = ((ds.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-    labels = ",".join(f"{k}={v}" for k, v in sorted(match.items()))
-    return Clients(nodes, mounted, outdated, (
+        return Clients(nodes, mounted, logs=logs)
+    return Clients(nodes, mounted, outdated, logs=logs, how=(
         f"{outdated} of {nodes} nodes mount the previous configuration: a client is not "
         "restarted under running pods (updateStrategy OnDelete), so a change reaches a "
         "node when its client pod is deleted, e.g. once the node is idle: kubectl delete "
@@ -142,8 +145,10 @@ def storage_status(obj: Mapping[str, Any], *, observed: Observed,
     if observed.servers_ready < observed.servers_wanted:
         reasons.append(f"{observed.servers_ready} of {observed.servers_wanted} servers ready")
     if observed.clients is not None and observed.clients.mounted < observed.clients.nodes:
+        said = (f" (a client that does not mount says why in its log: "
+                f"{observed.clients.logs})" if observed.clients.logs else "")
         reasons.append(f"mounted on {observed.clients.mounted} of {observed.clients.nodes} "
-                       "nodes")
+                       f"nodes{said}")
     c = conditions
     if problems:
         phase = "Failed"
