@@ -96,6 +96,7 @@ def wait(cfg: RunnerConfig, env: Mapping[str, str], timeout: float = WAIT_S,
             if clock() >= end:
                 raise
             if not said:
-                log.warning("%s; waiting up to %.0f s for the mount", e, timeout)
+                log.warning("waiting up to %.0f s for the mount, then failing: %s",
+                            timeout, e)
                 said = True
         sleep(WAIT_INTERVAL_S)
