@@ -100,6 +100,13 @@ def test_gluster_is_the_nodes_mount_through_its_claim_host_to_container() -> Non
     assert runner_config(job)["storages"]["scratch"]["fuse"] is True
 
 
+def test_cvmfs_inputs_through_the_runner_are_checked_repository_by_repository() -> None:
+    job = job_for(run_with([calib(inputs=[{"storage": "sw",
+                                           "path": "demo.nightshift.io/calib/{item}"}])]))
+    assert runner_config(job)["storages"]["sw"] == {
+        "kind": "dir", "path": "/nightshift/storage/sw", "fuseDirs": ["demo.nightshift.io"]}
+
+
 def test_cvmfs_software_mount_at_cvmfs_through_its_claim() -> None:
     job = job_for(run_with([calib(mounts=[{"storage": "sw"}])]))
     (step,) = pod(job)["containers"]

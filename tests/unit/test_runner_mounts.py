@@ -49,5 +49,27 @@ def test_stage_in_refuses_a_fuse_storage_that_is_not_mounted() -> None:
     assert str(e.value) == (
         "storage 'scratch': /nightshift/storage/scratch is not the volume's FUSE mount on "
         "node ip-10-0-3-7 (it is on ext4): the SharedStorage's client there has not mounted "
-        "it, and the item's files would stay on the node's own disk; the item is retried "
-        "(see the SharedStorage's status.clients)")
+        "it, and the item would read an empty directory or leave its files on the node's "
+        "own disk; the item is retried (see the SharedStorage's status.clients)")
+
+
+def test_a_cvmfs_storage_is_checked_repository_by_repository() -> None:
+    """A cvmfs storage's root is the node's plain directory; each repository under it is
+    its own FUSE mount, and each must be there."""
+    cfg = RunnerConfig.loads(json.dumps({**CFG, "storages": {"sw": {
+        "kind": "dir", "path": "/nightshift/storage/sw",
+        "fuseDirs": ["a.example.org", "b.example.org"]}}, "outputs": []}))
+    assert cfg.storages["sw"].fuse_dirs == ("a.example.org", "b.example.org")
+    assert RunnerConfig.loads(cfg.dumps()) == cfg
+    root = ("1221 1210 259:1 /var/lib/nightshift/cvmfs/ns-sw /nightshift/storage/sw ro "
+            "master:9 - ext4 /dev/nvme0n1p1 rw\n")
+    repo = ("12{n} 1221 0:8{n} / /nightshift/storage/sw/{r} ro master:4{n} - fuse cvmfs2 "
+            "ro\n")
+    both = BASE + root + repo.format(n=1, r="a.example.org") + repo.format(
+        n=2, r="b.example.org")
+    mounts.check(cfg, {}, both)
+    with pytest.raises(mounts.NotMountedError) as e:
+        mounts.check(cfg, {}, BASE + root + repo.format(n=1, r="a.example.org"))
+    assert str(e.value).startswith("storage 'sw': /nightshift/storage/sw/b.example.org is "
+                                   "not the volume's FUSE mount on node this node (it is on "
+                                   "ext4)")

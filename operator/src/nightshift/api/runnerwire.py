@@ -71,11 +71,16 @@ class StorageConfig:
     # KIND_DIR: the volume is a node's FUSE mount (a glusterfs SharedStorage), which
     # the runner checks is mounted before it stages anything.
     fuse: bool = False
+    # KIND_DIR: the directories under `path` that are each a node's FUSE mount (a cvmfs
+    # SharedStorage's repositories), checked the same way.
+    fuse_dirs: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         if self.kind == KIND_DIR:
-            # "fuse" only when set: every other pod template stays byte-identical.
-            return {"kind": KIND_DIR, "path": self.path, **({"fuse": True} if self.fuse else {})}
+            # "fuse" and "fuseDirs" only when set: every other pod template stays
+            # byte-identical.
+            return {"kind": KIND_DIR, "path": self.path, **({"fuse": True} if self.fuse else {}),
+                    **({"fuseDirs": list(self.fuse_dirs)} if self.fuse_dirs else {})}
         out: dict[str, Any] = {"kind": self.kind, "bucket": self.bucket, "prefix": self.prefix,
                                "endpoint": self.endpoint, "region": self.region}
         if self.access_key_env or self.secret_key_env:
@@ -96,7 +101,8 @@ class StorageConfig:
                    prefix=raw.get("prefix", ""), endpoint=raw.get("endpoint"),
                    region=raw.get("region"), access_key_env=raw.get("accessKeyEnv"),
                    secret_key_env=raw.get("secretKeyEnv"), path=raw.get("path", ""),
-                   fuse=bool(raw.get("fuse")))
+                   fuse=bool(raw.get("fuse")),
+                   fuse_dirs=tuple(str(d) for d in raw.get("fuseDirs") or ()))
 
 
 @dataclass(frozen=True)

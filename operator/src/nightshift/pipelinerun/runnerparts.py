@@ -158,9 +158,12 @@ def runner_config(*, run: str, namespace: str, stage: Stage,
                 endpoint=ref.s3.endpoint, region=ref.s3.region, access_key_env=ak,
                 secret_key_env=sk)
         else:
+            bound = ref if isinstance(ref, BoundStorage) else None
             storages[name] = StorageConfig(
                 name=name, kind=KIND_DIR, path=f"{names.MOUNT_STORAGE}/{name}",
-                fuse=isinstance(ref, BoundStorage) and ref.storage_type == "glusterfs")
+                fuse=bound is not None and bound.storage_type == "glusterfs",
+                fuse_dirs=tuple(bound.fuse_dirs or ()) if bound is not None
+                and bound.storage_type == "cvmfs" else ())
     # An s3 SharedStorage states its node cache size; the runner's default otherwise.
     cache = cache_max_bytes(stage, storage) or DEFAULT_CACHE_BYTES
     cfg = RunnerConfig(

@@ -64,23 +64,30 @@ def fs_type(path: str, mountinfo: str) -> str:
 
 
 def check(cfg: RunnerConfig, env: Mapping[str, str], mountinfo: str | None = None) -> None:
-    """Raise NotMountedError for the first FUSE storage whose path is not on a FUSE mount."""
-    fuse = [st for st in cfg.storages.values() if st.fuse]
+    """Raise NotMountedError for the first FUSE storage whose path (a glusterfs one's),
+    or one of whose directories (a cvmfs one's repositories), is not on a FUSE mount."""
+    fuse = [st for st in cfg.storages.values() if st.fuse or st.fuse_dirs]
     if not fuse:
         return
     text = MOUNTINFO.read_text() if mountinfo is None else mountinfo
     for st in fuse:
         if mountinfo is None and not Path(st.path).is_dir():
             continue  # not mounted in this container (stage-in mounts only what it reads)
-        got = fs_type(st.path.rstrip("/"), text)
-        if not got.startswith("fuse"):
-            node = env.get("NODE_NAME") or "this node"
-            raise NotMountedError(
-                f"storage {st.name!r}: {st.path} is not the volume's FUSE mount on node "
-                f"{node} (it is on {got or 'an unknown file system'}): the SharedStorage's "
-                "client there has not mounted it, and the item's files would stay on the "
-                "node's own disk; the item is retried (see the SharedStorage's "
-                "status.clients)")
+        root = st.path.rstrip("/")
+        for path in [root] if st.fuse else [f"{root}/{d}" for d in st.fuse_dirs]:
+            _check_one(st.name, path, text, env)
+
+
+def _check_one(storage: str, path: str, mountinfo: str, env: Mapping[str, str]) -> None:
+    got = fs_type(path, mountinfo)
+    if not got.startswith("fuse"):
+        node = env.get("NODE_NAME") or "this node"
+        raise NotMountedError(
+            f"storage {storage!r}: {path} is not the volume's FUSE mount on node {node} "
+            f"(it is on {got or 'an unknown file system'}): the SharedStorage's client "
+            "there has not mounted it, and the item would read an empty directory or "
+            "leave its files on the node's own disk; the item is retried (see the "
+            "SharedStorage's status.clients)")
 
 
 def wait(cfg: RunnerConfig, env: Mapping[str, str], timeout: float = WAIT_S,
