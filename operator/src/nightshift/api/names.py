@@ -84,9 +84,14 @@ ENV_ATTEMPT = "NIGHTSHIFT_ATTEMPT"
 ENV_LAST_STEP = "NIGHTSHIFT_LAST_STEP"
 # The paths (":"-separated) in the steps' containers that must be a node's FUSE mount
 # (stages[].mounts of glusterfs and cvmfs storages), from the stage's env file; run.sh
-# waits ENV_FUSE_WAIT_S (default 120) for each, then fails the item as transient.
+# waits ENV_FUSE_WAIT_S (default FUSE_WAIT_S) for each, then fails the item as
+# transient; the runner's stage-in waits as long for its own (runner/mounts.py).
 ENV_FUSE_MOUNTS = "NIGHTSHIFT_FUSE_MOUNTS"
 ENV_FUSE_WAIT_S = "NIGHTSHIFT_FUSE_WAIT_S"
+FUSE_WAIT_S = 120
+# The exit code of a transient failure (sysexits' EX_TEMPFAIL), which the stage's
+# retries absorb: the runner's (runner/stepsh.py) and run.sh's mount wait.
+EX_TEMPFAIL = 75
 # Batched stages only (pipelinerun/batch.py): items per pod, the Job's number of
 # positions, in-pod retries per item, the permanent exit codes, the index's failed pods
 # so far (downward API), and where the per-item markers go (tests override it).

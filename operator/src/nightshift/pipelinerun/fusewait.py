@@ -10,7 +10,7 @@ writable Gluster mount, outputs left on the node's own disk as if all were well.
 So run.sh reads /proc/self/mountinfo for each path of names.ENV_FUSE_MOUNTS
 (binding.fuse_mounts, in the stage's env file) and waits until it is a FUSE mount: the
 mounts' HostToContainer propagation brings a mount made later into the running
-container. After names.ENV_FUSE_WAIT_S seconds (default FUSE_WAIT_S), or at once in an
+container. After names.ENV_FUSE_WAIT_S seconds (default names.FUSE_WAIT_S), or at once in an
 image without `sleep` (user images promise /bin/sh, nothing more), the item fails with
 exit 75 (EX_TEMPFAIL), so its retries apply, and its last line (the run's failure
 sample) names the path and where to look. tests/unit/test_fuse_wait.py runs it in dash.
@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from nightshift.api import names
 
-FUSE_WAIT_S = 120
-EX_TEMPFAIL = 75
+EX_TEMPFAIL = names.EX_TEMPFAIL
 
 # POSIX sh, builtins only but `sleep` (checked). The last mountinfo entry at a path is
 # the one a process there sees (a later mount on the same point hides the earlier). The
@@ -39,7 +38,7 @@ return 1
 }}
 trap 'exit 143' TERM INT
 fuse_left=${{{names.ENV_FUSE_MOUNTS}-}}
-fuse_wait=${{{names.ENV_FUSE_WAIT_S}:-{FUSE_WAIT_S}}}
+fuse_wait=${{{names.ENV_FUSE_WAIT_S}:-{names.FUSE_WAIT_S}}}
 while [ -n "$fuse_left" ]; do
 fuse_path=${{fuse_left%%:*}}
 case $fuse_left in *:*) fuse_left=${{fuse_left#*:}} ;; *) fuse_left= ;; esac

@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from nightshift.api import names
 from nightshift.runner.config import RunnerConfig
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 log = logging.getLogger(__name__)
-WAIT_S = 120.0
+WAIT_S = float(names.FUSE_WAIT_S)  # as long as run.sh waits for the steps' mounts
 WAIT_INTERVAL_S = 2.0
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from nightshift.api import names
 
-EX_TEMPFAIL = 75
+EX_TEMPFAIL = names.EX_TEMPFAIL
 FIFO = "commit.fifo"
 REQUEST = "request"
 

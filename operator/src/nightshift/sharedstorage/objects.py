@@ -164,8 +164,9 @@ def node_mount_claim(st: Storage, role: str, component: str, app: str, host_path
     Security Standards refuse hostPath volumes but admit claims, whatever backs them.
     The PV has no node affinity: the same path on whichever node the pod lands (type
     Directory: a node whose client never ran fails the pod's start). A client that ran
-    but did not mount leaves the directory there, empty: the runner checks that a
-    glusterfs storage's path is a FUSE mount before using it (runner/mounts.py).
+    but did not mount leaves the directory there, empty: pods wait for a FUSE mount at
+    each such path they use before using it (run.sh for the steps' mounts,
+    pipelinerun/fusewait.py; the runner for inputs and outputs, runner/mounts.py).
     Cluster-scoped, so no owner: the labels say whose it is and the storage's deletion
     removes it.
     """
