@@ -57,14 +57,30 @@ def test_which_mounts_are_waited_for() -> None:
     spec = bound([{"storage": "scratch", "mountPath": "/scratch/", "readOnly": False},
                   {"storage": "sw"},
                   {"storage": "sw", "mountPath": "/opt/sw"},
-                  {"storage": "sw", "mountPath": "/opt/my sw"},
                   {"storage": "nfs", "mountPath": "/nfs"},
                   {"storage": "claim", "mountPath": "/data"}])
     # Gluster: the mount itself; cvmfs: each repository under it; never NFS or a claim
-    # (the kubelet mounts those itself), nor a path mountinfo would escape.
+    # (the kubelet mounts those itself).
     assert fuse_of(spec) == ["/scratch", "/cvmfs/demo.nightshift.io",
                              "/opt/sw/demo.nightshift.io"]
     assert fuse_of(bound([{"storage": "nfs", "mountPath": "/nfs"}])) == []
+
+
+@pytest.mark.parametrize("path", ["/opt/my sw", "/opt/sw:1", "/opt/tab\there", "/opt/back\\slash"])
+def test_a_fuse_mount_path_that_mountinfo_escapes_is_refused_naming_the_field(path: str) -> None:
+    spec = PipelineRunSpec.model_validate({"storage": STORAGE, "stages": [
+        {"name": "s", "image": "busybox", "steps": [{"name": "main", "command": ["true"]}],
+         "mounts": [{"storage": "scratch", "mountPath": "/ok"},
+                    {"storage": "sw", "mountPath": path},
+                    {"storage": "claim", "mountPath": path}]}]})
+    b = binding.bind(spec, SHARED, "ns")
+    # Only the cvmfs mount: the kubelet mounts a claim itself, so nothing waits for it.
+    assert [p.path for p in b.problems] == ["spec.stages[0].mounts[1].mountPath"]
+    (problem,) = b.problems
+    assert "which the wait for the node's cvmfs mount cannot read" in problem.message
+    assert problem.message.endswith(": choose a path without them, e.g. /opt/"
+                                    + path[5:].replace(" ", "-").replace(":", "-")
+                                    .replace("\t", "-").replace("\\", "-"))
 
 
 def test_the_paths_travel_in_the_stage_env_file_only_when_there_are_some() -> None:

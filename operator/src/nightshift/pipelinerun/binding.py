@@ -243,11 +243,26 @@ def stage_problems(stage: Stage, storage: Mapping[str, StorageRef], at: str) -> 
                                            or m.mount_path.startswith("/nightshift")):
             out.append(Problem(f"{where}.mountPath", f"{m.mount_path!r} must be an absolute "
                                "path outside /nightshift (the runner's)"))
+        elif (m.mount_path is not None and isinstance(ref, BoundStorage)
+              and ref.fuse_dirs is not None and _UNLISTED & set(m.mount_path)):
+            out.append(Problem(f"{where}.mountPath", f"{m.mount_path!r} has a space, tab, "
+                               "newline, backslash or ':', which the wait for the node's "
+                               f"{ref.storage_type} mount cannot read (/proc/self/mountinfo "
+                               "escapes them; ':' separates its paths): choose a path "
+                               "without them, e.g. " + _plain_path(m.mount_path)))
         if isinstance(ref, BoundStorage) and ref.read_only and not m.read_only:
             article = "an" if ref.storage_type == "nfs" else "a"
             out.append(Problem(f"{where}.readOnly", f"{article} {ref.storage_type} SharedStorage "
                                f"is read-only{_why_read_only(ref)}: remove readOnly: false"))
     return out
+
+
+# mountinfo escapes these (run.sh compares its fields as they are); ":" separates paths.
+_UNLISTED = frozenset(" \t\n\\:")
+
+
+def _plain_path(path: str) -> str:
+    return "".join("-" if c in _UNLISTED else c for c in path)
 
 
 def _why_read_only(ref: BoundStorage) -> str:
@@ -311,8 +326,6 @@ def one_volume_per_claim(pod: dict[str, Any]) -> None:
             m["name"] = renamed.get(m["name"], m["name"])
 
 
-# mountinfo escapes these (run.sh compares its fields as they are); ":" separates paths.
-_UNLISTED = frozenset(" \t\n\\:")
 
 
 def fuse_mounts(stage: Stage, storage: Mapping[str, StorageRef]) -> list[str]:
@@ -320,7 +333,8 @@ def fuse_mounts(stage: Stage, storage: Mapping[str, StorageRef]) -> list[str]:
     `stages[].mounts` of a glusterfs storage, and each repository under one of a cvmfs
     storage. The directory is there whether or not the node's client mounted the volume
     (it makes it first), so run.sh waits for the mount before the step runs on an empty
-    directory (items.RUN_SH). A path with a character mountinfo escapes is left out."""
+    directory (items.RUN_SH). A path with a character mountinfo escapes is refused by
+    stage_problems() and left out here."""
     out: list[str] = []
     for m in stage.mounts:
         ref = storage.get(m.storage)
