@@ -84,12 +84,19 @@ def not_starting(pod: Mapping[str, Any]) -> NotStarting | None:
 def crash_looping(pod: Mapping[str, Any]) -> NotStarting | None:
     """A container of a Running pod that keeps exiting, with how it last ended (its exit
     code and the end of its last words), or None. Read from Running pods: the kubelet
-    keeps a restarting pod Running."""
+    keeps a restarting pod Running. Between two back-offs such a container runs again,
+    not ready: one that failed before and is not ready yet is still in its loop (a
+    client that retries its mount for a while before it gives up), so the storage's
+    status does not drop the reason while it tries."""
     status = pod.get("status") or {}
     name = str((pod.get("metadata") or {}).get("name", ""))
     for cs in [*(status.get("initContainerStatuses") or []),
                *(status.get("containerStatuses") or [])]:
-        if ((cs.get("state") or {}).get("waiting") or {}).get("reason") != CRASH_LOOP:
+        state = cs.get("state") or {}
+        failed_before = ((cs.get("lastState") or {}).get("terminated") or {}).get("exitCode")
+        retrying = ("running" in state and not cs.get("ready")
+                    and int(cs.get("restartCount") or 0) > 0 and failed_before not in (None, 0))
+        if (state.get("waiting") or {}).get("reason") != CRASH_LOOP and not retrying:
             continue
         last = (cs.get("lastState") or {}).get("terminated") or {}
         said = (f"it exits with code {last['exitCode']}" if "exitCode" in last

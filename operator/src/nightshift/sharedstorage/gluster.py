@@ -45,6 +45,10 @@ GLUSTERD_PORT = 24007
 BRICKS_IN_POD = "/bricks"
 CLIENT_MOUNT_IN_POD = "/mnt/gluster"
 CLIENT_LOG = "/var/log/glusterfs/client.log"
+# Mount tries before a client gives up and exits (the kubelet restarts it, backing off);
+# NIGHTSHIFT_MOUNT_TRIES in the client's env overrides it (the real-node test does).
+CLIENT_MOUNT_TRIES = 24
+TERMINATION_LOG = "/dev/termination-log"
 GLUSTER = ["gluster", "--mode=script"]
 # glusterd's runtime directory: its CLI socket (/var/run/glusterd.socket; /var/run is
 # /run in Debian), pid files and brick sockets. A host directory per storage, so the
@@ -80,11 +84,24 @@ why() {{
   last=$(grep ' E \\[' "$log" | tail -n 2 | cut -c1-300)
   if [ -n "$last" ] && [ "$last" != "$said" ]; then echo "$last"; said=$last; fi
 }}
+# After {tries} tries (5 s apart) the client exits, its reason (with glusterfs' last
+# error, undated) as its termination message: the kubelet's CrashLoopBackOff shows it
+# and the storage's status quotes it. A volume that is being made (the volume Job runs
+# once the servers are ready) mounts within the tries.
 remount() {{
   unmount
+  tries=0
   until list=$(addresses) && mount -t glusterfs -o "log-file=$log" "$list:/{volume}" "$dir"
   do
     why
+    tries=$((tries + 1))
+    if [ "$tries" -ge "${{NIGHTSHIFT_MOUNT_TRIES:-{tries}}}" ]; then
+      last=$([ -r "$log" ] && grep ' E \\[' "$log" | tail -n 1 \\
+        | sed 's/^\\[[^]]*\\] //' | cut -c1-200)
+      echo "volume {volume} failed to mount from servers $list after $tries tries\\
+${{last:+: $last}}" | tee {message}
+      exit 1
+    fi
     echo "volume {volume} not mountable yet (servers $list); retrying in 5 s"; sleep 5
   done
   # Pipeline pods run as non-root users (stages[].runAsUser): the volume's root is
@@ -267,7 +284,8 @@ def _clients(st: Storage) -> list[dict[str, Any]]:
     servers = " ".join([service_host(st), *(f"{server_name(st)}-{i}.{service_host(st)}"
                                             for i in range(g.servers))])
     script = CLIENT_SH.format(mount=CLIENT_MOUNT_IN_POD, servers=servers,
-                              volume=volume_name(st), log=CLIENT_LOG)
+                              volume=volume_name(st), log=CLIENT_LOG,
+                              tries=CLIENT_MOUNT_TRIES, message=TERMINATION_LOG)
     probe = PROBE_SH.format(mount=CLIENT_MOUNT_IN_POD)
     container = {
         "name": "glusterfs",
