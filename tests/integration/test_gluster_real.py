@@ -19,16 +19,17 @@ import shutil
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nightshift.api import names, podstate
+from nightshift.api import names
 from nightshift.pipelinerun import binding, fusewait
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun.spec import PipelineRunSpec
-from nightshift.sharedstorage import gluster, glustervolume
+from nightshift.sharedstorage import gluster, glustervolume, observe
 from nightshift.sharedstorage import status as ssstatus
 from nightshift.sharedstorage.objects import COMPONENT_GLUSTER_CLIENT, Storage
 from nightshift.sharedstorage.plan import server_pod
@@ -102,12 +103,7 @@ def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st:
                               obj: dict[str, Any], brick_root: Path) -> None:
     name = st.name
     objs = place(gluster.render_gluster(st))
-    gives_up = layout == "distribute"
     for o in objs:
-        if gives_up and o["kind"] == "DaemonSet":
-            # One try, not two minutes of them: it gives up while its volume is missing.
-            o["spec"]["template"]["spec"]["containers"][0]["env"] = [
-                {"name": "NIGHTSHIFT_MOUNT_TRIES", "value": "1"}]
         kubectl.apply(o)
     kubectl("-n", namespace, "rollout", "status", f"statefulset/{name}-gluster",
             "--timeout=180s")
@@ -119,28 +115,26 @@ def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st:
         # Once the server's name resolves, the client passes its address (mount.glusterfs
         # drops names over 63 characters, and tried a server called "SyntaxOK" instead).
         last = out[out.rfind("Mounting glusterfs"):]
-        return last if " E [" in last and ("not mountable yet (servers 10." in last or
-                                           "failed to mount from servers 10." in last) else None
+        return last if " E [" in last and "not mountable yet (servers 10." in last else None
 
     said = wait_for("the client's reason in its log", why, 120)
     print("the client before its volume:", said[-700:])
     assert "SyntaxOK" not in said, said
-    if gives_up:
-        # A client that gives up exits with glusterfs' reason as its termination message:
-        # the kubelet restarts it, backing off, and the storage's status quotes it.
-        def looping() -> podstate.NotStarting | None:
-            for p in kubectl.kube.list("v1", "Pod", namespace, label_selector=",".join(
-                    f"{k}={v}" for k, v in st.selector(COMPONENT_GLUSTER_CLIENT).items())):
-                if (found := podstate.crash_looping(p)) is not None:
-                    return found
-            return None
+    # ... and so does the storage's status: the client's readiness probe prints its last
+    # failure, which the real kubelet's Unhealthy event carries (observe.not_mounted).
+    def not_mounted() -> str | None:
+        running = kubectl.kube.list("v1", "Pod", namespace, field_selector="status.phase=Running",
+                                    label_selector=f"{names.LABEL_STORAGE}={name}")
+        found = observe.not_mounted(kubectl.kube, namespace, running, datetime.now(UTC))
+        line = ssstatus.pods_not_starting("glusterfs", found, namespace)[0] if found else ""
+        # Before the servers' names resolve, it says so ("DNS resolution failed on host").
+        return line if "failed to fetch volume file" in line else None
 
-        loop = wait_for("the client's crash loop", looping, 120)
-        (line,) = ssstatus.pods_not_starting("glusterfs", [loop], namespace)
-        print("the storage would say:", line)
-        assert "it exits with code 1: volume " in line, line
-        assert "failed to mount from servers 10." in line, line
-        assert f"failed to fetch volume file (key:/{name})" in line, line
+    line = wait_for("the client's reason in the storage's status", not_mounted, 120)
+    print("the storage says:", line)
+    assert (f" container glusterfs: NotMounted: volume {name} does not mount: failed to fetch "
+            f"volume file (key:/{name}); it tries again every 5 s; its log: kubectl logs") \
+        in line, line
     pod = json.loads(kubectl("get", "pod", f"{name}-gluster-0", "-n", namespace, "-o",
                              "json").stdout)
     job = glustervolume.volume_job(st, [server_pod(pod)])

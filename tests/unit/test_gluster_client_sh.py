@@ -1,8 +1,8 @@
-"""The Gluster client's mount script (sharedstorage/gluster.py CLIENT_SH), run in a real
-dash with `mount`, `getent` and `sleep` faked on PATH: a volume that never mounts ends
-the client after CLIENT_MOUNT_TRIES tries with glusterfs' own error as its last lines
-(the kubelet's CrashLoopBackOff, which the storage's status quotes); one that mounts
-late is mounted without exiting."""
+"""The Gluster client's mount script and readiness probe (sharedstorage/gluster.py
+CLIENT_SH, PROBE_SH), run in a real dash with `mount`, `getent` and `sleep` faked on
+PATH: while a mount fails, the client keeps trying and leaves one undated line saying
+why, which the probe prints (the kubelet's Unhealthy event, which the storage's status
+quotes: observe.not_mounted); once mounted, the line is gone."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.api import podstate
 from nightshift.sharedstorage import gluster
 
 DASH = shutil.which("dash")
@@ -21,11 +20,13 @@ pytestmark = pytest.mark.skipif(DASH is None, reason="dash is not installed")
 
 E_LINE = ("[2026-11-29 17:01:02.123456 +0000] E [glusterfsd-mgmt.c:2339:mgmt_getspec_cbk] "
           "0-mgmt: failed to fetch volume file (key:/broadband)")
+WHY = "volume broadband does not mount: failed to fetch volume file (key:/broadband)"
 
 
-def fake_bin(tmp: Path, mount_fails: int) -> Path:
+def fake_bin(tmp: Path, mount_fails: int, e_line: str = E_LINE) -> Path:
     """`mount` fails its first `mount_fails` calls (writing glusterfs' error to the
-    log-file it is given, as the real client does), then succeeds."""
+    log-file it is given, as the real client does), then succeeds; each call records
+    the line the client left after the call before it."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     scripts = {
@@ -33,9 +34,10 @@ def fake_bin(tmp: Path, mount_fails: int) -> Path:
         "sleep": "exit 0",
         "umount": "exit 0",
         "mount": f"""n=$(cat {tmp}/calls 2>/dev/null || echo 0); n=$((n + 1)); echo $n > {tmp}/calls
+cat {tmp}/why >> {tmp}/seen 2>/dev/null
 log=${{4#log-file=}}
 echo "$5" > {tmp}/source
-if [ "$n" -le {mount_fails} ]; then echo '{E_LINE}' >> "$log"; echo "Mount failed." >&2; exit 1; fi
+if [ "$n" -le {mount_fails} ]; then echo '{e_line}' >> "$log"; echo "Mount failed." >&2; exit 1; fi
 exit 0""",
     }
     for name, body in scripts.items():
@@ -45,40 +47,70 @@ exit 0""",
     return bin_dir
 
 
-def client(tmp: Path, mount_fails: int, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    script = gluster.CLIENT_SH.format(mount=tmp / "mnt", servers="svc.ns pod-0.svc.ns",
-                                      volume="broadband", log=tmp / "client.log",
-                                      tries=gluster.CLIENT_MOUNT_TRIES,
-                                      message=tmp / "termination-log")
-    (tmp / "mnt").mkdir()
-    # Mounted: the script's liveness loop runs until it is stopped; stop it at once.
-    script = script.replace("while :; do", "exit 0\nwhile :; do", 1)
-    env = {**os.environ, "PATH": f"{fake_bin(tmp, mount_fails)}:{os.environ['PATH']}"}
+def run(script: str, tmp: Path, mount_fails: int = 0,
+        e_line: str = E_LINE) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{fake_bin(tmp, mount_fails, e_line)}:{os.environ['PATH']}"}
     assert DASH is not None
     return subprocess.run([DASH, "-c", script], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+                          timeout=30, check=False)
 
 
-def test_a_volume_that_never_mounts_ends_the_client_with_its_reason(tmp_path: Path) -> None:
-    got = client(tmp_path, mount_fails=1000)
-    assert got.returncode == 1, got
-    assert (tmp_path / "calls").read_text().strip() == str(gluster.CLIENT_MOUNT_TRIES)
+def test_a_client_keeps_trying_and_says_why_until_it_mounts(tmp_path: Path) -> None:
+    (tmp_path / "mnt").mkdir()
+    script = gluster.CLIENT_SH.format(mount=tmp_path / "mnt", servers="svc.ns pod-0.svc.ns",
+                                      volume="broadband", log=tmp_path / "client.log",
+                                      why_file=tmp_path / "why")
+    # Mounted, the script's liveness loop runs until it is stopped: stop it at once.
+    got = run(script.replace("while :; do", "exit 0\nwhile :; do", 1), tmp_path,
+              mount_fails=30)
+    assert got.returncode == 0, got
+    assert (tmp_path / "calls").read_text().strip() == "31"  # no limit: it tries on
     # The servers by address, failing over in order (mount.glusterfs drops long names).
     assert (tmp_path / "source").read_text().strip() == "10.0.0.6,10.0.0.12:/broadband"
-    # glusterfs' reason said while it retried, then, undated, in the client's last
-    # line, which is also its termination message: what the kubelet keeps, and the
-    # storage's status quotes (podstate.crash_looping).
-    assert E_LINE in got.stdout
-    message = (tmp_path / "termination-log").read_text()
-    assert got.stdout.splitlines()[-1] == message.strip() == (
-        "volume broadband failed to mount from servers 10.0.0.6,10.0.0.12 after "
-        f"{gluster.CLIENT_MOUNT_TRIES} tries: E [glusterfsd-mgmt.c:2339:mgmt_getspec_cbk] "
-        "0-mgmt: failed to fetch volume file (key:/broadband)")
-    assert podstate.last_words(message) == message.strip()
-
-
-def test_a_volume_that_mounts_late_is_mounted_without_exiting(tmp_path: Path) -> None:
-    got = client(tmp_path, mount_fails=gluster.CLIENT_MOUNT_TRIES - 1)
-    assert got.returncode == 0, got
+    # After each failure one line, the same each time (undated: the kubelet folds the
+    # probe's repeated output into one event, and the status is not rewritten).
+    assert (tmp_path / "seen").read_text().splitlines() == [WHY] * 30
     assert got.stdout.splitlines()[-1] == f"mounted broadband at {tmp_path / 'mnt'}"
-    assert E_LINE in got.stdout  # said while it retried
+    assert E_LINE in got.stdout  # glusterfs' own words in the pod's log too
+    assert not (tmp_path / "why").exists()  # mounted: nothing to say
+
+
+def client(tmp: Path) -> str:
+    (tmp / "mnt").mkdir()
+    return gluster.CLIENT_SH.format(
+        mount=tmp / "mnt", servers="svc.ns pod-0.svc.ns", volume="broadband",
+        log=tmp / "client.log", why_file=tmp / "why",
+    ).replace("while :; do", "exit 0\nwhile :; do", 1)
+
+
+STAMP = "[2026-11-29 17:08:54.976461 +0000] E "
+
+
+@pytest.mark.parametrize(("e_line", "why"), [
+    (STAMP + "[name.c:267:af_inet_client_get_remote_sockaddr] 0-glusterfs: DNS resolution "
+     "failed on host broadband-gluster.physics.svc.cluster.local",
+     "DNS resolution failed on host broadband-gluster.physics.svc.cluster.local"),
+    (STAMP + "[MSGID: 101075] [common-utils.c:505:gf_resolve_ip6] 0-resolver: error in "
+     "getaddrinfo [{family=2}, {ret=Name or service not known}]",
+     "error in getaddrinfo [{family=2}, {ret=Name or service not known}]"),
+    ("", "glusterfs logged no error (servers 10.0.0.6,10.0.0.12)"),
+])
+def test_the_line_is_glusterfs_error_without_its_place(tmp_path: Path, e_line: str,
+                                                        why: str) -> None:
+    got = run(client(tmp_path), tmp_path, mount_fails=2, e_line=e_line)
+    assert got.returncode == 0, got
+    assert (tmp_path / "seen").read_text().splitlines() == [
+        f"volume broadband does not mount: {why}"] * 2
+
+
+def test_the_probe_fails_printing_why_while_not_mounted(tmp_path: Path) -> None:
+    probe = gluster.PROBE_SH.format(mount=tmp_path / "mnt", why_file=tmp_path / "why")
+    assert DASH is not None
+    (tmp_path / "why").write_text(WHY + "\n")
+    got = subprocess.run([DASH, "-c", probe], capture_output=True, text=True, check=False)
+    assert (got.returncode, got.stdout.strip()) == (1, WHY)
+    # Before the first failure (or with the mount there and not answering) there is no
+    # line: the probe fails all the same.
+    (tmp_path / "why").unlink()
+    got = subprocess.run([DASH, "-c", probe], capture_output=True, text=True, check=False)
+    assert (got.returncode, got.stdout) == (1, "")

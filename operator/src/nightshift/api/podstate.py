@@ -8,9 +8,12 @@ its own object, naming the field to check (pipelinerun/stalled.py, sharedstorage
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+from nightshift.api import refusals
 
 # Container waiting reasons that do not clear by themselves: the kubelet retries a pull,
 # but a wrong name, a missing tag or a private registry without credentials stays so.
@@ -22,6 +25,11 @@ UNSCHEDULABLE = "Unschedulable"
 # A container the kubelet restarts after each exit: a daemon whose setting is wrong
 # (restartPolicy Always) runs in a loop, its pod Running and never Ready.
 CRASH_LOOP = "CrashLoopBackOff"
+# A daemon that runs, not ready, and says why through its readiness probe: the kubelet
+# puts the probe's output in an Unhealthy event ("Readiness probe failed: <output>").
+UNHEALTHY = "Unhealthy"
+NOT_MOUNTED = "NotMounted"
+_PROBE_FAILED = "Readiness probe failed:"
 # What is kept of a crashed container's termination message (its last log lines, with
 # FallbackToLogsOnError): the line that says why, not the exit banner after it.
 LAST_WORDS = 240
@@ -49,6 +57,10 @@ class NotStarting:
     @property
     def crash_loop(self) -> bool:
         return self.reason == CRASH_LOOP
+
+    @property
+    def not_mounted(self) -> bool:
+        return self.reason == NOT_MOUNTED
 
     def text(self) -> str:
         if self.unschedulable:
@@ -84,19 +96,12 @@ def not_starting(pod: Mapping[str, Any]) -> NotStarting | None:
 def crash_looping(pod: Mapping[str, Any]) -> NotStarting | None:
     """A container of a Running pod that keeps exiting, with how it last ended (its exit
     code and the end of its last words), or None. Read from Running pods: the kubelet
-    keeps a restarting pod Running. Between two back-offs such a container runs again,
-    not ready: one that failed before and is not ready yet is still in its loop (a
-    client that retries its mount for a while before it gives up), so the storage's
-    status does not drop the reason while it tries."""
+    keeps a restarting pod Running."""
     status = pod.get("status") or {}
     name = str((pod.get("metadata") or {}).get("name", ""))
     for cs in [*(status.get("initContainerStatuses") or []),
                *(status.get("containerStatuses") or [])]:
-        state = cs.get("state") or {}
-        failed_before = ((cs.get("lastState") or {}).get("terminated") or {}).get("exitCode")
-        retrying = ("running" in state and not cs.get("ready")
-                    and int(cs.get("restartCount") or 0) > 0 and failed_before not in (None, 0))
-        if (state.get("waiting") or {}).get("reason") != CRASH_LOOP and not retrying:
+        if ((cs.get("state") or {}).get("waiting") or {}).get("reason") != CRASH_LOOP:
             continue
         last = (cs.get("lastState") or {}).get("terminated") or {}
         said = (f"it exits with code {last['exitCode']}" if "exitCode" in last
@@ -105,6 +110,18 @@ def crash_looping(pod: Mapping[str, Any]) -> NotStarting | None:
         return NotStarting(name, CRASH_LOOP, f"{said}: {words}" if words else said,
                            str(cs.get("name")))
     return None
+
+
+def probe_says(events: Sequence[Mapping[str, Any]], now: datetime) -> str | None:
+    """What a container's readiness probe printed when it last failed, from its
+    Unhealthy events of the last refusals.EVENT_WINDOW seconds, or None (none, or the
+    probe printed nothing). The kubelet folds the same output into one event."""
+    newest = refusals.latest([e for e in events if e.get("reason") == UNHEALTHY
+                              and str(e.get("message") or "").startswith(_PROBE_FAILED)], now)
+    if newest is None:
+        return None
+    said = last_words(str(newest.get("message") or "").removeprefix(_PROBE_FAILED))
+    return said or None
 
 
 def last_words(message: str) -> str:

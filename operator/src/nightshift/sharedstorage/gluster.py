@@ -45,10 +45,10 @@ GLUSTERD_PORT = 24007
 BRICKS_IN_POD = "/bricks"
 CLIENT_MOUNT_IN_POD = "/mnt/gluster"
 CLIENT_LOG = "/var/log/glusterfs/client.log"
-# Mount tries before a client gives up and exits (the kubelet restarts it, backing off);
-# NIGHTSHIFT_MOUNT_TRIES in the client's env overrides it (the real-node test does).
-CLIENT_MOUNT_TRIES = 24
-TERMINATION_LOG = "/dev/termination-log"
+CLIENT_CONTAINER = "glusterfs"
+# Why the client's last mount failed, while it has not mounted (its readiness probe
+# prints it).
+CLIENT_WHY = "/run/nightshift-mount.why"
 GLUSTER = ["gluster", "--mode=script"]
 # glusterd's runtime directory: its CLI socket (/var/run/glusterd.socket; /var/run is
 # /run in Debian), pid files and brick sockets. A host directory per storage, so the
@@ -84,29 +84,28 @@ why() {{
   last=$(grep ' E \\[' "$log" | tail -n 2 | cut -c1-300)
   if [ -n "$last" ] && [ "$last" != "$said" ]; then echo "$last"; said=$last; fi
 }}
-# After {tries} tries (5 s apart) the client exits, its reason (with glusterfs' last
-# error, undated) as its termination message: the kubelet's CrashLoopBackOff shows it
-# and the storage's status quotes it. A volume that is being made (the volume Job runs
-# once the servers are ready) mounts within the tries.
+# Each failure leaves one line in {why_file}: glusterfs' last error without its date,
+# source place and translator (short: a status quotes at most 240 characters, and a
+# list of unresolved server names alone can be longer). The readiness probe prints it,
+# so the kubelet's Unhealthy event carries it and the storage's status quotes it
+# (observe.not_mounted). The client itself goes on trying every 5 s, so a volume comes
+# back within seconds of its servers, which a crash loop's back-off (up to 5 min) would
+# not.
 remount() {{
   unmount
-  tries=0
   until list=$(addresses) && mount -t glusterfs -o "log-file=$log" "$list:/{volume}" "$dir"
   do
     why
-    tries=$((tries + 1))
-    if [ "$tries" -ge "${{NIGHTSHIFT_MOUNT_TRIES:-{tries}}}" ]; then
-      last=$([ -r "$log" ] && grep ' E \\[' "$log" | tail -n 1 \\
-        | sed 's/^\\[[^]]*\\] //' | cut -c1-200)
-      echo "volume {volume} failed to mount from servers $list after $tries tries\\
-${{last:+: $last}}" | tee {message}
-      exit 1
-    fi
+    last=$([ -r "$log" ] && grep ' E \\[' "$log" | tail -n 1 | sed -E \\
+      's/^\\[[^]]*\\] E //; s/^(\\[[^]]*\\] )+//; s/^[0-9]+-[^ :]*: //' | cut -c1-200)
+    echo "volume {volume} does not mount: ${{last:-glusterfs logged no error (servers $list)}}" \\
+      > {why_file}
     echo "volume {volume} not mountable yet (servers $list); retrying in 5 s"; sleep 5
   done
   # Pipeline pods run as non-root users (stages[].runAsUser): the volume's root is
   # theirs to create directories in, as /tmp is (sticky: not to remove others').
   chmod 1777 "$dir" || echo "could not chmod $dir"
+  rm -f {why_file}
   echo "mounted {volume} at $dir"
 }}
 trap 'unmount; exit 0' TERM INT
@@ -118,7 +117,8 @@ while :; do
 done
 """
 
-PROBE_SH = 'grep -q " {mount} fuse.glusterfs" /proc/mounts && stat -t {mount} >/dev/null'
+PROBE_SH = ('grep -q " {mount} fuse.glusterfs" /proc/mounts && stat -t {mount} >/dev/null '
+            '|| {{ cat {why_file} 2>/dev/null; exit 1; }}')
 
 
 @dataclass(frozen=True)
@@ -284,11 +284,10 @@ def _clients(st: Storage) -> list[dict[str, Any]]:
     servers = " ".join([service_host(st), *(f"{server_name(st)}-{i}.{service_host(st)}"
                                             for i in range(g.servers))])
     script = CLIENT_SH.format(mount=CLIENT_MOUNT_IN_POD, servers=servers,
-                              volume=volume_name(st), log=CLIENT_LOG,
-                              tries=CLIENT_MOUNT_TRIES, message=TERMINATION_LOG)
-    probe = PROBE_SH.format(mount=CLIENT_MOUNT_IN_POD)
+                              volume=volume_name(st), log=CLIENT_LOG, why_file=CLIENT_WHY)
+    probe = PROBE_SH.format(mount=CLIENT_MOUNT_IN_POD, why_file=CLIENT_WHY)
     container = {
-        "name": "glusterfs",
+        "name": CLIENT_CONTAINER,
         "image": IMAGE,
         "command": ["/bin/sh", "/etc/nightshift-gluster/mount.sh"],
         **TERMINATION_MESSAGE,

@@ -24,9 +24,10 @@ from nightshift.api import names, podstate, refusals
 from nightshift.api.conditions import parse_rfc3339
 from nightshift.kube import Kube
 from nightshift.pipelinerun.spec import TERMINAL_PHASES
-from nightshift.sharedstorage import reclaim, squid
+from nightshift.sharedstorage import gluster, reclaim, squid
 from nightshift.sharedstorage import status as ssstatus
 from nightshift.sharedstorage.objects import (
+    COMPONENT_GLUSTER_CLIENT,
     COMPONENT_GLUSTER_SERVER,
     COMPONENT_NFS_SERVER,
     COMPONENT_SQUID,
@@ -181,7 +182,12 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
                             label_selector=f"{names.LABEL_STORAGE}={name}",
                             field_selector="status.phase=Pending", limit=PODS_READ)
         stuck = [p for p in map(podstate.not_starting, pending[:PODS_READ]) if p]
-        stuck += _crash_looping(kube, namespace, name)
+        running = kube.list("v1", "Pod", namespace,
+                            label_selector=f"{names.LABEL_STORAGE}={name}",
+                            field_selector="status.phase=Running", limit=CRASH_READ)
+        stuck += _crash_looping(running)
+        if spec.type == "glusterfs":
+            stuck += not_mounted(kube, namespace, running, now)
         refused = _refused(kube, namespace, ours, now)
         claims = _claims_waiting(kube, namespace, ours)
     elif deleting:  # the reclaim Jobs (reclaim.py), which the deletion waits for
@@ -222,16 +228,33 @@ def _events(kube: Kube, namespace: str, obj: Obj, reason: str = "") -> list[Obj]
                      field_selector=f"{field},reason={reason}" if reason else field)
 
 
-def _crash_looping(kube: Kube, namespace: str, name: str) -> list[podstate.NotStarting]:
-    """Running pods of ours whose daemon keeps exiting (one LIST, CRASH_READ pods): one
+def _crash_looping(running: Sequence[Obj]) -> list[podstate.NotStarting]:
+    """Running pods of ours (one LIST, CRASH_READ pods) whose daemon keeps exiting: one
     per container name, as every pod of a DaemonSet or Deployment crashes alike."""
-    running = kube.list("v1", "Pod", namespace, label_selector=f"{names.LABEL_STORAGE}={name}",
-                        field_selector="status.phase=Running", limit=CRASH_READ)
     out: dict[str, podstate.NotStarting] = {}
     for found in map(podstate.crash_looping, running[:CRASH_READ]):
         if found is not None:
             out.setdefault(found.container, found)
     return list(out.values())
+
+
+def not_mounted(kube: Kube, namespace: str, running: Sequence[Obj], now: datetime
+                ) -> list[podstate.NotStarting]:
+    """Why the first Running, not ready Gluster client of `running` has not mounted: its
+    readiness probe prints the client's last failure (gluster.CLIENT_WHY), which the
+    kubelet's Unhealthy event carries (one LIST by its uid). The client goes on trying,
+    so it never crash-loops for a volume it cannot mount."""
+    for pod in running[:CRASH_READ]:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if (labels.get(names.LABEL_COMPONENT) != COMPONENT_GLUSTER_CLIENT
+                or podstate.ready(pod) or podstate.crash_looping(pod) is not None):
+            continue
+        said = podstate.probe_says(_events(kube, namespace, pod, podstate.UNHEALTHY), now)
+        if said is None:
+            continue
+        return [podstate.NotStarting(str(pod["metadata"].get("name", "")), podstate.NOT_MOUNTED,
+                                     said, gluster.CLIENT_CONTAINER)]
+    return []
 
 
 def _refused(kube: Kube, namespace: str, ours: Sequence[Obj], now: datetime

@@ -222,6 +222,10 @@ def pods_not_starting(type_: str, pods: Sequence[podstate.NotStarting],
         if p.crash_loop:
             fix = (f"its last lines: kubectl logs -n {namespace} {p.pod} -c {p.container} "
                    f"--previous; check spec.{type_}")
+        elif p.not_mounted:
+            fix = (f"it tries again every 5 s; its log: kubectl logs -n {namespace} {p.pod} "
+                   f"-c {p.container}; check spec.{type_}, and that its node reaches the "
+                   "servers' nodes (glusterd's port 24007, the bricks' 49152 and up)")
         elif p.image:
             fix = ("check the operator's storage images (the chart's storageImages.registry "
                    "and .tag)")
