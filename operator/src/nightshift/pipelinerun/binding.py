@@ -326,8 +326,6 @@ def one_volume_per_claim(pod: dict[str, Any]) -> None:
             m["name"] = renamed.get(m["name"], m["name"])
 
 
-
-
 def fuse_mounts(stage: Stage, storage: Mapping[str, StorageRef]) -> list[str]:
     """The paths in the steps' containers that must be a node's FUSE mount: each
     `stages[].mounts` of a glusterfs storage, and each repository under one of a cvmfs

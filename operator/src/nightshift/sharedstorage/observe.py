@@ -250,10 +250,9 @@ def not_mounted(kube: Kube, namespace: str, running: Sequence[Obj], now: datetim
                 or podstate.ready(pod) or podstate.crash_looping(pod) is not None):
             continue
         said = podstate.probe_says(_events(kube, namespace, pod, podstate.UNHEALTHY), now)
-        if said is None:
-            continue
-        return [podstate.NotStarting(str(pod["metadata"].get("name", "")), podstate.NOT_MOUNTED,
-                                     said, gluster.CLIENT_CONTAINER)]
+        return [] if said is None else [podstate.NotStarting(
+            str(pod["metadata"].get("name", "")), podstate.NOT_MOUNTED, said,
+            gluster.CLIENT_CONTAINER)]
     return []
 
 
