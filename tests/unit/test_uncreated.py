@@ -356,7 +356,8 @@ def test_reconcile_says_a_stage_runs_short_of_its_pods_for_the_quota(
     (indexed(active=2, ready=0), None, "pods"),
     (indexed(ready=0), None, "events"),
     (partial(active=2), None, "more"),
-    (partial(active=4), None, ""),
+    (partial(active=4), None, "more"),  # 2 of 4 ready: some not (yet) started
+    (partial(active=4, ready=4), None, ""),
     ({"status": {"active": 1}}, 2, "mpi"),
     ({"status": {"active": 2}}, 2, "gang"),  # every worker running, no launcher made
     ({"status": {"active": 2, mpijob.LAUNCHER_RUNNING: 0}}, 2, "launcher"),

@@ -145,7 +145,8 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
                 i: int) -> tuple[str, str] | None:
     """One stalled Job's reads (stalled.to_read's `what`), each only while the ones
     before it said nothing: Pending pods; refusal events (the Job's, the MPIJob's, or
-    its launcher Job's since the MPIJob was made); an MPI stage's Running workers."""
+    its launcher Job's since the MPIJob was made); with some pods running, a page of
+    Pending pods (stalled.SOME_PODS_READ); an MPI stage's Running workers."""
     meta = job["metadata"]
     jname, now = meta["name"], datetime.now(UTC)
 
@@ -165,6 +166,9 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
         found = stalled.not_created(stage, i, jname, events(
             f"involvedObject.uid={meta.get('uid')}", stalled.JOB_REFUSED), now,
             some=what == "more")
+    if found is None and what == "more":
+        found = stalled.some_summary(stage, i, _pods(kube, namespace, job, "Pending",
+                                                     stalled.SOME_PODS_READ))
     if found is None and what in ("mpi", "gang"):
         found = stalled.not_created(stage, i, jname, events(
             f"involvedObject.uid={meta.get('uid')}", stalled.MPI_REFUSED), now, whose="mpi")

@@ -8,6 +8,13 @@ and none ready for STALL_SECONDS, the I/O layer reads a few of its Pending pods 
 they wait for and which field to check. The API server filters that LIST over the
 namespace's pods, so it is read at most every STALL_SECONDS per stalled Job.
 
+Some pods that cannot start while the stage's others run (an image one pool's nodes
+cannot pull) would hold their items until nothing else ran. So a Job with some pods
+ready and more active, for STALL_SECONDS, has a page of its Pending pods read
+(SOME_PODS_READ; in a churning fan-out that is most of the time, and the reads back off
+to every MAX_READ_INTERVAL while the pods say nothing); only a pod that cannot start is
+named (SOME_NOT_STARTING), never one waiting for a node, and the run still progresses.
+
 Pods the Job controller cannot create at all (a full ResourceQuota, a LimitRange, the
 namespace's Pod Security level, an admission webhook) leave no pod to read: the Job
 has none active, and the API server's refusal is only in the Job controller's
@@ -40,6 +47,13 @@ NOT_STARTING = "PodsNotStarting"
 WAITING_FOR_NODES = "WaitingForNodes"
 NOT_CREATED = "PodsNotCreated"
 WAITING_FOR_QUOTA = "WaitingForQuota"
+# Some pods of a stage that runs do not start, for a reason that does not clear by
+# itself (an image one pool's nodes cannot pull, a container's config): the stage goes
+# on with the others, so Progressing stays True, but those items wait until it is fixed.
+SOME_NOT_STARTING = "SomePodsNotStarting"
+# Pending pods read from a stage whose other pods run: in a churning fan-out most
+# Pending pods are merely starting, so the few that do not are looked for among more.
+SOME_PODS_READ = 20
 # Reasons that do not clear by themselves: the run's Progressing is False while one holds.
 STOPPED = frozenset({NOT_STARTING, NOT_CREATED})
 # A stage held before its launcher is made reads its Running workers for one not Ready:
@@ -76,6 +90,13 @@ def throttled(job: Mapping[str, Any]) -> bool:
             and 0 < active < min(int(spec.get("parallelism") or 0), left))
 
 
+def some_unready(job: Mapping[str, Any]) -> bool:
+    """A started stage Job with some pods ready and more active: pods starting, or some
+    that do not start while the others run (which only their own status says)."""
+    status = job.get("status") or {}
+    return _going(job) and 0 < int(status.get("ready") or 0) < int(status.get("active") or 0)
+
+
 def workers_short(job: Mapping[str, Any], workers: int) -> bool:
     """An MPI stage's MPIJob (read as a Job, mpijob.as_job), neither finished nor
     suspended, with fewer workers running than it asks: the MPI Operator counts only
@@ -98,13 +119,14 @@ def to_read(job: Mapping[str, Any], mpi_workers: int | None) -> str:
     """What a stalled Job has read (Stall.what), or "" while it is not stalled: an MPI
     stage's Job (`mpi_workers`) short of running workers, "mpi"; with every worker
     running, "gang" or "launcher" (launcher_short); a Job whose pods are active and
-    none ready, "pods"; with no pod at all, "events"; held to fewer pods than it may
-    run, "more"."""
+    none ready, "pods"; with no pod at all, "events"; with some pods ready, held to fewer
+    than it may run or with more active than ready, "more" (one state for both: a
+    churning fan-out moves between them from pass to pass)."""
     if mpi_workers is not None:
         return ("mpi" if workers_short(job, mpi_workers) else
                 launcher_short(job, mpi_workers))
     return ("pods" if unready(job) else "events" if uncreated(job) else
-            "more" if throttled(job) else "")
+            "more" if throttled(job) or some_unready(job) else "")
 
 
 def live(job: Mapping[str, Any]) -> bool:
@@ -230,9 +252,12 @@ def why(pod: Mapping[str, Any], stage: Stage, index: int,
         return WAITING_FOR_NODES, fit(found.text(), (
             f"nodes may still be launching, else check spec.stages[{index}].resources "
             "and its pool's nodes"), room)
-    fix = (f"check {image_field(stage, index, found.container)}" if found.image
-           else f"kubectl describe pod {found.pod}")
-    return NOT_STARTING, fit(found.text(), fix, room)
+    return NOT_STARTING, fit(found.text(), _fix(found, stage, index), room)
+
+
+def _fix(found: podstate.NotStarting, stage: Stage, index: int) -> str:
+    return (f"check {image_field(stage, index, found.container)}" if found.image
+            else f"kubectl describe pod {found.pod}")
 
 
 def fit(said: str, fix: str, room: int) -> str:
@@ -265,14 +290,30 @@ def summary(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
     return None
 
 
+def some_summary(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
+                 ) -> tuple[str, str] | None:
+    """The line of a stage whose other pods run: the first Pending pod that cannot
+    start (an image, a container's config), or None. A pod no node takes is left out:
+    a stage may have more pods than its pool has room for, and Karpenter may be
+    launching the rest."""
+    head = f"stage {stage.name}: some of its pods do not start while others run: "
+    for pod in pods:
+        found = podstate.not_starting(pod)
+        if found is not None and not found.unschedulable:
+            return SOME_NOT_STARTING, head + fit(found.text(), _fix(found, stage, index),
+                                                 MESSAGE_CHARS - len(head))
+    return None
+
+
 @dataclass
 class Stall:
     """One Job's stall as the loop remembers it between passes (monotonic seconds)."""
 
     since: float
     # What is read: "pods" (Pending ones), "events" (refusals; "more": while some pods
-    # run), "mpi" (pods, then events), "gang" (the MPIJob's events, then its Running
-    # workers), "launcher" (pods, then the launcher Job's events): to_read
+    # run, a full quota's, then a page of Pending pods), "mpi" (pods, then events),
+    # "gang" (the MPIJob's events, then its Running workers), "launcher" (pods, then the
+    # launcher Job's events): to_read
     what: str = "pods"
     next_read: float = 0.0
     interval: float = STALL_SECONDS
