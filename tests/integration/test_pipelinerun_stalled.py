@@ -57,6 +57,41 @@ def test_pods_no_node_fits_are_named_on_the_stage_and_run(
     assert "waiting" not in stage_status(run, "calib"), run["status"]
 
 
+def test_pods_that_cannot_pull_are_named_while_the_others_run(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str) -> None:
+    # Index 1 stays in ErrImagePull (our KWOK stage, hack/kwok/pod-image-pull.yaml), as on
+    # a node that cannot pull the image; the other three run for 90 s each.
+    kubectl.apply(pipelinerun("mixed", namespace, [stage("calib", pool, 4, podAnnotations={
+        "nightshift.io/kwok-pull-fail": "1", "pod-create.stage.kwok.x-k8s.io/weight": "0",
+        "pod-complete.stage.kwok.x-k8s.io/delay": "90s",
+        "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "90s"})]))
+
+    def said() -> dict[str, Any] | None:
+        run = get_run(kube, namespace, "mixed")
+        some = run.get("status") and _progressing(run).get("reason") == "SomePodsNotStarting"
+        return run if some else None
+
+    run = wait_for("Progressing SomePodsNotStarting on the run", said, timeout=120,
+                   explain=lambda: str(get_run(kube, namespace, "mixed").get("status")))
+    prog = _progressing(run)
+    assert prog["status"] == "True", prog  # the others run: still progressing
+    assert run["status"]["phase"] == "Running"
+    waiting = stage_status(run, "calib")["waiting"]
+    assert waiting == prog["message"]
+    assert waiting.startswith("stage calib: some of its pods do not start while others "
+                              "run: pod mixed-"), waiting
+    assert "container main: ErrImagePull: failed to pull and unpack image" in waiting, waiting
+    assert waiting.endswith("check spec.stages[0].image"), waiting
+    # Said while the others ran: the stage's Job had pods ready.
+    job = next(j for j in kube.list("batch/v1", "Job", namespace))
+    assert int(job["status"].get("ready") or 0) >= 1, job["status"]
+    kubectl("-n", namespace, "patch", "pipelinerun", "mixed", "--type=merge", "-p",
+            '{"spec": {"cancel": true}}')
+    run = wait_phase(kube, namespace, "mixed", {"Cancelled"}, 60)
+    assert "waiting" not in stage_status(run, "calib"), run["status"]
+
+
 def test_pods_a_limitrange_refuses_are_named_and_the_run_goes_on_once_mended(
         kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
         pool: str) -> None:
