@@ -149,9 +149,18 @@ def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st:
         assert "cluster.nufa: on" in info
     # OnDelete (a client restart would take the mount from under running pods), so no
     # `rollout status`: wait for its pod on the real node to be Ready.
+    def client_state() -> str:
+        """What the client pod and its log say, for a timeout to be a diagnosis."""
+        pods = kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+        log = kubectl("logs", "-n", namespace, f"daemonset/{name}-gluster-client",
+                      "--tail=30", check=False).stdout
+        events = kubectl("get", "events", "-n", namespace, "--field-selector",
+                         "reason=Unhealthy", check=False).stdout
+        return f"{pods}\n--- client log ---\n{log}\n--- Unhealthy events ---\n{events}"
+
     wait_for("the gluster client Ready", lambda: ((kubectl.kube.get(
         "apps/v1", "DaemonSet", f"{name}-gluster-client", namespace) or {}).get(
-        "status") or {}).get("numberReady") == 1, 180)
+        "status") or {}).get("numberReady") == 1, 180, explain=client_state)
     volume, mount = gluster.pod_volume(st, "/data")
     kubectl.apply(pod_job("io", namespace, {
         "image": RUNNER, "command": ["sh", "-c", WRITE_READ], "volumeMounts": [mount]},

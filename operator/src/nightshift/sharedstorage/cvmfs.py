@@ -117,8 +117,9 @@ def render_cvmfs_client(st: Storage) -> list[dict[str, Any]]:
         # privileged outright (the kubelet refuses it otherwise).
         "securityContext": {"privileged": True},
         "resources": {"requests": {"cpu": "100m", "memory": f"{mem}Mi"}},
+        # As the Gluster client's: a FUSE stat on a busy node may outlast 1 s.
         "readinessProbe": {"exec": {"command": ["/bin/sh", "-c", probe]},
-                           "periodSeconds": 10},
+                           "periodSeconds": 10, "timeoutSeconds": 5},
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "mounts", "mountPath": MOUNT_ROOT, "mountPropagation": "Bidirectional"},

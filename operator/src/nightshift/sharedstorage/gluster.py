@@ -293,7 +293,10 @@ def _clients(st: Storage) -> list[dict[str, Any]]:
         **TERMINATION_MESSAGE,
         "securityContext": {"privileged": True},
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
-        "readinessProbe": {"exec": {"command": ["/bin/sh", "-c", probe]}, "periodSeconds": 10},
+        # A FUSE stat on a busy node, plus the runtime's exec, can take longer than the
+        # 1-s default: a probe timed out is not a volume not mounted.
+        "readinessProbe": {"exec": {"command": ["/bin/sh", "-c", probe]}, "periodSeconds": 10,
+                           "timeoutSeconds": 5},
         "volumeMounts": [
             {"name": "script", "mountPath": "/etc/nightshift-gluster", "readOnly": True},
             {"name": "mount", "mountPath": CLIENT_MOUNT_IN_POD,
