@@ -91,7 +91,8 @@ def wait_progressing(kube: Kube, namespace: str, name: str, reason: str,
         return None
 
     what = f"run {name}: Progressing {reason}" + (f" with {containing!r}" if containing else "")
-    result: dict[str, Any] = wait_for(what, check, timeout)
+    result: dict[str, Any] = wait_for(what, check, timeout, explain=lambda: str(
+        (kube.get(names.API_VERSION, names.PIPELINERUN, name, namespace) or {}).get("status")))
     return result
 
 

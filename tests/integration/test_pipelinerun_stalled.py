@@ -19,11 +19,6 @@ from tests.integration.prutil import (
 )
 
 
-def _progressing(run: dict[str, Any]) -> dict[str, Any]:
-    return next(c for c in (run.get("status") or {}).get("conditions") or []
-                if c["type"] == "Progressing")
-
-
 def test_pods_no_node_fits_are_named_on_the_stage_and_run(
         kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
         pool: str) -> None:
@@ -31,14 +26,8 @@ def test_pods_no_node_fits_are_named_on_the_stage_and_run(
     kubectl.apply(pipelinerun("too-big", namespace, [
         stage("calib", pool, 2, resources={"requests": {"cpu": "1000"}})]))
 
-    def said() -> dict[str, Any] | None:
-        run = get_run(kube, namespace, "too-big")
-        waits = run.get("status") and _progressing(run).get("reason") == "WaitingForNodes"
-        return run if waits else None
-
-    run = wait_for("Progressing WaitingForNodes on the run", said, timeout=120,
-                   explain=lambda: str(get_run(kube, namespace, "too-big").get("status")))
-    prog = _progressing(run)
+    prog = wait_progressing(kube, namespace, "too-big", "WaitingForNodes", timeout=120)
+    run = get_run(kube, namespace, "too-big")
     assert prog["status"] == "True", prog  # nodes may still come: still progressing
     assert run["status"]["phase"] == "Running"
     waiting = stage_status(run, "calib")["waiting"]
@@ -67,14 +56,8 @@ def test_pods_that_cannot_pull_are_named_while_the_others_run(
         "pod-complete.stage.kwok.x-k8s.io/delay": "90s",
         "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "90s"})]))
 
-    def said() -> dict[str, Any] | None:
-        run = get_run(kube, namespace, "mixed")
-        some = run.get("status") and _progressing(run).get("reason") == "SomePodsNotStarting"
-        return run if some else None
-
-    run = wait_for("Progressing SomePodsNotStarting on the run", said, timeout=120,
-                   explain=lambda: str(get_run(kube, namespace, "mixed").get("status")))
-    prog = _progressing(run)
+    prog = wait_progressing(kube, namespace, "mixed", "SomePodsNotStarting", timeout=120)
+    run = get_run(kube, namespace, "mixed")
     assert prog["status"] == "True", prog  # the others run: still progressing
     assert run["status"]["phase"] == "Running"
     waiting = stage_status(run, "calib")["waiting"]

@@ -70,7 +70,10 @@ def test_the_first_pod_that_cannot_start_is_named_never_one_starting_or_unplaced
     assert found[0] not in stalled.STOPPED  # the others run: the run progresses
 
 
-def test_reconcile_names_them_while_the_others_run(monkeypatch: pytest.MonkeyPatch) -> None:
+def _running(monkeypatch: pytest.MonkeyPatch, ready: int, pending: list[dict[str, Any]]
+             ) -> tuple[RecordingKube, pipelinerun.LoopState, list[float], str]:
+    """A run whose stage Job (parallelism 3) has 3 pods active and `ready` of them
+    ready, with `pending` as its Pending pods; a clock the loop reads."""
     clock = [1000.0]
     monkeypatch.setattr("nightshift.pipelinerun.observe.time.monotonic", lambda: clock[0])
     kube = RecordingKube([make_run([stage("calib", image="pyton:3.12", parallelism=3,
@@ -79,12 +82,17 @@ def test_reconcile_names_them_while_the_others_run(monkeypatch: pytest.MonkeyPat
     pipelinerun.reconcile(kube, OperatorConfig.from_env(), "physics", "nightly", state)
     (jpath,) = [p for p in kube.store if "/jobs/" in p]
     job = kube.store[jpath]
-    job["status"] = {"active": 3, "ready": 1, "startTime": "2026-11-29T11:59:00Z"}
+    job["status"] = {"active": 3, "ready": ready, "startTime": "2026-11-29T11:59:00Z"}
     kube.put(job)
-    for i, status in enumerate([STARTING["status"], PULL["status"]]):
+    for i, p in enumerate(pending):
         kube.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": f"nightly-calib-{i}-x7", "namespace": "physics",
-            "labels": job["spec"]["template"]["metadata"]["labels"]}, "status": status})
+            "labels": job["spec"]["template"]["metadata"]["labels"]}, "status": p["status"]})
+    return kube, state, clock, jpath
+
+
+def test_reconcile_names_them_while_the_others_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    kube, state, clock, jpath = _running(monkeypatch, 1, [STARTING, PULL])
     read, prog = _pass(kube, state)
     assert not read and prog["reason"] == "Running"  # not for STALL_SECONDS yet
     clock[0] += stalled.STALL_SECONDS + 1
@@ -110,19 +118,7 @@ def test_reconcile_names_them_while_the_others_run(monkeypatch: pytest.MonkeyPat
 
 def test_a_churning_stage_whose_pods_only_start_is_read_ever_less_often(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = [1000.0]
-    monkeypatch.setattr("nightshift.pipelinerun.observe.time.monotonic", lambda: clock[0])
-    kube = RecordingKube([make_run([stage("calib", parallelism=3,
-                                          forEach={"items": list("abcdef")})])])
-    state = pipelinerun.LoopState()
-    pipelinerun.reconcile(kube, OperatorConfig.from_env(), "physics", "nightly", state)
-    (jpath,) = [p for p in kube.store if "/jobs/" in p]
-    job = kube.store[jpath]
-    job["status"] = {"active": 3, "ready": 2, "startTime": "2026-11-29T11:59:00Z"}
-    kube.put(job)
-    kube.put({"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": "nightly-calib-0-x7", "namespace": "physics",
-        "labels": job["spec"]["template"]["metadata"]["labels"]}, "status": STARTING["status"]})
+    kube, state, clock, _ = _running(monkeypatch, 2, [STARTING])
     reads = []
     for _ in range(40):  # 40 passes 30 s apart: 20 minutes
         clock[0] += stalled.STALL_SECONDS

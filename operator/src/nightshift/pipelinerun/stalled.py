@@ -252,12 +252,9 @@ def why(pod: Mapping[str, Any], stage: Stage, index: int,
         return WAITING_FOR_NODES, fit(found.text(), (
             f"nodes may still be launching, else check spec.stages[{index}].resources "
             "and its pool's nodes"), room)
-    return NOT_STARTING, fit(found.text(), _fix(found, stage, index), room)
-
-
-def _fix(found: podstate.NotStarting, stage: Stage, index: int) -> str:
-    return (f"check {image_field(stage, index, found.container)}" if found.image
-            else f"kubectl describe pod {found.pod}")
+    fix = (f"check {image_field(stage, index, found.container)}" if found.image
+           else f"kubectl describe pod {found.pod}")
+    return NOT_STARTING, fit(found.text(), fix, room)
 
 
 def fit(said: str, fix: str, room: int) -> str:
@@ -298,10 +295,9 @@ def some_summary(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
     launching the rest."""
     head = f"stage {stage.name}: some of its pods do not start while others run: "
     for pod in pods:
-        found = podstate.not_starting(pod)
-        if found is not None and not found.unschedulable:
-            return SOME_NOT_STARTING, head + fit(found.text(), _fix(found, stage, index),
-                                                 MESSAGE_CHARS - len(head))
+        found = why(pod, stage, index, MESSAGE_CHARS - len(head))
+        if found is not None and found[0] == NOT_STARTING:
+            return SOME_NOT_STARTING, head + found[1]
     return None
 
 
