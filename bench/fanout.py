@@ -8,6 +8,11 @@ reads the API server's audit log):
     .venv/bin/python bench/fanout.py --sizes 1000 10000 100000 --run-only --batch 50
     .venv/bin/python bench/fanout.py --sizes 3000 --pairs 5 --baseline full
 
+On any other cluster (EKS: a control plane with machines of its own), real pods on the
+nodes labeled nightshift.io/pool=<pool>, each item `sleep 1` (bench/anycluster.py):
+
+    .venv/bin/python bench/fanout.py --any-cluster --pool bench --sizes 3000 --warmup 500
+
 `--baseline full` pairs the run with its own rendered Job, unchanged, created by the
 bench: both sides run the same pods, so the ratio is what the operator and the
 PipelineRun cost beyond them, and its spread is the bed's own. `--fresh-cluster`
@@ -39,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from anycluster import IMAGE, prepared_any, task_stage
 from freshcluster import restarted
 from hostspeed import side_ratio_fit
 from jobbench import (
@@ -62,6 +68,11 @@ def cluster_cpu(run: dict[str, Any]) -> float:
     return float(sum(v for k, v in run["cpu_s"].items() if k != "other"))
 
 
+def measured_host(runs: list[dict[str, Any]]) -> bool:
+    """Every run has the host probe's figure (not on --any-cluster: no probe there)."""
+    return all((r.get("host") or {}).get("chunk_ms") for r in runs)
+
+
 def host_adjusted(runs: list[dict[str, Any]]) -> list[float]:
     """Each pair's bare / PipelineRun time with each side's time divided by its host
     chunk (bench/hostspeed.py): the ratio had both sides had cores of the same speed."""
@@ -72,11 +83,31 @@ def host_adjusted(runs: list[dict[str, Any]]) -> list[float]:
     return [round(bare[p] / run[p], 3) for p in sorted(bare) if p in run]
 
 
+def _more(extra: dict[str, Any]) -> str:
+    """The run side's Job times, where known (its creation is the audit log's)."""
+    if not extra:
+        return ""
+    created = extra.get("job_created_s")
+    return (f" (its Job done at {extra['job_done_s']} s"
+            + (f", created at {created} s)" if created is not None else ")"))
+
+
+def _audited(bench: Bench, t: Any) -> str:
+    """What the audit log says of a run; nothing where there is none (--any-cluster)."""
+    if not getattr(bench, "audited", True):
+        return ""
+    return f"last create {t.last_create_s} s  others' API writes {t.foreign_writes}  "
+
+
 def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
              run_only: bool = False, batch: int = 1, baseline: str = "bare",
-             fresh: Callable[[], Bench] | None = None) -> dict[str, Any]:
+             fresh: Callable[[], Bench] | None = None, task: dict[str, Any] | None = None,
+             own_operator: bool = True, warmup: int = 0) -> dict[str, Any]:
     """`fresh`: a new cluster before every run (bench/freshcluster.py), with its own
-    operator; otherwise one cluster and one operator, drained between runs."""
+    operator; otherwise one cluster and one operator, drained between runs. `task`: the
+    stage fields of a real task (--any-cluster) instead of the KWOK one, on both sides;
+    `own_operator` False: the cluster's installed operator reconciles the run. `warmup`:
+    a bare Job of that many items first, not recorded (images pulled on every node)."""
     console.print(f"[bold]{n:,} items of {task_s:g} s[/], "
                   + ("the PipelineRun once" if run_only else f"{pairs} alternating pairs")
                   + (f", {batch} items per pod" if batch > 1 else "")
@@ -85,7 +116,8 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
     pods = -(-n // batch)
     batched: dict[str, Any] = ({"batch": batch, "podAnnotations": kwok_task(batch * task_s)}
                                if batch > 1 else {})
-    bare, bare_cms = rendered_job(n, NS_JOB, task_s)
+    extra_stage = task or {}
+    bare, bare_cms = rendered_job(n, NS_JOB, task_s, **extra_stage)
     if baseline == "bare":
         bare, bare_cms = only(bare, []), []
     timeout = max(600.0, n / 5)
@@ -108,11 +140,16 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
 
     # With fresh clusters, the bench passed in may be a cluster already gone (its API
     # server's port changes with every `up`): every run starts its own.
-    op = None if fresh else operator_for(bench)
+    op = None if fresh or not own_operator else operator_for(bench)
     try:
         if fresh is None:
             bench.drain(NS_JOB)
             drain_run(bench)
+        if warmup:
+            warm, _ = rendered_job(warmup, NS_JOB, task_s, **extra_stage)
+            t = run_job(bench, only(warm, []), [], f"warm-up, {warmup:,} items", timeout)
+            console.print(f"  warm-up, a bare Job of {warmup:,} items: {t.done_s:.2f} s "
+                          f"(not counted); drain {bench.drain(NS_JOB):.0f} s")
         rounds = 1 if run_only else pairs
         for p in range(rounds):
             order = ("run",) if run_only else ("bare", "run") if p % 2 == 0 else ("run", "bare")
@@ -129,7 +166,7 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                     drain_s = 0.0 if fresh else bench.drain(NS_JOB)
                 else:
                     t, extra = run_pipelinerun(bench, n, task_s, label, timeout,
-                                               pods=pods, **batched)
+                                               pods=pods, **(extra_stage | batched))
                     drain_s = 0.0 if fresh else drain_run(bench)
                 runs.append({"pair": p + 1, "side": side, "done_s": t.done_s,
                              "last_create_s": t.last_create_s, "last_bind_s": t.last_bind_s,
@@ -137,12 +174,9 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
                              "drain_s": round(drain_s, 1), "cpu_s": t.cpu,
                              "foreign_writes": t.foreign_writes, "pod_work": t.pod_work,
                              "host": t.host, **extra})
-                more = (f" (its Job done at {extra['job_done_s']} s, created at "
-                        f"{extra['job_created_s']} s)" if extra else "")
-                console.print(f"  {label:18} {t.done_s:7.2f} s{more}  "
-                              f"{pods / t.done_s:5.1f} pods/s  last create {t.last_create_s} s  "
-                              f"load {t.load_start}->{t.load_end}  drain {drain_s:.0f} s  "
-                              f"others' API writes {t.foreign_writes}")
+                console.print(f"  {label:18} {t.done_s:7.2f} s{_more(extra)}  "
+                              f"{pods / t.done_s:5.1f} pods/s  " + _audited(bench, t)
+                              + f"load {t.load_start}->{t.load_end}  drain {drain_s:.0f} s")
                 print_parts(t)
     finally:
         rss = max(rss, stop(op)) if op else rss
@@ -156,11 +190,15 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
         "pipelinerun_s": stats(run_s), "pipelinerun_job_s": stats(job_s),
         "operator_writes": last_run["operator_writes"],
         "writes_per_item": last_run["writes_per_item"], "write_kinds": last_run["write_kinds"],
-        "operator_peak_rss_mb": round(rss, 1), "status_bytes": last_run["status_bytes"],
+        "operator_peak_rss_mb": round(rss, 1) if own_operator else None,
+        "status_bytes": last_run["status_bytes"],
     }
     if run_only:
         return run_side | {"run_only": True}
-    adjusted = host_adjusted(runs)
+    host = measured_host(runs)
+    adjusted = host_adjusted(runs) if host else []
+    bare_cpu = [cluster_cpu(r) for r in runs if r["side"] == "bare"]
+    run_cpu = [cluster_cpu(r) for r in runs if r["side"] == "run"]
     return run_side | {
         "pairs": pairs, "bare_s": stats(bare_s),
         # Per pair, then the median: a slow stretch of the machine hits both sides of a
@@ -171,12 +209,12 @@ def one_size(bench: Bench, n: int, task_s: float, pairs: int, nice: int = 0,
         "speed_ratio_job": round(stats(bare_s)[1] / stats(job_s)[1], 3),
         # The same ratio on CPU seconds the cluster's parts (and the operator) used: far
         # less sensitive than wall time to what else runs on a shared machine.
-        "cpu_ratio": round(stats([cluster_cpu(r) for r in runs if r["side"] == "bare"])[1]
-                           / stats([cluster_cpu(r) for r in runs if r["side"] == "run"])[1], 3),
+        "cpu_ratio": (round(stats(bare_cpu)[1] / stats(run_cpu)[1], 3)
+                      if stats(run_cpu)[1] else None),
         "pair_speed_ratio": [round(b / r, 3) for b, r in zip(bare_s, run_s, strict=True)],
         "pair_speed_ratio_host": adjusted,
-        "speed_ratio_host": stats(adjusted)[1],
-        "host_fit": side_ratio_fit(runs),
+        "speed_ratio_host": stats(adjusted)[1] if adjusted else None,
+        "host_fit": side_ratio_fit(runs) if host else None,
     }
 
 
@@ -207,7 +245,35 @@ def main() -> int:
                     help="CPU profiles of the API server, controller-manager and scheduler "
                          "over this window of every run (e.g. 30:120; the API server's "
                          "needs `nightshift-localcluster up --profiling`); bench/profiles.py")
+    anyc = ap.add_argument_group(
+        "any cluster", "the same pairs on the KUBECONFIG's cluster, real pods (anycluster.py)")
+    anyc.add_argument("--any-cluster", action="store_true",
+                      help="run on the KUBECONFIG's cluster's nodes instead of the local "
+                           "bed's KWOK nodes; each item a real `sleep --task-seconds`")
+    anyc.add_argument("--kubeconfig", default="",
+                      help="with --any-cluster: this kubeconfig (default: KUBECONFIG, then "
+                           "~/.kube/config)")
+    anyc.add_argument("--pool", default=POOL,
+                      help="with --any-cluster: the nodes labeled nightshift.io/pool=POOL")
+    anyc.add_argument("--image", default=IMAGE,
+                      help="with --any-cluster: the task's image (it needs sleep and /bin/sh)")
+    anyc.add_argument("--operator", choices=("installed", "local"), default="installed",
+                      help="with --any-cluster: the cluster's installed operator (the "
+                           "chart's, watching every namespace) or one started here, "
+                           "watching only the run's namespace")
+    anyc.add_argument("--settle", type=float, default=30.0,
+                      help="with --any-cluster: seconds to wait after each drain (the "
+                           "control plane's idleness is not visible from here)")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="a bare Job of this many items before each size, not recorded "
+                         "(on real nodes: pull the image on every node first)")
     args = ap.parse_args()
+    if args.any_cluster:
+        try:
+            return any_cluster(args)
+        except RuntimeError as e:  # a run that did not finish: what the bench saw
+            console.print(f"[red]{e}[/]")
+            return 1
     try:
         window = Window.parse(args.profile) if args.profile else None
     except ValueError as e:
@@ -230,11 +296,46 @@ def main() -> int:
     for n in args.sizes:
         results.append(one_size(bench, n, args.task_seconds, args.pairs, args.renice,
                                 args.run_only, args.batch, args.baseline,
-                                fresh=fresh if args.fresh_cluster else None))
+                                fresh=fresh if args.fresh_cluster else None,
+                                warmup=args.warmup))
         path.write_text(json.dumps({"results": results, "nodes": args.nodes, "pool": POOL,
                                     "renice": args.renice,
                                     "kubernetes": release}, indent=2))
+    return report(args, results, path)
 
+
+def any_cluster(args: argparse.Namespace) -> int:
+    """--any-cluster: the KUBECONFIG's cluster, its pool's nodes, real `sleep` pods."""
+    for flag, bad in (("--fresh-cluster", args.fresh_cluster), ("--profile", args.profile),
+                      ("--renice", args.renice)):
+        if bad:
+            raise SystemExit(f"{flag} is for the local bed; --any-cluster cannot restart, "
+                             "profile or renice another cluster's parts: leave it out")
+    if args.batch > 1 and not args.run_only:
+        raise SystemExit("--batch K > 1 needs --run-only (the bare Job has a pod per item)")
+    bench = prepared_any(args.kubeconfig, args.pool, (NS_JOB, NS_RUN), args.settle)
+    release = bench.server_version()
+    console.print(f"API server: Kubernetes {release}; operator: {args.operator}")
+    task = task_stage(args.task_seconds, args.pool, args.image)
+    path = results_path("fanout-any", stamp=bench.stamp)
+    results = []
+    for n in args.sizes:
+        results.append(one_size(bench, n, args.task_seconds, args.pairs, 0, args.run_only,
+                                args.batch, args.baseline, task=task,
+                                own_operator=args.operator == "local", warmup=args.warmup))
+        path.write_text(json.dumps({"results": results, "cluster": "any", "pool": args.pool,
+                                    "nodes": len(bench.pool_nodes(args.pool)),
+                                    "image": args.image, "operator": args.operator,
+                                    "settle_s": args.settle, "kubernetes": release},
+                                   indent=2))
+    return report(args, results, path)
+
+
+def _fig(x: float | None, fmt: str = "{}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def report(args: argparse.Namespace, results: list[dict[str, Any]], path: Path) -> int:
     if args.run_only:
         table = Table(title="PipelineRun alone: time to done and the operator's cost")
         for col in ("items", "pods", "PipelineRun s", "its Job done s", "writes", "writes/item",
@@ -242,8 +343,8 @@ def main() -> int:
             table.add_column(col, justify="right")
         for r in results:
             table.add_row(f"{r['items']:,}", f"{r['pods']:,}", f"{r['pipelinerun_s'][1]:.1f}",
-                          f"{r['pipelinerun_job_s'][1]:.1f}", str(r["operator_writes"]),
-                          str(r["writes_per_item"]), str(r["operator_peak_rss_mb"]),
+                          f"{r['pipelinerun_job_s'][1]:.1f}", _fig(r["operator_writes"]),
+                          _fig(r["writes_per_item"]), _fig(r["operator_peak_rss_mb"]),
                           f"{r['status_bytes']:,}")
         console.print(table)
         for r in results:
@@ -262,16 +363,18 @@ def main() -> int:
         table.add_row(f"{r['items']:,}", "/".join(f"{x:.1f}" for x in r["bare_s"]),
                       "/".join(f"{x:.1f}" for x in r["pipelinerun_s"]),
                       f"{r['speed_ratio']:.3f}", " ".join(map(str, r["pair_speed_ratio"])),
-                      f"{r['cpu_ratio']:.3f}",
-                      str(r["writes_per_item"]), str(r["operator_peak_rss_mb"]),
+                      _fig(r["cpu_ratio"], "{:.3f}"),
+                      _fig(r["writes_per_item"]), _fig(r["operator_peak_rss_mb"]),
                       f"{r['status_bytes']:,}")
     console.print(table)
     for r in results:
         console.print(f"{r['items']:,} items: speed ratio on the run's Job completing "
-                      f"{r['speed_ratio_job']:.3f}; operator writes {r['write_kinds']}")
-        console.print(f"{r['items']:,} items: host-adjusted speed ratio "
-                      f"{r['speed_ratio_host']:.3f} (pairs {r['pair_speed_ratio_host']}); "
-                      f"fitted on every run {r['host_fit']}")
+                      f"{r['speed_ratio_job']:.3f}"
+                      + (f"; operator writes {r['write_kinds']}" if r["write_kinds"] else ""))
+        if r["speed_ratio_host"] is not None:
+            console.print(f"{r['items']:,} items: host-adjusted speed ratio "
+                          f"{r['speed_ratio_host']:.3f} (pairs {r['pair_speed_ratio_host']}); "
+                          f"fitted on every run {r['host_fit']}")
     console.print(f"results: {path}")
     return 0
 

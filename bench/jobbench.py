@@ -110,6 +110,8 @@ def loadavg() -> float:
 class Bench:
     """The local cluster as the benches use it: API client, audit log, part PIDs."""
 
+    audited = True  # the API server's audit log is readable (not on --any-cluster)
+
     def __init__(self) -> None:
         self.layout = layout()
         self.kube = Kube.from_env(str(self.layout.kubeconfig))
@@ -313,12 +315,15 @@ class Timed:
 
 
 def print_parts(t: Timed) -> None:
-    """A run's CPU seconds per part and its pod writes, under its result line."""
-    console.print("      cpu s: " + "  ".join(f"{k} {v}" for k, v in t.cpu.items()))
+    """A run's CPU seconds per part and its pod writes, under its result line (what
+    the bench could see: none of it on --any-cluster)."""
+    if t.cpu:
+        console.print("      cpu s: " + "  ".join(f"{k} {v}" for k, v in t.cpu.items()))
     if t.host:
         console.print(f"      host: chunk {t.host['chunk_ms']} ms (median of "
                       f"{t.host['samples']}), steal {t.host['steal_s']} s")
-    console.print("      pod writes: " + "  ".join(f"{k} {v}" for k, v in t.pod_work.items()))
+    if t.pod_work:
+        console.print("      pod writes: " + "  ".join(f"{k} {v}" for k, v in t.pod_work.items()))
 
 
 @contextmanager
