@@ -140,7 +140,9 @@ CALLS: tuple[Call, ...] = tuple([
            "ones (limit 20, for crash loops)"),
     *_rows(CORE, "events", "list", NAMESPACE, _K,
            "pipelinerun/observe: a stalled stage's first Pending pod without a sandbox, its "
-           "events (by uid, limit 100: FailedMount, unmounted.py); a stage Job's "
+           "events (by uid, limit 100: FailedMount, unmounted.py); on a VirtualCluster, "
+           "its first unschedulable Pending pod's events (by uid, limit 100: Karpenter's "
+           "FailedScheduling and Nominated, unlaunched.py); a stage Job's "
            "FailedCreate events (field selector on its "
            "uid, limit 100), only while the Job has had no pod, or fewer running than it "
            "may, for 30 s; an MPI stage's MPIJobFailed events while its workers are not "

@@ -4,7 +4,8 @@ it, and what the loop remembers of them between passes (lost on restart, harmles
 Never a list of a stage's pods: failure samples are read when a Job's failure count
 moved (5 pods); a stalled Job's Pending pods or refusal events while it is stalled
 (stalled.py), and the events of a Pending pod that waits for its volumes
-(unmounted.py); a running Job's Failed pods at most every evicted.READ_SECONDS
+(unmounted.py) or, on a VirtualCluster, that no node takes (unlaunched.py: Karpenter's
+words); a running Job's Failed pods at most every evicted.READ_SECONDS
 (evicted.py: the evictions its pod failure policy ignores, which nothing counts; a
 pass is asked for when one is due).
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 from nightshift.api import names, refusals
 from nightshift.kube import Kube
-from nightshift.pipelinerun import evicted, mpijob, stalled, unmounted
+from nightshift.pipelinerun import evicted, mpijob, stalled, unlaunched, unmounted
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun.samples import failure_sample
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
@@ -107,7 +108,8 @@ class PodReads:
             if st is None or st.what != what:
                 st = self.stalls[jname] = stalled.Stall(since=now, what=what)
             if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
-                st.read(_read_stall(kube, namespace, job, what, stage, i), now)
+                st.read(_read_stall(kube, namespace, job, what, stage, i,
+                                    spec.virtual_cluster if spec else None), now)
             if st.found:
                 out[stage.name] = st.found
         for jname in set(self.stalls) - seen:
@@ -142,7 +144,7 @@ def _running_indexed(job: dict[str, Any]) -> bool:
 
 
 def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stage: Stage,
-                i: int) -> tuple[str, str] | None:
+                i: int, virtual_cluster: str | None = None) -> tuple[str, str] | None:
     """One stalled Job's reads (stalled.to_read's `what`), each only while the ones
     before it said nothing: Pending pods; refusal events (the Job's, the MPIJob's, or
     its launcher Job's since the MPIJob was made); with some pods running, a page of
@@ -162,6 +164,11 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
             # Scheduled, no sandbox: only its events say which volume and why.
             found = unmounted.summary(stage, i, waiting, events(
                 f"involvedObject.uid={waiting['metadata'].get('uid')}"), now)
+        elif found is not None and found[0] == stalled.WAITING_FOR_NODES and virtual_cluster \
+                and (unplaced := unlaunched.first(pending)) is not None:
+            # On Karpenter's pools, "no node fits" may mean none ever will: it says so.
+            found = unlaunched.summary(stage, i, virtual_cluster, unplaced, events(
+                f"involvedObject.uid={unplaced['metadata'].get('uid')}"), now) or found
     if found is None and what in ("events", "more"):
         found = stalled.not_created(stage, i, jname, events(
             f"involvedObject.uid={meta.get('uid')}", stalled.JOB_REFUSED), now,

@@ -1,0 +1,100 @@
+"""Pods of a stalled stage that Karpenter launches no node for, and why. Pure.
+
+For a pod no node takes, the scheduler says only that none fits now ("0/5 nodes are
+available: ..."). On a VirtualCluster's pool, where Karpenter launches nodes for such
+pods, that reads as "nodes may still be launching". Karpenter says in the pod's events
+when it will not launch one: no instance type the pool allows has the CPU or memory the
+pod asks for, the pool's limits are reached, or no offering (zone, capacity type) is
+left. When a stalled stage of a run on a VirtualCluster has such pods, the I/O layer
+reads the first one's FailedScheduling events (one LIST by its uid, on the stalled
+reads' schedule). When Karpenter's newest there is a FailedScheduling, not a later
+Nominated, it found no node to launch for the pod: the stage's line says so, with what
+the pod asks for and where to look.
+
+Karpenter's own reason is often not the one that matters: a stage's pods may go to the
+VirtualCluster's nodes or to hand-labeled ones (jobs.virtual_cluster_affinity, two
+terms), and Karpenter reports only the last term it tried, the hand-labeled one ("...
+virtual-cluster DoesNotExist not in ... In [<vc>]"). Those words are left out; others
+(a NodePool's own reason) are quoted. The line itself names the pool's sizes and limits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from nightshift.api import names, refusals
+from nightshift.pipelinerun.spec import Stage
+from nightshift.pipelinerun.stalled import MESSAGE_CHARS, WAITING_FOR_NODES, fit
+
+FAILED_SCHEDULING = "FailedScheduling"
+NOMINATED = "Nominated"  # Karpenter's: a node is launching (or there) for the pod
+KARPENTER = "karpenter"
+_PREFIX = "Failed to schedule pod, "  # Karpenter's; the scheduler's start "0/N nodes"
+# What changes nothing for the reader and can be long: the daemonsets' overhead, and the
+# NodePool's requirements (every allowed family, size and zone), cut before resources=.
+_OVERHEAD = re.compile(r"daemonset overhead=\{[^}]*\}, ")
+_NODEPOOL = re.compile(r'^incompatible with nodepool "[^"]*", ')  # the fix names the pool
+_REQUIREMENTS = re.compile(r", requirements=.*?(?=, resources=\{|$)")
+# Karpenter's report of the hand-labeled nodes' term, which says nothing of the pool.
+_RELAXED = f"{names.LABEL_VIRTUAL_CLUSTER} DoesNotExist"
+
+
+def unschedulable(pod: Mapping[str, Any]) -> bool:
+    """The scheduler has tried the pod and found no node (PodScheduled False)."""
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+               and c.get("reason") == "Unschedulable"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def first(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    return next((p for p in pods if unschedulable(p)), None)
+
+
+def karpenters(event: Mapping[str, Any]) -> bool:
+    """Karpenter's FailedScheduling or Nominated, not the scheduler's FailedScheduling
+    (the same reason from another source)."""
+    source = (event.get("source") or {}).get("component") or event.get("reportingComponent")
+    said = str(event.get("message") or "")
+    if event.get("reason") == NOMINATED:
+        return source == KARPENTER or said.startswith("Pod should schedule on")
+    return event.get("reason") == FAILED_SCHEDULING and (
+        source == KARPENTER or said.startswith(_PREFIX))
+
+
+def words(said: str) -> str:
+    """Karpenter's message, short: why and what the pod asks for ("" when it speaks only
+    of the hand-labeled nodes' term)."""
+    said = " ".join(refusals.clean(said).split()).removeprefix(_PREFIX)
+    if _RELAXED in said:
+        return ""
+    return _REQUIREMENTS.sub("", _OVERHEAD.sub("", _NODEPOOL.sub("", said)))
+
+
+def asks(stage: Stage) -> str:
+    """What one pod asks for ("cpu 1000, memory 4Gi"), as references._pool_limits reads
+    it: a request, else its limit (the API server defaults one to the other)."""
+    asked = {**(stage.resources.get("limits") or {}), **(stage.resources.get("requests") or {})}
+    return ", ".join(f"{r} {asked[r]}" for r in ("cpu", "memory") if r in asked)
+
+
+def summary(stage: Stage, index: int, virtual_cluster: str, pod: Mapping[str, Any],
+            events: Sequence[Mapping[str, Any]], now: datetime) -> tuple[str, str] | None:
+    """The stage's line from `pod`'s events (Karpenter's newest of the last
+    refusals.EVENT_WINDOW, a FailedScheduling), or None when Karpenter said nothing (a
+    static pool) or last nominated a node for it (one is launching)."""
+    newest = refusals.latest([e for e in events if karpenters(e)], now)
+    if newest is None or newest.get("reason") != FAILED_SCHEDULING:
+        return None
+    pool = f"pool '{stage.pool}'" if stage.pool else "its first pool"
+    name = (pod.get("metadata") or {}).get("name", "")
+    wants = f" asks for {a}" if (a := asks(stage)) else ""
+    why = words(str(newest.get("message")))
+    said = f"pod {name}{wants}: Karpenter found no node to launch for it" + (
+        f": {why}" if why else "")
+    fix = (f"check spec.stages[{index}].resources against {pool} of VirtualCluster "
+           f"'{virtual_cluster}': its instance sizes and maxCPU, maxMemory, maxNodes")
+    head = f"stage {stage.name}: its pods do not start: "
+    return WAITING_FOR_NODES, head + fit(said, fix, MESSAGE_CHARS - len(head))
