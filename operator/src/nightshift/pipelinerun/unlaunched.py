@@ -6,10 +6,10 @@ pods, that reads as "nodes may still be launching". Karpenter says in the pod's 
 when it will not launch one: no instance type the pool allows has the CPU or memory the
 pod asks for, the pool's limits are reached, or no offering (zone, capacity type) is
 left. When a stalled stage of a run on a VirtualCluster has such pods, the I/O layer
-reads the first one's FailedScheduling events (one LIST by its uid, on the stalled
-reads' schedule). When Karpenter's newest there is a FailedScheduling, not a later
-Nominated, it found no node to launch for the pod: the stage's line says so, with what
-the pod asks for and where to look.
+reads the first one's events (one LIST by its uid, on the stalled reads' schedule).
+When Karpenter's newest there is a FailedScheduling, not a later Nominated, it found no
+node to launch for the pod: the stage's line says so, with what the pod asks for and
+where to look.
 
 Karpenter's own reason is often not the one that matters: a stage's pods may go to the
 VirtualCluster's nodes or to hand-labeled ones (jobs.virtual_cluster_affinity, two
