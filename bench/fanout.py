@@ -94,7 +94,7 @@ def _more(extra: dict[str, Any]) -> str:
 
 def _audited(bench: Bench, t: Any) -> str:
     """What the audit log says of a run; nothing where there is none (--any-cluster)."""
-    if not getattr(bench, "audited", True):
+    if not bench.audited:
         return ""
     return f"last create {t.last_create_s} s  others' API writes {t.foreign_writes}  "
 

@@ -4,8 +4,8 @@ it, and what the loop remembers of them between passes (lost on restart, harmles
 Never a list of a stage's pods: failure samples are read when a Job's failure count
 moved (5 pods); a stalled Job's Pending pods or refusal events while it is stalled
 (stalled.py), and the events of a Pending pod that waits for its volumes
-(unmounted.py) or, on a VirtualCluster, that no node takes (unlaunched.py: Karpenter's
-words); a running Job's Failed pods at most every evicted.READ_SECONDS
+(unmounted.py) or, on a VirtualCluster, that no node takes (unlaunched.py: whether
+Karpenter found no node to launch); a running Job's Failed pods at most every evicted.READ_SECONDS
 (evicted.py: the evictions its pod failure policy ignores, which nothing counts; a
 pass is asked for when one is due).
 """
@@ -146,9 +146,11 @@ def _running_indexed(job: dict[str, Any]) -> bool:
 def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stage: Stage,
                 i: int, virtual_cluster: str | None = None) -> tuple[str, str] | None:
     """One stalled Job's reads (stalled.to_read's `what`), each only while the ones
-    before it said nothing: Pending pods; refusal events (the Job's, the MPIJob's, or
-    its launcher Job's since the MPIJob was made); with some pods running, a page of
-    Pending pods (stalled.SOME_PODS_READ); an MPI stage's Running workers."""
+    before it said nothing: Pending pods (and the events of one that waits for its
+    volumes, or, on a VirtualCluster, that no node takes); refusal events (the Job's,
+    the MPIJob's, or its launcher Job's since the MPIJob was made); with some pods
+    running, a page of Pending pods (stalled.SOME_PODS_READ); an MPI stage's Running
+    workers."""
     meta = job["metadata"]
     jname, now = meta["name"], datetime.now(UTC)
 
