@@ -14,13 +14,25 @@ from tests.bad_pipelineruns import stage
 RUN = it.RunRef(name="nightly", namespace="physics", uid="uid-1")
 
 
-def _pod(virtual_cluster: str | None) -> dict[str, Any]:
+def _pod(virtual_cluster: str | None, pool: jobs.PoolNodes = jobs.NO_POOL) -> dict[str, Any]:
     extra = {"virtualCluster": virtual_cluster} if virtual_cluster else {}
     sp = PipelineRunSpec.model_validate(manifest([stage("ifu", pool="workers")], **extra)["spec"])
     job = jobs.render_job(run=RUN, spec=sp, stage=sp.stages[0], attempt=0, completions=3,
                           item_configmaps=["cm"], parallelism=3, suspend=False,
-                          runner_image="runner:dev")
+                          runner_image="runner:dev", pool=pool)
     return dict(job["spec"]["template"]["spec"])
+
+
+def _matches(pod: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a node with these labels passes the pod's required node affinity."""
+    terms = pod["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+
+    def ok(e: dict[str, Any]) -> bool:
+        if e["operator"] == "In":
+            return labels.get(e["key"]) in e["values"]
+        return e["key"] not in labels  # DoesNotExist
+    return any(all(ok(e) for e in t["matchExpressions"]) for t in terms)
 
 
 def test_without_a_virtual_cluster_the_pool_label_alone_selects() -> None:
@@ -32,21 +44,22 @@ def test_without_a_virtual_cluster_the_pool_label_alone_selects() -> None:
 def test_with_a_virtual_cluster_other_namespaces_pools_are_excluded() -> None:
     pod = _pod("snfactory")
     assert pod["nodeSelector"] == {names.LABEL_POOL: "workers"}
+    vc, ns = names.LABEL_VIRTUAL_CLUSTER, names.LABEL_VIRTUAL_CLUSTER_NAMESPACE
+    assert _matches(pod, {vc: "snfactory", ns: "physics"})
+    assert not _matches(pod, {vc: "snfactory", ns: "biology"}), "same name, other namespace"
+    assert not _matches(pod, {vc: "other", ns: "physics"})
+    assert _matches(pod, {}), "hand-labeled static nodes carry no VirtualCluster label"
+
+
+def test_where_karpenter_makes_the_nodes_hand_labeled_ones_are_not_the_pools() -> None:
+    pod = _pod("snfactory", jobs.PoolNodes(karpenter=True))
+    vc, ns = names.LABEL_VIRTUAL_CLUSTER, names.LABEL_VIRTUAL_CLUSTER_NAMESPACE
+    assert _matches(pod, {vc: "snfactory", ns: "physics"})
+    # Another collaboration's static `workers` node: the pool label alone no longer does.
+    assert not _matches(pod, {names.LABEL_POOL: "workers"})
     terms = pod["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-
-    def matches(labels: dict[str, str]) -> bool:
-        def ok(e: dict[str, Any]) -> bool:
-            if e["operator"] == "In":
-                return labels.get(e["key"]) in e["values"]
-            return e["key"] not in labels  # DoesNotExist
-        return any(all(ok(e) for e in t["matchExpressions"]) for t in terms)
-
-    vc, ns = names.LABEL_VIRTUAL_CLUSTER, names.LABEL_VIRTUAL_CLUSTER_NAMESPACE
-    assert matches({vc: "snfactory", ns: "physics"})
-    assert not matches({vc: "snfactory", ns: "biology"}), "same name, other namespace"
-    assert not matches({vc: "other", ns: "physics"})
-    assert matches({}), "hand-labeled static nodes carry no VirtualCluster label"
+    assert len(terms) == 1  # Karpenter then reports the pool's own reason (unlaunched.py)
 
 
 def test_a_stage_with_a_runner_has_one_work_volume() -> None:

@@ -25,11 +25,12 @@ OWN = [{"key": "example.org/dedicated", "operator": "Equal", "value": "imaging",
        {"key": "example.org/big-memory", "operator": "Exists", "effect": "NoExecute"}]
 
 
-def templates(*stages: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def templates(*stages: dict[str, Any], vc: dict[str, Any] = VC
+              ) -> dict[str, list[dict[str, Any]]]:
     """Each created object's pod templates, by its stage."""
     run = make_run(list(stages), virtualCluster="chiles")
     p = plan(replace(observe(run, items=items_for(run, *(s["name"] for s in stages))),
-                     virtual_clusters={"chiles": VC}))
+                     virtual_clusters={"chiles": vc}))
     out: dict[str, list[dict[str, Any]]] = {}
     for m in p.apply:
         st = str((m["metadata"].get("labels") or {}).get(names.LABEL_STAGE))
@@ -54,3 +55,26 @@ def test_mpi_launcher_and_workers_tolerate_them_too() -> None:
     assert len(got["ep"]) == 2
     for pod in got["ep"]:
         assert pod["tolerations"] == [POOL_TOLERATION, *OWN]
+
+
+def _terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(pod["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"])
+
+
+def test_on_a_karpenter_virtual_cluster_only_its_own_nodes_are_the_pools() -> None:
+    """status.mode karpenter: the hand-labeled term goes (jobs.virtual_cluster_affinity),
+    from Jobs and MPIJobs alike; static, or not yet reconciled, keeps it."""
+    stages = (stage("reduce", pool="imaging"),
+              {"name": "ep", "image": "mpi:dev", "pool": "imaging", "mpi": {"workers": 2},
+               "steps": [{"name": "run", "command": ["ep"]}]})
+    karpenter = templates(*stages, vc={**VC, "status": {"mode": "karpenter"}})
+    for pod in [*karpenter["reduce"], *karpenter["ep"]]:
+        (term,) = _terms(pod)
+        assert [e["key"] for e in term["matchExpressions"]] == [
+            names.LABEL_VIRTUAL_CLUSTER, names.LABEL_VIRTUAL_CLUSTER_NAMESPACE]
+        assert pod["tolerations"] == [POOL_TOLERATION, *OWN]  # taints still read
+    for vc in ({**VC, "status": {"mode": "static"}}, VC):
+        got = templates(*stages, vc=vc)
+        for pod in [*got["reduce"], *got["ep"]]:
+            assert len(_terms(pod)) == 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from nightshift.api import names
@@ -20,6 +21,21 @@ from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 # Job API limit on completions-with-backoffLimitPerIndex before stricter rules apply.
 HIGH_COMPLETIONS = 100_000
 HIGH_COMPLETIONS_PARALLELISM = 10_000
+
+
+@dataclass(frozen=True)
+class PoolNodes:
+    """What placement needs of a stage's VirtualCluster pool, read from the
+    VirtualCluster (references.pool_nodes)."""
+
+    # The taints the pool puts on its nodes besides the pool taint (spec.pools[].taints).
+    taints: tuple[Mapping[str, Any], ...] = ()
+    # Karpenter makes the pool's nodes (status.mode karpenter): only those, which carry
+    # the VirtualCluster's labels, are the pool's; unknown (False) keeps hand-labeled ones.
+    karpenter: bool = False
+
+
+NO_POOL = PoolNodes()  # a stage outside a VirtualCluster, or its pool not read
 
 
 def max_parallelism(completions: int) -> int:
@@ -59,14 +75,14 @@ def render_job(
     skip_items: str | None = None,
     positions: int | None = None,
     gather_configmaps: Mapping[str, Sequence[str]] | None = None,
-    pool_taints: Sequence[Mapping[str, Any]] = (),
+    pool: PoolNodes = NO_POOL,
 ) -> dict[str, Any]:
     """The Job for `attempt` of `stage` (0: all items; k > 0: only the listed indexes).
 
     `positions`: the items this Job runs (its list's length) when the stage is batched;
     `completions` is then the number of batches, batch.completions(positions, K).
     `gather_configmaps`: the items ConfigMaps of each stage the inputs gather.
-    `pool_taints`: the stage's VirtualCluster pool's own taints (placement).
+    `pool`: what placement needs of the stage's VirtualCluster pool.
     """
     name = job_name(run.name, stage.name, attempt)
     labels = {**run.labels(stage.name, "stage"), names.LABEL_ATTEMPT: str(attempt)}
@@ -97,7 +113,7 @@ def render_job(
         "template": _pod_template(run, spec, stage, attempt, pod_labels,
                                   [*item_configmaps, *indexes_configmaps], runner_image,
                                   completions if positions is None else positions,
-                                  gather_configmaps or {}, pool_taints),
+                                  gather_configmaps or {}, pool),
     }
     if tolerate is not None:
         # In whole batches; the API refuses it above completions (retry Jobs are smaller).
@@ -125,7 +141,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
                   labels: Mapping[str, str], configmaps: Sequence[str],
                   runner_image: str, positions: int,
                   gather_configmaps: Mapping[str, Sequence[str]],
-                  pool_taints: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+                  pool: PoolNodes) -> dict[str, Any]:
     storage = {s.name: s for s in spec.storage}
     parts = runner.runner_parts(
         run=run.name,
@@ -204,7 +220,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         del pod_spec["initContainers"]
     if parts.share_process_namespace:
         pod_spec["shareProcessNamespace"] = True
-    pod_spec.update(placement(spec, stage, run.namespace, pool_taints))
+    pod_spec.update(placement(spec, stage, run.namespace, pool))
     return {"metadata": pod_metadata(stage, labels), "spec": pod_spec}
 
 
@@ -230,11 +246,11 @@ def attempt_env(run: RunRef, stage: Stage, attempt: int) -> list[dict[str, Any]]
 
 
 def placement(spec: PipelineRunSpec, stage: Stage, namespace: str,
-              pool_taints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+              pool: PoolNodes = NO_POOL) -> dict[str, Any]:
     """The pod-spec fields that put a stage's pods where they belong: its service
     account (or no API token without one), its pool (node selector, the pool taint's
-    toleration and one for each of `pool_taints`, the pool's own) and, in a
-    VirtualCluster, only that VirtualCluster's nodes. Shared by Jobs and MPIJobs."""
+    toleration and one for each of the pool's own taints) and, in a VirtualCluster,
+    only that VirtualCluster's nodes. Shared by Jobs and MPIJobs."""
     out: dict[str, Any] = {}
     if stage.service_account_name:
         out["serviceAccountName"] = stage.service_account_name
@@ -247,9 +263,10 @@ def placement(spec: PipelineRunSpec, stage: Stage, namespace: str,
         out["nodeSelector"] = {names.LABEL_POOL: stage.pool}
         out["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
                                "value": stage.pool, "effect": "NoSchedule"},
-                              *map(_toleration, pool_taints)]
+                              *map(_toleration, pool.taints)]
         if spec.virtual_cluster:
-            out["affinity"] = virtual_cluster_affinity(spec.virtual_cluster, namespace)
+            out["affinity"] = virtual_cluster_affinity(spec.virtual_cluster, namespace,
+                                                       hand_labeled=not pool.karpenter)
     return out
 
 
@@ -339,21 +356,24 @@ def merge_env(*lists: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
-def virtual_cluster_affinity(vc: str, namespace: str) -> dict[str, Any]:
-    """Only this VirtualCluster's nodes, or hand-labeled (static) ones.
+def virtual_cluster_affinity(vc: str, namespace: str,
+                             hand_labeled: bool = True) -> dict[str, Any]:
+    """Only this VirtualCluster's nodes, or (`hand_labeled`) hand-labeled ones.
 
     Pool names are per namespace but NodePools and nodes are cluster-scoped: without
     this, a `workers` stage could land on another collaboration's `workers` nodes.
-    Static-mode nodes carry only the pool label, hence the second (OR'ed) term.
+    Static-mode nodes carry only the pool label, hence the second (OR'ed) term, which
+    a VirtualCluster whose nodes Karpenter makes leaves out: there it would admit
+    another collaboration's hand-labeled nodes of the same pool name, and Karpenter,
+    which tries a pod's terms in turn, would report only that term's mismatch when no
+    node of the pool can hold the pod (unlaunched.py), not the pool's own reason.
     """
+    terms: list[dict[str, Any]] = [{"matchExpressions": [
+        {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "In", "values": [vc]},
+        {"key": names.LABEL_VIRTUAL_CLUSTER_NAMESPACE, "operator": "In", "values": [namespace]},
+    ]}]
+    if hand_labeled:
+        terms.append({"matchExpressions": [
+            {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "DoesNotExist"}]})
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [
-            {"matchExpressions": [
-                {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "In", "values": [vc]},
-                {"key": names.LABEL_VIRTUAL_CLUSTER_NAMESPACE, "operator": "In",
-                 "values": [namespace]},
-            ]},
-            {"matchExpressions": [
-                {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "DoesNotExist"},
-            ]},
-        ]}}}
+        "nodeSelectorTerms": terms}}}

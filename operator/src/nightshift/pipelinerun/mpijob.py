@@ -16,7 +16,7 @@ attempts, events) applies unchanged.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from nightshift.api import names
@@ -24,6 +24,8 @@ from nightshift.pipelinerun import binding, fusewait
 from nightshift.pipelinerun import runnerparts as runner
 from nightshift.pipelinerun.items import RunRef, attempt_labels, job_name
 from nightshift.pipelinerun.jobs import (
+    NO_POOL,
+    PoolNodes,
     merge_env,
     placement,
     pod_metadata,
@@ -98,7 +100,7 @@ def worker_argv(mpi: Mpi, fuse: bool = False) -> list[str]:
 
 def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int,
                   suspend: bool, rerun: int = 0,
-                  pool_taints: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+                  pool: PoolNodes = NO_POOL) -> dict[str, Any]:
     mpi = stage.mpi
     assert mpi is not None  # noqa: S101  (callers dispatch on stage.mpi)
     step = stage.steps[-1]
@@ -164,10 +166,10 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never",
                              "template": _template(spec, stage, run, pod_labels, launcher,
-                                                   volumes, pool_taints)},
+                                                   volumes, pool)},
                 "Worker": {"replicas": mpi.workers, "restartPolicy": "Never",
                            "template": _template(spec, stage, run, pod_labels, worker,
-                                                 volumes, pool_taints)},
+                                                 volumes, pool)},
             },
         },
     }
@@ -175,7 +177,7 @@ def render_mpijob(*, run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: 
 
 def _template(spec: PipelineRunSpec, stage: Stage, run: RunRef, labels: Mapping[str, str],
               container: dict[str, Any], volumes: list[dict[str, Any]],
-              pool_taints: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+              pool: PoolNodes) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "containers": [container],
         "enableServiceLinks": False,
@@ -184,7 +186,7 @@ def _template(spec: PipelineRunSpec, stage: Stage, run: RunRef, labels: Mapping[
     if volumes:
         pod["volumes"] = copy.deepcopy(volumes)
         binding.one_volume_per_claim(pod)
-    pod.update(placement(spec, stage, run.namespace, pool_taints))
+    pod.update(placement(spec, stage, run.namespace, pool))
     return {"metadata": pod_metadata(stage, labels), "spec": pod}
 
 

@@ -218,12 +218,12 @@ class _Planner:
         # `completions` counts items; a batched Job has one completion per batch of them.
         batches = batchmod.completions(completions, st.batch)
         parallelism = self._parallelism(spec, st, batches, start)
-        taints = references.pool_taints(spec, self.obs.virtual_clusters, st.pool)
+        pool = references.pool_nodes(spec, self.obs.virtual_clusters, st.pool)
         if st.mpi is not None:
             self.requeue = sooner(self.requeue, MPI_POLL)
             self.apply.append(mpijob.render_mpijob(
                 run=self.ref, spec=spec, stage=st, attempt=attempt,
-                suspend=spec.suspend or spec.cancel, rerun=rerun, pool_taints=taints))
+                suspend=spec.suspend or spec.cancel, rerun=rerun, pool=pool))
         else:
             self.apply.append(jobsmod.render_job(
                 run=self.ref, spec=spec, stage=st, attempt=attempt, completions=batches,
@@ -233,7 +233,7 @@ class _Planner:
                 positions=completions if st.batch > 1 else None,
                 gather_configmaps={g: self.obs.items[g].configmaps
                                    for g in runnerparts.gathered(st) if g in self.obs.items},
-                pool_taints=taints))
+                pool=pool))
         # Stands in for the Job until the informer sees it, so status says Running now.
         v.attempts.append(pg.AttemptView(
             attempt=attempt, name=itemsmod.job_name(self.ref.name, st.name, attempt),

@@ -26,6 +26,7 @@ from typing import Any
 
 from nightshift.api import conditions as cond
 from nightshift.pipelinerun import podvalues
+from nightshift.pipelinerun.jobs import NO_POOL, PoolNodes
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 REASON = "WaitingForVirtualCluster"
@@ -39,6 +40,7 @@ REASON_SCRATCH = "WaitingForLocalDisk"
 # Bottlerocket's data volume).
 DEFAULT_ROOT_VOLUME = "20Gi"
 SECRET, CONFIGMAP = "Secret", "ConfigMap"
+KARPENTER_MODE = "karpenter"  # a VirtualCluster's status.mode (virtualcluster/provider.py)
 # The keys an S3 storage's credentialsSecret must hold (runnerparts renders both).
 CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
@@ -365,14 +367,17 @@ def _virtual_cluster(spec: PipelineRunSpec, namespace: str,
                       REASON if waiting else "")
 
 
-def pool_taints(spec: PipelineRunSpec, observed: Mapping[str, Mapping[str, Any] | None],
-                pool: str | None) -> list[Mapping[str, Any]]:
-    """The taints spec.virtualCluster's pool `pool` puts on its nodes besides the pool
-    taint (spec.pools[].taints), which the stage's pods tolerate (jobs.placement)."""
+def pool_nodes(spec: PipelineRunSpec, observed: Mapping[str, Mapping[str, Any] | None],
+               pool: str | None) -> PoolNodes:
+    """What jobs.placement needs of spec.virtualCluster's pool `pool`: the taints it puts
+    on its nodes besides the pool taint (spec.pools[].taints), which the stage's pods
+    tolerate, and whether Karpenter makes its nodes (status.mode)."""
     if not spec.virtual_cluster or not pool:
-        return []
-    taints = _pools(observed.get(spec.virtual_cluster)).get(pool, {}).get("taints") or []
-    return [t for t in taints if isinstance(t, Mapping) and t.get("key")]
+        return NO_POOL
+    vc = observed.get(spec.virtual_cluster)
+    taints = _pools(vc).get(pool, {}).get("taints") or []
+    return PoolNodes(tuple(t for t in taints if isinstance(t, Mapping) and t.get("key")),
+                     karpenter=((vc or {}).get("status") or {}).get("mode") == KARPENTER_MODE)
 
 
 def _pools(vc: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:

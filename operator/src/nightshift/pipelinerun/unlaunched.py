@@ -11,11 +11,12 @@ When Karpenter's newest there is a FailedScheduling, not a later Nominated, it f
 node to launch for the pod: the stage's line says so, with what the pod asks for and
 where to look.
 
-Karpenter's own reason is often not the one that matters: a stage's pods may go to the
-VirtualCluster's nodes or to hand-labeled ones (jobs.virtual_cluster_affinity, two
-terms), and Karpenter reports only the last term it tried, the hand-labeled one ("...
-virtual-cluster DoesNotExist not in ... In [<vc>]"). Those words are left out; others
-(a NodePool's own reason) are quoted. The line itself names the pool's sizes and limits.
+Karpenter's own reason follows (a NodePool's, without its requirement list), where the
+pods' node affinity has the VirtualCluster's term alone (jobs.virtual_cluster_affinity,
+status.mode karpenter). With a second term for hand-labeled nodes, Karpenter tries the
+terms in turn and reports only the last one's mismatch ("... virtual-cluster
+DoesNotExist not in ... In [<vc>]"), which says nothing of the pool: those words are
+left out. The line itself names the pool's sizes and limits either way.
 """
 
 from __future__ import annotations
