@@ -41,6 +41,12 @@ STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 ANNOTATIONS_BYTES = 256 * 1024
 
 
+def pod_asks(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """What one pod of a stage asks for, by resource: its request, else its limit (the
+    API server makes a limit the request when none is given)."""
+    return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+
+
 def quantity(text: Any) -> Decimal | None:
     """A Kubernetes quantity's value, or None when the API server would not parse it."""
     if isinstance(text, bool) or not isinstance(text, (int, str)):

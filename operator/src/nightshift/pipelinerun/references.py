@@ -252,7 +252,7 @@ def _pool_limits(spec: PipelineRunSpec,
     waiting, blocked = [], set()
     for i, st in enumerate(spec.stages):
         pool = pools.get(st.pool or "") or {}
-        asked = {**(st.resources.get("limits") or {}), **(st.resources.get("requests") or {})}
+        asked = podvalues.pod_asks(st.resources)
         for res, limit, what in (("cpu", "maxCPU", "{} CPU"), ("memory", "maxMemory",
                                                                "{} of memory")):
             want, cap = podvalues.quantity(asked.get(res)), podvalues.quantity(pool.get(limit))

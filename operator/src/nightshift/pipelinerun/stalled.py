@@ -274,11 +274,17 @@ def image_field(stage: Stage, index: int, container: str) -> str:
     return f"spec.stages[{index}].image"
 
 
+def stall_head(stage: Stage) -> str:
+    """How a stalled stage's line begins, whichever read said why (this module's,
+    unmounted.py's, unlaunched.py's)."""
+    return f"stage {stage.name}: its pods do not start: "
+
+
 def summary(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
             ) -> tuple[str, str] | None:
     """The stage's one line: the first pod that says why. No counts or durations in it:
     the same state must give the same status, or every pass would write one."""
-    head = f"stage {stage.name}: its pods do not start: "
+    head = stall_head(stage)
     for pod in pods:
         found = why(pod, stage, index, MESSAGE_CHARS - len(head))
         if found:

@@ -27,8 +27,9 @@ from datetime import datetime
 from typing import Any
 
 from nightshift.api import names, refusals
+from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun.spec import Stage
-from nightshift.pipelinerun.stalled import MESSAGE_CHARS, WAITING_FOR_NODES, fit
+from nightshift.pipelinerun.stalled import MESSAGE_CHARS, WAITING_FOR_NODES, fit, stall_head
 
 FAILED_SCHEDULING = "FailedScheduling"
 NOMINATED = "Nominated"  # Karpenter's: a node is launching (or there) for the pod
@@ -76,8 +77,8 @@ def words(said: str) -> str:
 
 def asks(stage: Stage) -> str:
     """What one pod asks for ("cpu 1000, memory 4Gi"), as references._pool_limits reads
-    it: a request, else its limit (the API server defaults one to the other)."""
-    asked = {**(stage.resources.get("limits") or {}), **(stage.resources.get("requests") or {})}
+    it (podvalues.pod_asks)."""
+    asked = podvalues.pod_asks(stage.resources)
     return ", ".join(f"{r} {asked[r]}" for r in ("cpu", "memory") if r in asked)
 
 
@@ -97,5 +98,5 @@ def summary(stage: Stage, index: int, virtual_cluster: str, pod: Mapping[str, An
         f": {why}" if why else "")
     fix = (f"check spec.stages[{index}].resources against {pool} of VirtualCluster "
            f"'{virtual_cluster}': its instance sizes and maxCPU, maxMemory, maxNodes")
-    head = f"stage {stage.name}: its pods do not start: "
+    head = stall_head(stage)
     return WAITING_FOR_NODES, head + fit(said, fix, MESSAGE_CHARS - len(head))

@@ -18,7 +18,7 @@ from typing import Any
 
 from nightshift.api import refusals
 from nightshift.pipelinerun.spec import Stage
-from nightshift.pipelinerun.stalled import MESSAGE_CHARS, fit
+from nightshift.pipelinerun.stalled import MESSAGE_CHARS, fit, stall_head
 
 WAITING_FOR_VOLUMES = "WaitingForVolumes"
 # The events that say why a volume is not there, in the kubelet's or the attach/detach
@@ -64,6 +64,6 @@ def summary(stage: Stage, index: int, pod: Mapping[str, Any],
         fix = (f"check the storages spec.stages[{index}] mounts and reads (spec.storage, "
                "and a SharedStorage's status)")
     name = (pod.get("metadata") or {}).get("name", "")
-    head = f"stage {stage.name}: its pods do not start: "
+    head = stall_head(stage)
     return WAITING_FOR_VOLUMES, head + fit(
         f"pod {name} waits for its volumes: {reason}: {said}", fix, MESSAGE_CHARS - len(head))
