@@ -32,6 +32,22 @@ def _indexed_job(name: str, completions: int, extra: dict[str, Any] | None = Non
     }
 
 
+def _condition(obj: dict[str, Any], kind: str) -> str | None:
+    return next((c.get("status") for c in obj.get("status", {}).get("conditions", [])
+                 if c.get("type") == kind), None)
+
+
+def _karpenter_state(kube: Kube, namespace: str, pool: str) -> str:
+    """The pods and NodeClaims a stuck wait is about."""
+    pods = [(p["metadata"]["name"], p.get("status", {}).get("phase"), p["spec"].get("nodeName"))
+            for p in kube.list("v1", "Pod", namespace)]
+    claims = [(c["metadata"]["name"], c["metadata"]["labels"].get("kubernetes.io/os"),
+               {k: _condition(c, k) for k in ("Launched", "Initialized", "Drifted")})
+              for c in kube.list("karpenter.sh/v1", "NodeClaim",
+                                 label_selector=f"karpenter.sh/nodepool={pool}")]
+    return f"pods: {pods}\nnodeclaims: {claims}"
+
+
 def test_indexed_job_completes_on_a_kwok_node(kube: Kube, kubectl: Kubectl,
                                               namespace: str) -> None:
     node = "kwok-smoke-static"
@@ -90,12 +106,20 @@ def test_karpenter_provisions_a_real_instance_type(kube: Kube, kubectl: Kubectl,
         kubectl.apply(_indexed_job("needs-node", 2, {"nodeSelector": {"smoke": pool}}),
                       namespace)
         wait_for("the Job on a Karpenter node to complete",
-                 lambda: job_complete(kube, namespace, "needs-node"), 120)
+                 lambda: job_complete(kube, namespace, "needs-node"), 120,
+                 explain=lambda: _karpenter_state(kube, namespace, pool))
         nodes = kube.list("v1", "Node", label_selector=f"karpenter.sh/nodepool={pool}")
         assert nodes, "Karpenter launched no node for the pending pods"
         labels = nodes[0]["metadata"]["labels"]
         assert labels["node.kubernetes.io/instance-type"].startswith("c6i.")
         assert labels["karpenter.sh/capacity-type"] == "spot"
+        # The NodePool asks for Linux; a node labeled otherwise is drifted and replaced
+        # over and over (the bed's catalog keeps only Linux entries for this).
+        assert labels["kubernetes.io/os"] == "linux"
+        drifted = [c["metadata"]["name"] for c in kube.list(
+            "karpenter.sh/v1", "NodeClaim", label_selector=f"karpenter.sh/nodepool={pool}")
+            if _condition(c, "Drifted") == "True"]
+        assert not drifted, f"NodeClaims drifted from their NodePool: {drifted}"
         # The node's price annotation/label comes from the real EC2 catalog.
         assert float(labels["eks-node-viewer/instance-price"]) > 0
     finally:

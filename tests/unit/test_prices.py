@@ -15,11 +15,11 @@ from tests.unit.vcfixtures import CATALOG_ENTRIES
 
 
 def kwok_catalog_file() -> Path:
-    """The upstream file the test bed feeds Karpenter's KWOK provider (and the operator,
-    through NIGHTSHIFT_INSTANCE_CATALOG), at the version hack/versions.env pins."""
+    """Karpenter's upstream example catalog at the version hack/versions.env pins (the bed
+    feeds its Linux entries to the KWOK provider and the operator)."""
     from nightshift_localcluster.paths import Layout
 
-    return Layout.discover().instance_types_file
+    return Layout.discover().kwok_example_catalog
 
 
 def test_kwok_catalog_prices(tmp_path: Path) -> None:

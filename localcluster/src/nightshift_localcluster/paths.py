@@ -85,8 +85,17 @@ class Layout:
         return self.module_dir("sigs.k8s.io/kwok", "KWOK_VERSION")
 
     @property
-    def instance_types_file(self) -> Path:
+    def kwok_example_catalog(self) -> Path:
+        """Karpenter's example catalog, as its module ships it (Windows entries first)."""
         return self.karpenter_src / "kwok" / "examples" / "aws_instance_types.json"
+
+    @property
+    def instance_types_file(self) -> Path:
+        """The catalog the KWOK provider and the operator read: the example's Linux
+        entries only (see kwokcatalog). Alone in its directory, since the demo's operator
+        mounts that directory by hostPath."""
+        version = self.versions["KARPENTER_VERSION"]
+        return self.cache / "kwok-catalog" / f"karpenter-{version}" / "instance-types-linux.json"
 
     @property
     def kubeconfig(self) -> Path:

@@ -16,6 +16,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from nightshift_localcluster.kwokcatalog import write_linux_catalog
 from nightshift_localcluster.paths import Layout, LocalClusterError
 
 GO_BINARIES = [
@@ -41,6 +42,7 @@ def missing(layout: Layout) -> list[Path]:
 
 def ensure(layout: Layout) -> None:
     """Build or fetch whatever is missing; a warm machine does nothing here."""
+    _derive_catalog(layout)
     gaps = missing(layout)
     if not gaps:
         return
@@ -64,9 +66,15 @@ def ensure(layout: Layout) -> None:
                 "Re-run `make upstream` after fixing it (network to the Go module proxy, "
                 "disk space in ~/.cache/go-build)."
             )
+    _derive_catalog(layout)
     still = missing(layout)
     if still:
         raise LocalClusterError("still missing after the build: " + ", ".join(map(str, still)))
+
+
+def _derive_catalog(layout: Layout) -> None:
+    if layout.kwok_example_catalog.exists() and not layout.instance_types_file.exists():
+        write_linux_catalog(layout.kwok_example_catalog, layout.instance_types_file)
 
 
 def fetch_kubectl_helm(layout: Layout) -> None:
