@@ -75,6 +75,44 @@ def test_karpenters_words_keep_why_and_what_the_pod_asks_for() -> None:
     assert unlaunched.words(RELAXED) == ""  # of the hand-labeled nodes, not the pool
 
 
+# Karpenter's message with other tests' NodePools about: one error per NodePool, joined
+# with "; ", most without a name. The two taint errors and the start of the pool's own
+# are as a CI rehearsal recorded them (session 30, cut there by the status's length);
+# the rest follows the shapes of scheduling/scheduler.go and scheduling/requirements.go.
+SEVERAL = ("Failed to schedule pod, did not tolerate taint "
+           "(taint=nightshift.io/pool=wffe9d:NoSchedule); did not tolerate taint "
+           "(taint=nightshift.io/pool=mffe9d:NoSchedule); incompatible requirements, key "
+           "nightshift.io/virtual-cluster, nightshift.io/virtual-cluster DoesNotExist not in "
+           "nightshift.io/virtual-cluster In [fits]; incompatible requirements, key "
+           "nightshift.io/virtual-cluster-namespace, nightshift.io/virtual-cluster-namespace "
+           "In [other] not in nightshift.io/virtual-cluster-namespace In [physics]; "
+           "all available instance types exceed limits for nodepool "
+           "(NodePool=survey-big-spot-0a1b2c); no instance type has enough resources, "
+           "requirements=karpenter.sh/capacity-type In [on-demand], nightshift.io/pool In "
+           '[small], resources={"cpu":"1k","pods":"1"}')
+
+
+def test_only_the_pools_own_nodepools_errors_are_quoted() -> None:
+    own = unlaunched.own_nodepools("physics", "fits", "small")
+    assert len(own) == 3 and all(n.startswith("fits-small") for n in own)
+    assert unlaunched.words(SEVERAL, own) == (
+        'no instance type has enough resources, resources={"cpu":"1k","pods":"1"}')
+    mine = sorted(own)[0]
+    limited = SEVERAL.replace("survey-big-spot-0a1b2c", mine)
+    assert unlaunched.words(limited, own) == (
+        f"all available instance types exceed limits for nodepool (NodePool={mine}); "
+        'no instance type has enough resources, resources={"cpu":"1k","pods":"1"}')
+    # Only other NodePools' errors: nothing to quote.
+    assert unlaunched.words(SEVERAL.split("; all available", maxsplit=1)[0], own) == ""
+    # Through the line, with the pod's namespace naming its pool's NodePools.
+    pod = unschedulable_pod()
+    pod["metadata"]["namespace"] = "physics"
+    found = unlaunched.summary(huge_stage(pool="small"), 0, "fits", pod, [event(SEVERAL)], NOW)
+    assert found is not None
+    assert ('Karpenter found no node to launch for it: no instance type has enough '
+            'resources, resources={"cpu":"1k","pods":"1"}; check') in found[1], found[1]
+
+
 def test_the_line_names_the_pod_what_it_asks_the_pool_and_the_fix() -> None:
     st = huge_stage(pool="small")
     found = unlaunched.summary(st, 0, "fits", unschedulable_pod(), [

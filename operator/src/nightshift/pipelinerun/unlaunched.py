@@ -11,12 +11,16 @@ When Karpenter's newest there is a FailedScheduling, not a later Nominated, it f
 node to launch for the pod: the stage's line says so, with what the pod asks for and
 where to look.
 
-Karpenter's own reason follows (a NodePool's, without its requirement list), where the
-pods' node affinity has the VirtualCluster's term alone (jobs.virtual_cluster_affinity,
-status.mode karpenter). With a second term for hand-labeled nodes, Karpenter tries the
-terms in turn and reports only the last one's mismatch ("... virtual-cluster
-DoesNotExist not in ... In [<vc>]"), which says nothing of the pool: those words are
-left out. The line itself names the pool's sizes and limits either way.
+Karpenter's own reason follows, without a NodePool's requirement list. Its message
+joins, with "; ", one error per NodePool of the cluster, and most do not name theirs
+(`scheduler.go` combines them; v1.14.1). Those of other NodePools are left out: a taint
+the pod does not tolerate (it tolerates its own pool's), requirements that differ on the
+VirtualCluster, its namespace or the pool label (its own pool's NodePools carry all
+three), and a limit error
+naming another NodePool. What is left is its own pool's. Where the pods' affinity also
+has the term for hand-labeled nodes (static mode), Karpenter reports that term's
+mismatch on the VirtualCluster label, which says nothing of the pool and goes the same
+way. The line itself names the pool's sizes and limits either way.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from nightshift.api import names, refusals
 from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun.spec import Stage
 from nightshift.pipelinerun.stalled import MESSAGE_CHARS, WAITING_FOR_NODES, fit, stall_head
+from nightshift.virtualcluster.objectnames import nodepool_name
 
 FAILED_SCHEDULING = "FailedScheduling"
 NOMINATED = "Nominated"  # Karpenter's: a node is launching (or there) for the pod
@@ -40,8 +45,15 @@ _PREFIX = "Failed to schedule pod, "  # Karpenter's; the scheduler's start "0/N 
 _OVERHEAD = re.compile(r"daemonset overhead=\{[^}]*\}, ")
 _NODEPOOL = re.compile(r'^incompatible with nodepool "[^"]*", ')  # the fix names the pool
 _REQUIREMENTS = re.compile(r", requirements=.*?(?=, resources=\{|$)")
-# Karpenter's report of the hand-labeled nodes' term, which says nothing of the pool.
-_RELAXED = f"{names.LABEL_VIRTUAL_CLUSTER} DoesNotExist"
+# Errors of NodePools other than the pod's own pool's (see the module's docstring).
+_OWN_KEYS = (names.LABEL_VIRTUAL_CLUSTER, names.LABEL_VIRTUAL_CLUSTER_NAMESPACE,
+             names.LABEL_POOL)
+_OTHER_NODEPOOL = re.compile(
+    r"^(did not tolerate taint\b|incompatible requirements, key "
+    rf"({'|'.join(re.escape(k) for k in _OWN_KEYS)}),)")
+_NAMED = re.compile(r"\(NodePool=([^)]*)\)")
+# The halves a pool's NodePools may have (virtualcluster/nodepools.halves).
+_HALVES = ("", "spot", "ondemand")
 
 
 def unschedulable(pod: Mapping[str, Any]) -> bool:
@@ -66,13 +78,27 @@ def karpenters(event: Mapping[str, Any]) -> bool:
         source == KARPENTER or said.startswith(_PREFIX))
 
 
-def words(said: str) -> str:
-    """Karpenter's message, short: why and what the pod asks for ("" when it speaks only
-    of the hand-labeled nodes' term)."""
+def own_nodepools(namespace: str, virtual_cluster: str, pool: str | None) -> frozenset[str]:
+    """The names the pool's NodePools may have (none known without the pool)."""
+    if not pool:
+        return frozenset()
+    return frozenset(nodepool_name(namespace, virtual_cluster, pool, h) for h in _HALVES)
+
+
+def words(said: str, own: frozenset[str] = frozenset()) -> str:
+    """Karpenter's message, short: why its own pool's NodePools (`own`, where known) took
+    no node for the pod, and what the pod asks for; "" when only other NodePools'
+    errors are there."""
     said = " ".join(refusals.clean(said).split()).removeprefix(_PREFIX)
-    if _RELAXED in said:
-        return ""
-    return _REQUIREMENTS.sub("", _OVERHEAD.sub("", _NODEPOOL.sub("", said)))
+    kept: list[str] = []
+    for part in said.split("; "):
+        named = _NAMED.search(part)
+        if _OTHER_NODEPOOL.match(part) or (named and own and named.group(1) not in own):
+            continue
+        short = _REQUIREMENTS.sub("", _OVERHEAD.sub("", _NODEPOOL.sub("", part)))
+        if short and short not in kept:
+            kept.append(short)
+    return "; ".join(kept)
 
 
 def asks(stage: Stage) -> str:
@@ -93,7 +119,9 @@ def summary(stage: Stage, index: int, virtual_cluster: str, pod: Mapping[str, An
     pool = f"pool '{stage.pool}'" if stage.pool else "its first pool"
     name = (pod.get("metadata") or {}).get("name", "")
     wants = f" asks for {a}" if (a := asks(stage)) else ""
-    why = words(str(newest.get("message")))
+    own = own_nodepools(str((pod.get("metadata") or {}).get("namespace") or ""),
+                        virtual_cluster, stage.pool)
+    why = words(str(newest.get("message")), own)
     said = f"pod {name}{wants}: Karpenter found no node to launch for it" + (
         f": {why}" if why else "")
     fix = (f"check spec.stages[{index}].resources against {pool} of VirtualCluster "
