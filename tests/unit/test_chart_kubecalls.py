@@ -311,6 +311,7 @@ def sharedstorage_calls(case: str) -> set[Key]:
     vc = vcfixtures.vc(*[{"name": p, "class": "general", "maxCPU": 16}
                          for p in ("workers", "imaging", "nfs", "storage")])
     vc["metadata"].update(name="snfactory", namespace=ns)
+    vc["status"] = {"mode": "karpenter"}  # reconciled: the storage places its workloads
     gp3 = {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
            "metadata": {"name": "gp3"}}
     retired = [_stale(k, storage) for k in NAMESPACED_KINDS[storage["spec"]["type"]]]

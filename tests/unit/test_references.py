@@ -36,7 +36,8 @@ def spec(**kw: Any) -> PipelineRunSpec:
     return PipelineRunSpec.model_validate({"virtualCluster": "chiles", "stages": stages, **kw})
 
 
-VC = {"spec": {"pools": [{"name": "compute"}, {"name": "general"}]}}
+RECONCILED = {"mode": "karpenter"}  # what the VirtualCluster's first pass writes, and more
+VC = {"spec": {"pools": [{"name": "compute"}, {"name": "general"}]}, "status": RECONCILED}
 
 
 def test_a_missing_virtual_cluster_holds_every_stage_naming_the_field() -> None:
@@ -118,8 +119,8 @@ TABLE: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str,
     "pool": (
         {"pool": "gpu"}, {"virtualCluster": "chiles"},
         {"virtual_clusters": {"chiles": VC}},
-        {"virtual_clusters": {"chiles": {"spec": {"pools": [{"name": "compute"},
-                                                            {"name": "gpu"}]}}}},
+        {"virtual_clusters": {"chiles": {"status": RECONCILED, "spec": {"pools": [
+            {"name": "compute"}, {"name": "gpu"}]}}}},
         "WaitingForVirtualCluster",
         ["spec.stages[1].pool:", "VirtualCluster 'chiles' has no pool 'gpu'",
          "its pools: compute, general"]),
@@ -181,9 +182,9 @@ TABLE: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str,
     "pool maxCPU": (
         {"pool": "gpu", "resources": {"requests": {"cpu": "96", "memory": "8Gi"}}},
         {"virtualCluster": "chiles"},
-        {"virtual_clusters": {"chiles": {"spec": {"pools": [
+        {"virtual_clusters": {"chiles": {"status": RECONCILED, "spec": {"pools": [
             {"name": "compute"}, {"name": "gpu", "maxCPU": 64}]}}}},
-        {"virtual_clusters": {"chiles": {"spec": {"pools": [
+        {"virtual_clusters": {"chiles": {"status": RECONCILED, "spec": {"pools": [
             {"name": "compute"}, {"name": "gpu", "maxCPU": 128, "maxMemory": "1Ti"}]}}}},
         "WaitingForVirtualCluster",
         ["spec.stages[1].resources: one pod asks for 96 CPU, more than pool 'gpu' of "
@@ -191,9 +192,9 @@ TABLE: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str,
     "pool maxMemory": (
         {"pool": "gpu", "resources": {"limits": {"memory": "512Gi"}}},
         {"virtualCluster": "chiles"},
-        {"virtual_clusters": {"chiles": {"spec": {"pools": [
+        {"virtual_clusters": {"chiles": {"status": RECONCILED, "spec": {"pools": [
             {"name": "compute"}, {"name": "gpu", "maxMemory": "256Gi"}]}}}},
-        {"virtual_clusters": {"chiles": {"spec": {"pools": [
+        {"virtual_clusters": {"chiles": {"status": RECONCILED, "spec": {"pools": [
             {"name": "compute"}, {"name": "gpu", "maxMemory": "1Ti"}]}}}},
         "WaitingForVirtualCluster",
         ["spec.stages[1].resources: one pod asks for 512Gi of memory, more than pool 'gpu'",
@@ -362,7 +363,7 @@ def _vc_with(reason: str, message: str, invalid: str = "") -> dict[str, Any]:
     if invalid:
         conds.append({"type": "Invalid", "status": "True", "reason": "InvalidSpec",
                       "message": invalid})
-    return {**VC, "status": {"conditions": conds}}
+    return {**VC, "status": {**RECONCILED, "conditions": conds}}
 
 
 @pytest.mark.parametrize(("vc", "said"), [
@@ -381,6 +382,20 @@ def test_a_virtual_cluster_that_applied_nothing_holds_every_stage(vc: dict[str, 
     (msg,) = r.waiting
     assert msg.startswith(f"spec.virtualCluster: VirtualCluster 'chiles' {said}"), msg
     assert "kubectl describe virtualcluster chiles -n radio" in msg
+
+
+def test_a_virtual_cluster_not_reconciled_yet_holds_every_stage() -> None:
+    """Its status.mode decides the pods' node affinity, and a Job is never re-rendered."""
+    r = references.check(spec(), "radio", {"chiles": {"spec": VC["spec"]}})
+    assert r.waiting_stages == {"split", "invert", "concat"}
+    assert r.reason == references.REASON
+    (msg,) = r.waiting
+    assert msg.startswith("spec.virtualCluster: VirtualCluster 'chiles' has no status.mode "
+                          "yet: the operator has not reconciled it"), msg
+    assert "an operator watching namespace radio" in msg
+    assert "kubectl describe virtualcluster chiles -n radio" in msg
+    later = references.check(spec(), "radio", {"chiles": VC})
+    assert later.waiting_stages == {"concat"}  # only the pool it lacks, as before
 
 
 @pytest.mark.parametrize("reason", ["NotReady", "NoNodes"])

@@ -21,8 +21,10 @@ from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.bad_pipelineruns import stage
 from tests.unit.test_plan import items_for, jobs_of, make_run, observe
 
-VC = {"spec": {"pools": [{"name": "nvme", "class": "compute", "localDisk": "raid0"},
-                         {"name": "plain", "class": "compute"}]}}
+VC: dict[str, Any] = {
+    "spec": {"pools": [{"name": "nvme", "class": "compute", "localDisk": "raid0"},
+                       {"name": "plain", "class": "compute"}]},
+    "status": {"mode": "karpenter"}}
 S3 = [{"name": "raw", "s3": {"bucket": "raw"}}]
 TWO_STEPS = [{"name": "calibrate", "command": ["calib"]}, {"name": "reduce", "command": ["r"]}]
 
@@ -103,7 +105,7 @@ def test_the_crd_admits_only_positive_whole_quantities(size: str, ok: bool) -> N
 
 def aws_vc(node_class: dict[str, Any] | None = None, provider: str = "aws") -> dict[str, Any]:
     return {"spec": {**VC["spec"], "nodeClass": node_class or {}},
-            "status": {"provider": provider}}
+            "status": {"provider": provider, "mode": "karpenter"}}
 
 
 def waiting_for(vc: dict[str, Any], size: str, pool: str | None) -> references.References:

@@ -118,3 +118,31 @@ def test_runs_refer_to_storages_by_name() -> None:
                                 {"name": "sw", "sharedStorage": "software"}]}}
     assert refers_to(run, "software") and not refers_to(run, "sw")
     assert not refers_to({"spec": {}}, "software")
+
+
+class VcKube:
+    """Serves one LIST of VirtualClusters, and counts the calls."""
+
+    def __init__(self, vcs: list[dict[str, Any]]) -> None:
+        self.vcs, self.calls = vcs, []  # type: ignore[var-annotated]
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             **_: Any) -> list[dict[str, Any]]:
+        self.calls.append((kind, namespace))
+        return self.vcs if kind == "VirtualCluster" else []
+
+
+def test_facts_read_the_pools_and_the_mode_of_each_virtual_cluster() -> None:
+    from nightshift.sharedstorage.observe import facts
+    from nightshift.sharedstorage.spec import SharedStorageSpec
+    from tests.bad_sharedstorages import GOOD
+
+    kube = VcKube([
+        {"metadata": {"name": "snfactory"}, "spec": {"pools": [{"name": "nfs"}]},
+         "status": {"mode": "karpenter"}},
+        {"metadata": {"name": "fresh"}, "spec": {"pools": [{"name": "nfs"}]}}])
+    spec = SharedStorageSpec.model_validate(GOOD["nfs-dedicated"]["spec"])
+    got = facts(kube, "physics", spec, [])  # type: ignore[arg-type]
+    assert got.virtual_clusters == {"snfactory": ["nfs"], "fresh": ["nfs"]}
+    assert got.virtual_cluster_modes == {"snfactory": "karpenter"}  # "fresh": not yet
+    assert kube.calls == [("VirtualCluster", "physics"), ("StorageClass", None)]

@@ -375,3 +375,58 @@ def test_a_storage_long_not_ready_is_looked_at_less_often() -> None:
 
     assert plan(observed(since(1), held)).requeue_after == 10.0
     assert plan(observed(since(6), held)).requeue_after == 60.0
+
+
+def _pool_terms(p: Plan) -> dict[str, list[list[str]]]:
+    """Each applied workload's node-affinity terms, as the label keys of each term."""
+    out = {}
+    for m in p.apply:
+        spec = ((m.get("spec") or {}).get("template") or {}).get("spec") or {}
+        node = (spec.get("affinity") or {}).get("nodeAffinity")
+        if node:
+            terms = node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            out[f"{m['kind']}/{m['metadata']['name']}"] = [
+                [e["key"] for e in t["matchExpressions"]] for t in terms]
+    return out
+
+
+@pytest.mark.parametrize("case", ["nfs-dedicated", "gluster-nufa", "cvmfs-eks"])
+def test_on_a_karpenter_virtual_cluster_only_its_own_nodes_hold_the_storage(case: str) -> None:
+    """As for stage pods: the hand-labeled term would admit another namespace's static
+    nodes of the same pool name; static mode keeps it."""
+    own = [names.LABEL_POOL, names.LABEL_VIRTUAL_CLUSTER, names.LABEL_VIRTUAL_CLUSTER_NAMESPACE]
+    hand = [names.LABEL_POOL, names.LABEL_VIRTUAL_CLUSTER]
+    by_mode = {mode: _pool_terms(plan(replace(observed(storage(case)), facts=replace(
+        FACTS, virtual_cluster_modes={"snfactory": mode})))) for mode in ("karpenter", "static")}
+    assert by_mode["karpenter"] and by_mode["karpenter"].keys() == by_mode["static"].keys()
+    for workload in by_mode["karpenter"]:
+        assert by_mode["karpenter"][workload] == [own], workload
+        assert by_mode["static"][workload] == [own, hand], workload
+
+
+def test_a_virtual_cluster_not_reconciled_yet_holds_the_storage() -> None:
+    """Rendered before its status.mode, a server or client would be re-rendered (and its
+    pods restarted) once the mode came; so nothing is applied or pruned until then."""
+    waiting = replace(FACTS, virtual_cluster_modes={})
+    ready = replace(FACTS, virtual_cluster_modes={"snfactory": "karpenter"})
+    obj = storage("gluster-nufa")
+    p = plan(replace(observed(obj), facts=waiting))
+    assert (p.apply, p.prune) == ([], [])
+    assert p.status is not None
+    said = cond(p.status, "Ready")
+    assert (said["status"], said["reason"]) == ("False", "NotReady")
+    assert said["message"].startswith(
+        "spec.virtualCluster: VirtualCluster 'snfactory' has no status.mode yet: the operator "
+        "has not reconciled it"), said["message"]
+    assert "kubectl describe virtualcluster snfactory" in said["message"]
+    assert cond(p.status, "Invalid")["status"] == "False"
+    assert p.requeue_after == 10.0
+    # Made already (the VirtualCluster deleted and made again): kept, not pruned.
+    made = served(plan(replace(observed(obj), facts=ready)))
+    again = plan(replace(observed(obj, owned=made), facts=waiting))
+    assert (again.apply, again.prune) == ([], [])
+    # A storage that places nothing on pools (s3 runs no workload) does not wait.
+    s3 = storage("s3")
+    s3["spec"]["virtualCluster"] = "snfactory"
+    s3_status = plan(replace(observed(s3), facts=waiting)).status
+    assert s3_status is not None and cond(s3_status, "Ready")["status"] == "True"

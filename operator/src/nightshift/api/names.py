@@ -22,6 +22,8 @@ SHAREDSTORAGES = "sharedstorages"
 # on the nodes its NodePools launch) and a PipelineRun stage (which selects it).
 LABEL_POOL = f"{GROUP}/pool"
 LABEL_VIRTUAL_CLUSTER = f"{GROUP}/virtual-cluster"
+# A VirtualCluster's status.mode when Karpenter makes its nodes (virtualcluster/provider.py).
+MODE_KARPENTER = "karpenter"
 # NodePools are cluster-scoped: nodes also say which namespace's VirtualCluster they serve.
 LABEL_VIRTUAL_CLUSTER_NAMESPACE = f"{GROUP}/virtual-cluster-namespace"
 LABEL_RUN = f"{GROUP}/pipeline-run"

@@ -7,6 +7,10 @@ Both are waits, not spec errors: the VirtualCluster may be created (or given the
 after the run, as a SharedStorage may. The stages that would start wait, and the run's
 Progressing condition names the field, the object and the fix.
 
+A VirtualCluster the operator has not reconciled yet (no `status.mode`) is a wait too:
+whether Karpenter makes its nodes decides its stage pods' node affinity
+(jobs.virtual_cluster_affinity), and a Job's template is never changed once made.
+
 A stage without `pool` in a run with a VirtualCluster runs on the VirtualCluster's first
 pool (its default), so its pods land on that VirtualCluster's nodes and tolerate their
 taint instead of matching no node at all.
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nightshift.api import conditions as cond
+from nightshift.api import names
 from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun.jobs import NO_POOL, PoolNodes
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
@@ -40,7 +45,6 @@ REASON_SCRATCH = "WaitingForLocalDisk"
 # Bottlerocket's data volume).
 DEFAULT_ROOT_VOLUME = "20Gi"
 SECRET, CONFIGMAP = "Secret", "ConfigMap"
-KARPENTER_MODE = "karpenter"  # a VirtualCluster's status.mode (virtualcluster/provider.py)
 # The keys an S3 storage's credentialsSecret must hold (runnerparts renders both).
 CREDENTIAL_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
@@ -347,6 +351,15 @@ def _virtual_cluster(spec: PipelineRunSpec, namespace: str,
             f"was applied for its pools, so no node would come; fix it (kubectl describe "
             f"virtualcluster {vc} -n {namespace}); no stage starts until it is Ready"],
             frozenset(st.name for st in spec.stages), REASON)
+    if not (virtual_cluster.get("status") or {}).get("mode"):
+        return References(spec, [
+            f"spec.virtualCluster: VirtualCluster '{vc}' has no status.mode yet: the "
+            "operator has not reconciled it, and its pods' node affinity depends on "
+            "whether Karpenter makes its nodes; it is set within seconds of the "
+            f"VirtualCluster's creation by an operator watching namespace {namespace} "
+            f"(kubectl describe virtualcluster {vc} -n {namespace}); no stage starts "
+            "until it is set"],
+            frozenset(st.name for st in spec.stages), REASON)
     pools = [str(p.get("name")) for p in
              ((virtual_cluster.get("spec") or {}).get("pools") or []) if p.get("name")]
     waiting: list[str] = []
@@ -377,7 +390,7 @@ def pool_nodes(spec: PipelineRunSpec, observed: Mapping[str, Mapping[str, Any] |
     vc = observed.get(spec.virtual_cluster)
     taints = _pools(vc).get(pool, {}).get("taints") or []
     return PoolNodes(tuple(t for t in taints if isinstance(t, Mapping) and t.get("key")),
-                     karpenter=((vc or {}).get("status") or {}).get("mode") == KARPENTER_MODE)
+                     karpenter=((vc or {}).get("status") or {}).get("mode") == names.MODE_KARPENTER)
 
 
 def _pools(vc: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:

@@ -142,7 +142,7 @@ def render_cvmfs_client(st: Storage) -> list[dict[str, Any]]:
                                  names.ANNOTATION_CONFIG_HASH: config_hash(config, script)}},
                 "spec": {
                     "containers": [container],
-                    "affinity": pool_affinity(pools, st.spec.virtual_cluster, st.namespace),
+                    "affinity": pool_affinity(pools, st),
                     "tolerations": pool_tolerations(pools),
                     "terminationGracePeriodSeconds": 30,
                     "enableServiceLinks": False,

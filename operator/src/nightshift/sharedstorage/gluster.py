@@ -212,7 +212,7 @@ def _statefulset(st: Storage) -> dict[str, Any]:
     start = (f"rm -rf {RUN_IN_POD}/glusterd.socket {RUN_IN_POD}/glusterd.pid "
              f"{RUN_IN_POD}/gluster && mkdir -p {' '.join(brick_dirs(st))} && "
              "exec glusterd -N --log-file=/dev/stderr")
-    affinity = pool_affinity([g.pool], st.spec.virtual_cluster, st.namespace)
+    affinity = pool_affinity([g.pool], st)
     # One glusterd per node, across every storage: they all want the node's port 24007.
     affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [{
         "labelSelector": {"matchLabels": {
@@ -324,8 +324,7 @@ def _clients(st: Storage) -> list[dict[str, Any]]:
                         "hostNetwork": True,
                         "dnsPolicy": "ClusterFirstWithHostNet",
                         "containers": [container],
-                        "affinity": pool_affinity(pools, st.spec.virtual_cluster,
-                                                  st.namespace),
+                        "affinity": pool_affinity(pools, st),
                         "tolerations": pool_tolerations(pools),
                         "enableServiceLinks": False,
                         "volumes": [

@@ -1,6 +1,7 @@
 """kopf wiring for SharedStorages: their watch events drive the engine's loops; events
-on the workloads, pods and Jobs they own only wake them, and so does a PipelineRun
-that names one ending (it may unblock a deletion).
+on the workloads, pods and Jobs they own only wake them, and so do a PipelineRun that
+names one ending (it may unblock a deletion) and an event of the VirtualCluster a
+storage waits for.
 
 The watches of Deployments, DaemonSets, StatefulSets and Pods carry a server-side
 label selector (nightshift.io/storage): kopf would otherwise stream every pod of the
@@ -61,6 +62,16 @@ async def sharedstorage_event(type: str | None, body: kopf.Body, **_: Any) -> No
         for _kind, ns, run in RUN_LOOPS.running():
             if ns == namespace:
                 RUN_LOOPS.wake(ns, run)
+
+
+@kopf.on.event(names.GROUP, names.VERSION, names.VIRTUALCLUSTERS)
+async def virtualcluster_event_for_storages(meta: kopf.Meta, namespace: str | None,
+                                            **_: Any) -> None:
+    # Its first pass sets status.mode, which a storage placed on its pools waits for
+    # (plan.py): those storages look now rather than at their next timed pass.
+    for (_kind, ns, waiting), state in LOOPS.states().items():
+        if ns == (namespace or "") and state.awaiting_virtual_cluster == str(meta["name"]):
+            LOOPS.wake(ns, waiting)
 
 
 def _wake_owner(meta: kopf.Meta, namespace: str | None) -> None:

@@ -146,7 +146,7 @@ def render_nfs_server(st: Storage) -> list[dict[str, Any]]:
 
 
 def _placement(st: Storage, nfs: Nfs) -> dict[str, Any]:
-    affinity = pool_affinity([nfs.pool], st.spec.virtual_cluster, st.namespace)
+    affinity = pool_affinity([nfs.pool], st)
     if nfs.server == "dedicated":
         # The scheduler (and Karpenter) honour an existing pod's required anti-affinity
         # for pods coming later too, so this one term keeps pipeline pods of any

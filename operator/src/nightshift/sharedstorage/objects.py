@@ -44,15 +44,19 @@ class Storage:
     namespace: str
     uid: str
     spec: SharedStorageSpec
+    # Karpenter makes spec.virtualCluster's nodes (its status.mode): pool_affinity leaves
+    # out the term for hand-labeled nodes.
+    karpenter_nodes: bool = False
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> Storage:
+    def of(cls, obj: Mapping[str, Any], *, karpenter_nodes: bool = False) -> Storage:
         meta = obj.get("metadata", {})
         return cls(
             name=str(meta["name"]),
             namespace=str(meta.get("namespace", "default")),
             uid=str(meta.get("uid", "")),
             spec=SharedStorageSpec.model_validate(obj.get("spec", {})),
+            karpenter_nodes=karpenter_nodes,
         )
 
     def owner_reference(self) -> dict[str, Any]:
@@ -105,15 +109,18 @@ class Storage:
         return f"{HOST_ROOT}/{kind}/{self.namespace}/{self.name}"
 
 
-def pool_affinity(pools: Iterable[str], virtual_cluster: str | None,
-                  namespace: str) -> dict[str, Any]:
-    """Nodes of `pools`: of this VirtualCluster, or hand-labeled static ones.
+def pool_affinity(pools: Iterable[str], st: Storage) -> dict[str, Any]:
+    """Nodes of `pools`: of the storage's VirtualCluster, or hand-labeled static ones.
 
     Pool names are per namespace but nodes are cluster-scoped, so without the
     VirtualCluster terms a `workers` client could land on another collaboration's
-    `workers` nodes. Static nodes carry only the pool label: the second (OR'ed) term.
+    `workers` nodes. Static nodes carry only the pool label: the second (OR'ed) term,
+    left out where Karpenter makes the VirtualCluster's nodes, as for stage pods
+    (pipelinerun/jobs.virtual_cluster_affinity): there it would admit another
+    namespace's hand-labeled nodes of the same pool name.
     """
     wanted = sorted(set(pools))
+    virtual_cluster, namespace = st.spec.virtual_cluster, st.namespace
 
     def pool() -> dict[str, Any]:
         return {"key": names.LABEL_POOL, "operator": "In", "values": list(wanted)}
@@ -129,11 +136,12 @@ def pool_affinity(pools: Iterable[str], virtual_cluster: str | None,
                 {"key": names.LABEL_VIRTUAL_CLUSTER_NAMESPACE, "operator": "In",
                  "values": [namespace]},
             ]},
-            {"matchExpressions": [
+        ]
+        if not st.karpenter_nodes:
+            terms.append({"matchExpressions": [
                 pool(),
                 {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "DoesNotExist"},
-            ]},
-        ]
+            ]})
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": terms}}}
 

@@ -276,11 +276,14 @@ def facts(kube: Kube, namespace: str, spec: SharedStorageSpec,
           cluster_cidrs: Sequence[str]) -> ClusterFacts:
     """What validate checks the spec against; only what this spec refers to is read."""
     vcs: dict[str, list[str]] | None = None
+    modes: dict[str, str] | None = None
     if spec.virtual_cluster:
-        vcs = {}
+        vcs, modes = {}, {}
         for vc in kube.list(names.API_VERSION, names.VIRTUALCLUSTER, namespace):
             pools = ((vc.get("spec") or {}).get("pools")) or []
             vcs[str(vc["metadata"]["name"])] = [str(p.get("name")) for p in pools]
+            if mode := (vc.get("status") or {}).get("mode"):
+                modes[str(vc["metadata"]["name"])] = str(mode)
     classes: set[str] | None = None
     default = None
     if spec.type == "nfs" and spec.nfs is not None and spec.nfs.backing.pvc is not None:
@@ -289,7 +292,8 @@ def facts(kube: Kube, namespace: str, spec: SharedStorageSpec,
             classes.add(str(sc["metadata"]["name"]))
             if (sc["metadata"].get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION) == "true":
                 default = str(sc["metadata"]["name"])
-    return ClusterFacts(virtual_clusters=vcs, storage_classes=classes,
+    return ClusterFacts(virtual_clusters=vcs, virtual_cluster_modes=modes,
+                        storage_classes=classes,
                         default_storage_class=default, cluster_cidrs=list(cluster_cidrs))
 
 

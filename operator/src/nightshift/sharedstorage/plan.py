@@ -41,7 +41,12 @@ from nightshift.sharedstorage import gluster, glustervolume, nfs, reclaim, rende
 from nightshift.sharedstorage import status as ssstatus
 from nightshift.sharedstorage.objects import Platform, Storage, with_images
 from nightshift.sharedstorage.spec import SharedStorageSpec
-from nightshift.sharedstorage.validate import ClusterFacts, effective_squid_cidrs, validate
+from nightshift.sharedstorage.validate import (
+    ClusterFacts,
+    effective_squid_cidrs,
+    validate,
+    virtual_cluster_mode,
+)
 
 DELETING = deletion.DELETING
 # Look again soon while something is on its way (pods starting, a claim binding, the
@@ -128,6 +133,9 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
     gone: bool = False
+    # The VirtualCluster whose first pass (status.mode) this storage waits for: its
+    # events wake the storage (handlers.py).
+    awaiting_virtual_cluster: str | None = None
 
 
 def server_pod(pod: Obj) -> gluster.ServerPod:
@@ -179,9 +187,11 @@ def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
     present = {_key(obj): obj for obj in o.owned}
     apply: list[dict[str, Any]] = []
     prune: list[dict[str, str]] = []
-    if not problems and not deleting:
+    mode, wait = virtual_cluster_mode(spec, o.facts)
+    if not problems and not deleting and not wait:
         rendered = render.render_storage(o.storage, platform=o.platform,
-                                         squid_cidrs=effective_squid_cidrs(spec, o.facts))
+                                         squid_cidrs=effective_squid_cidrs(spec, o.facts),
+                                         karpenter_nodes=mode == names.MODE_KARPENTER)
         rendered += _observed_dependents(st, present, o.server_pods)
         rendered = with_images(rendered, o.image_registry, o.image_tag)
         wanted = {_key(m) for m in rendered}
@@ -193,7 +203,8 @@ def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
                  and not (m["kind"] == "Job" and _key(m) in present)]
         prune = [_ref(obj) for obj in o.owned
                  if _key(obj) not in wanted and _prunable(obj, st)]
-    figures = _figures(o, st, spec, present) if not problems else ssstatus.Observed()
+    figures = (ssstatus.Observed() if problems else ssstatus.Observed(not_ready=[wait])
+               if wait else _figures(o, st, spec, present))
     status = ssstatus.storage_status(o.storage, observed=figures, problems=problems,
                                      deleting=deleting, now=rfc3339(o.now))
     if reclaim.data_dirs(st, spec):
@@ -218,7 +229,8 @@ def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
     return Plan(add_finalizer=add_finalizer, apply=apply, prune=prune, status=status,
                 events=condition_events((o.storage.get("status") or {}).get("conditions"),
                                         status["conditions"]),
-                requeue_after=requeue)
+                requeue_after=requeue,
+                awaiting_virtual_cluster=spec.virtual_cluster if wait else None)
 
 
 def _observed_dependents(st: Storage, present: Mapping[tuple[str, str], Obj],

@@ -24,6 +24,8 @@ class LoopState:
 
     writer: StatusWriter = field(default_factory=lambda: StatusWriter(
         names.API_VERSION, names.SHAREDSTORAGE))
+    # Plan.awaiting_virtual_cluster of the last pass.
+    awaiting_virtual_cluster: str | None = None
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,9 @@ def reconcile(ctx: Context, namespace: str, name: str, state: LoopState) -> Outc
     if obs is None:
         return Outcome(gone=True)
     obj = dict(obs.storage)
-    return finish_pass(kube, OWNER, obj, plan(obs), state.writer,
+    first = plan(obs)
+    state.awaiting_virtual_cluster = first.awaiting_virtual_cluster
+    return finish_pass(kube, OWNER, obj, first, state.writer,
                        apply=lambda _obj, p: _apply(kube, p),
                        replan=lambda o, errors: plan(replace(obs, storage=o, errors=errors)))
 

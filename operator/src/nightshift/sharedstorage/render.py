@@ -16,13 +16,15 @@ from nightshift.sharedstorage.objects import Platform, Storage
 
 
 def render_storage(obj: Mapping[str, Any], *, platform: Platform,
-                   squid_cidrs: Sequence[str] = ()) -> list[dict[str, Any]]:
+                   squid_cidrs: Sequence[str] = (),
+                   karpenter_nodes: bool = False) -> list[dict[str, Any]]:
     """The workloads of a valid SharedStorage: [] for s3, which runs none.
 
     `squid_cidrs` (cvmfs only) is validate.effective_squid_cidrs(...): never empty for
-    a storage that passed validation.
+    a storage that passed validation. `karpenter_nodes`: its VirtualCluster's
+    status.mode is karpenter (objects.pool_affinity).
     """
-    st = Storage.of(obj)
+    st = Storage.of(obj, karpenter_nodes=karpenter_nodes)
     t = st.spec.type
     if t == "nfs":
         return nfs.render_nfs_server(st)

@@ -270,7 +270,7 @@ def _deployment(st: Storage, conf: str) -> dict[str, Any]:
             "labelSelector": {"matchLabels": st.selector(COMPONENT_SQUID)}}],
     }
     if sq.pool:
-        pod_spec["affinity"] |= pool_affinity([sq.pool], st.spec.virtual_cluster, st.namespace)
+        pod_spec["affinity"] |= pool_affinity([sq.pool], st)
         pod_spec["tolerations"] = pool_tolerations([sq.pool])
     spec: dict[str, Any] = {
         "selector": {"matchLabels": st.selector(COMPONENT_SQUID)},

@@ -39,6 +39,8 @@ class ClusterFacts:
 
     # The VirtualClusters of the storage's namespace: name -> pool names.
     virtual_clusters: Mapping[str, Sequence[str]] | None = None
+    # Their status.mode ("karpenter" or "static"), for those the operator has reconciled.
+    virtual_cluster_modes: Mapping[str, str] | None = None
     storage_classes: Collection[str] | None = None
     default_storage_class: str | None = None
     # The cluster's pod and node address ranges (VPC CIDRs on EKS).
@@ -74,6 +76,22 @@ def validate(spec: SharedStorageSpec, name: str,
     if spec.type == "cvmfs" and spec.cvmfs:
         p += _cvmfs(spec.cvmfs, facts)
     return p
+
+
+def virtual_cluster_mode(spec: SharedStorageSpec, facts: ClusterFacts) -> tuple[str | None, str]:
+    """(mode, wait): its VirtualCluster's status.mode, and what to say while a storage
+    that places pods on its pools waits for one (a workload's node affinity depends on
+    it, and a StatefulSet or DaemonSet re-rendered later would restart its pods)."""
+    vc = spec.virtual_cluster
+    if vc is None or facts.virtual_cluster_modes is None or not _pool_refs(spec):
+        return None, ""
+    mode = facts.virtual_cluster_modes.get(vc)
+    if mode:
+        return mode, ""
+    return None, (f"spec.virtualCluster: VirtualCluster {vc!r} has no status.mode yet: the "
+                  "operator has not reconciled it, and the node affinity of this storage's "
+                  "pods depends on whether Karpenter makes its nodes; nothing is applied "
+                  f"until it is set (kubectl describe virtualcluster {vc})")
 
 
 def _pool_refs(spec: SharedStorageSpec) -> list[tuple[str, str]]:
