@@ -14,7 +14,8 @@
 #   ./Dockerfile (operator)  -> nightshift-operator:dev
 # Caches: $NIGHTSHIFT_CACHE/images/base-<key>.tar (the root filesystem, keyed by the
 # suite, package list and ISO week) and $NIGHTSHIFT_CACHE/docker (dockerd's layers), so
-# a warm run rebuilds only what changed.
+# a warm run rebuilds only what changed, and imports only images whose docker ID differs
+# from what the node's containerd last imported (or that it no longer lists).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -164,7 +165,20 @@ build_one() {
     -t "$name" "$root" >"$DOCKER_DIR/build-${name%%:*}.log" 2>&1 \
     || die "docker build of $name failed; last lines of $DOCKER_DIR/build-${name%%:*}.log:
 $(tail -n 25 "$DOCKER_DIR/build-${name%%:*}.log")"
+  if in_node_already "$name"; then
+    step "$name unchanged: the node has this build already"
+    return 0
+  fi
   built+=("$name")
+}
+# What this cluster's containerd last imported, per image: the docker image ID. Kept
+# beside containerd's own state, so a node made afresh has none and imports everything.
+IMPORTED_DIR="$STATE/realnode/containerd/nightshift-imported"
+image_id() { "$DOCKER" image inspect -f '{{.Id}}' "$1"; }
+in_node_already() {
+  local stamp; stamp="$IMPORTED_DIR/${1%%:*}.id"
+  [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$(image_id "$1")" ] && [ -S "$CTR_SOCK" ] \
+    && ctr --address "$CTR_SOCK" -n k8s.io images ls -q | grep -qx "docker.io/library/$1"
 }
 # One `docker save` of every image built, one import: their shared base layers are
 # streamed once, not once per image (six imports took about 9 s each).
@@ -172,6 +186,9 @@ import_built() {
   [ ${#built[@]} -gt 0 ] || return 0
   step "ctr import ${built[*]}"
   ctr_import "${built[@]}"
+  mkdir -p "$IMPORTED_DIR"
+  local name
+  for name in "${built[@]}"; do image_id "$name" >"$IMPORTED_DIR/${name%%:*}.id"; done
 }
 built=()
 

@@ -73,3 +73,24 @@ def test_local_values_render_a_pod_on_the_real_node() -> None:
     volume = next(v for v in pod["volumes"] if v["name"] == "catalog")
     assert volume["hostPath"] == {"path": "/opt/catalog", "type": "Directory"}
     assert [d["metadata"]["namespace"] for d in docs if d["kind"] == "KopfPeering"] == ["runs"]
+
+
+def test_the_imported_image_id_rolls_the_operator(tmp_path: Path) -> None:
+    """hack/images.sh stamps what it imported; the demo puts it on the pod, so a new
+    build under the same :dev tag changes the template and helm upgrade rolls it."""
+    assert helminstall.imported_image_id(tmp_path) is None
+    stamp = (tmp_path / "realnode" / "containerd" / "nightshift-imported" /
+             f"{helminstall.OPERATOR_REPOSITORY}.id")
+    stamp.parent.mkdir(parents=True)
+    stamp.write_text("sha256:abc\n")
+    image_id = helminstall.imported_image_id(tmp_path)
+    assert image_id == "sha256:abc"
+    values = helminstall.local_values(
+        watch_namespaces=["runs"],
+        extra={"podAnnotations": {helminstall.IMAGE_ID_ANNOTATION: image_id}})
+    r = helminstall.helm(helm_bin(), "", "template", "nightshift", str(NIGHTSHIFT),
+                         "--namespace", "op", values=values)
+    assert r.returncode == 0, r.stderr
+    (deploy,) = [d for d in yaml.safe_load_all(r.stdout) if d and d["kind"] == "Deployment"]
+    annotations = deploy["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[helminstall.IMAGE_ID_ANNOTATION] == "sha256:abc"

@@ -92,6 +92,20 @@ def local_values(*, watch_namespaces: Sequence[str], catalog: Path | None = None
     return merge(values, extra or {})
 
 
+# The pod annotation that carries the operator image's docker ID, so that `helm upgrade`
+# rolls the operator when `hack/images.sh` imported a new build under the same :dev tag.
+IMAGE_ID_ANNOTATION = "nightshift.io/operator-image-id"
+
+
+def imported_image_id(state: Path, repository: str = OPERATOR_REPOSITORY) -> str | None:
+    """The docker ID of the image hack/images.sh last imported into the real node's
+    containerd (its stamp beside containerd's state); None before any import."""
+    stamp = state / "realnode" / "containerd" / "nightshift-imported" / f"{repository}.id"
+    if not stamp.exists():
+        return None
+    return stamp.read_text().strip() or None
+
+
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """`over` into `base`, maps recursively (as Helm merges values files)."""
     out = dict(base)
