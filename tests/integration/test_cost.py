@@ -22,6 +22,7 @@ from nightshift.kube import Kube
 from nightshift.virtualcluster.catalog import parse_quantity
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.conftest import Cluster
+from tests.integration.prutil import get_run
 from tests.integration.vcutil import (
     TERMINAL,
     cleanup,  # noqa: F401  (fixture)
@@ -126,7 +127,8 @@ def test_cost_in_status_equals_the_hand_computation(
         look()
         return phase(kube, namespace, "priced") in TERMINAL
 
-    wait_for("run priced to finish", done, 300, interval=0.25)
+    wait_for("run priced to finish", done, 300, interval=0.25,
+             explain=lambda: str(get_run(kube, namespace, "priced").get("status")))
     assert phase(kube, namespace, "priced") == "Succeeded"
     run = kube.get(names.API_VERSION, names.PIPELINERUN, "priced", namespace) or {}
     pods = kube.list("v1", "Pod", namespace, label_selector=f"{names.LABEL_RUN}=priced")

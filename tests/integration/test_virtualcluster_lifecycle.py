@@ -16,7 +16,7 @@ from nightshift.kube import Kube
 from nightshift.virtualcluster.catalog import CLASS_CATEGORIES, category_of
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.conftest import Cluster, OperatorProcess
-from tests.integration.prutil import wait_progressing
+from tests.integration.prutil import get_run, wait_progressing
 from tests.integration.vcutil import (
     KWOK_FAMILY,
     TERMINAL,
@@ -57,7 +57,8 @@ def test_deletion_waits_for_running_runs(kube: Kube, kubectl: Kubectl, namespace
     assert "long" in kept["message"] and "nightshift.io/force-delete" in kept["message"]
     assert phase(kube, namespace, "long") not in TERMINAL
     assert pool_objects(kube, "NodePool", namespace, "doomed", pool)
-    wait_for("run long to finish", lambda: phase(kube, namespace, "long") in TERMINAL, 90)
+    wait_for("run long to finish", lambda: phase(kube, namespace, "long") in TERMINAL, 90,
+             explain=lambda: str(get_run(kube, namespace, "long").get("status")))
     assert phase(kube, namespace, "long") == "Succeeded"
     wait_for("VirtualCluster doomed to be gone", lambda: get_vc(kube, namespace, "doomed")
              is None, 90)
@@ -165,7 +166,8 @@ def test_a_run_waits_for_its_virtual_cluster_and_pool_naming_them(
     assert not kube.list("batch/v1", "Job", namespace)
     kubectl.apply(vc_manifest(vc, [{"name": pool, "class": "compute"}], provider="static"),
                   namespace)
-    wait_for("run early to finish", lambda: phase(kube, namespace, "early") in TERMINAL, 120)
+    wait_for("run early to finish", lambda: phase(kube, namespace, "early") in TERMINAL, 120,
+             explain=lambda: str(get_run(kube, namespace, "early").get("status")))
     assert phase(kube, namespace, "early") == "Succeeded"
 
 
@@ -186,7 +188,8 @@ def test_a_pool_like_a_seed_type_launches_nodes_at_least_that_large(
             nodes[n["metadata"]["name"]] = n["metadata"]["labels"]
         return phase(kube, namespace, "tiny") in TERMINAL
 
-    wait_for("run tiny to finish", finished, 180, interval=0.5)
+    wait_for("run tiny to finish", finished, 180, interval=0.5,
+             explain=lambda: str(get_run(kube, namespace, "tiny").get("status")))
     assert phase(kube, namespace, "tiny") == "Succeeded"
     assert nodes
     for labels in nodes.values():

@@ -125,7 +125,8 @@ def create_vc(kubectl: Kubectl, cleanup: list[str], ns: str, manifest: dict[str,
 
 def ready(kube: Kube, ns: str, name: str) -> dict[str, Any]:
     vc = wait_for(f"{ns}/{name} Ready", lambda: (v := get_vc(kube, ns, name)) and condition(
-        v, "Ready").get("status") == "True" and v, 30)
+        v, "Ready").get("status") == "True" and v, 30,
+        explain=lambda: str((get_vc(kube, ns, name) or {}).get("status")))
     return dict(vc)
 
 
