@@ -20,12 +20,14 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from nightshift.kube import Kube
 from tests.clusterutil import ROOT, Kubectl, wait_for
+from tests.integration.clusterdigest import karpenter_log_digest
 from tests.integration.prutil import kwok_node_pool
 
 # Each pytest session gets its own namespace prefix and its operator watches only that
@@ -72,12 +74,32 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     FILE_SECONDS[path] = FILE_SECONDS.get(path, 0.0) + report.duration
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not FILE_SECONDS:
+SESSION_START = datetime.now(UTC)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
+                            exitstatus: int) -> None:
+    if FILE_SECONDS:
+        terminalreporter.section("longest files (wall seconds on their worker)")
+        for path, seconds in sorted(FILE_SECONDS.items(), key=lambda kv: -kv[1])[:8]:
+            terminalreporter.write_line(f"{seconds:8.1f}s {path}")
+    if exitstatus == pytest.ExitCode.TESTS_FAILED:
+        _karpenter_section(terminalreporter)
+
+
+def _karpenter_section(terminalreporter: pytest.TerminalReporter) -> None:
+    """On a failure with the local cluster: what its Karpenter did (clusterdigest.py)."""
+    from nightshift_localcluster.paths import Layout, LocalClusterError
+
+    try:
+        log = Layout.discover().logs / "karpenter.log"
+    except LocalClusterError:
         return
-    terminalreporter.section("longest files (wall seconds on their worker)")
-    for path, seconds in sorted(FILE_SECONDS.items(), key=lambda kv: -kv[1])[:8]:
-        terminalreporter.write_line(f"{seconds:8.1f}s {path}")
+    lines = karpenter_log_digest(log, SESSION_START)
+    if lines:
+        terminalreporter.section("the local cluster's Karpenter during this session")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @dataclass(frozen=True)
@@ -100,8 +122,8 @@ class Cluster:
 
 def external_instance_catalog() -> str:
     """For a cluster we did not start: NIGHTSHIFT_INSTANCE_CATALOG if set, else the test
-    bed's copy when it was built (a kind cluster with Karpenter's KWOK provider reads the
-    same upstream file)."""
+    bed's copy when it was built (a cluster running Karpenter's KWOK provider on the
+    upstream example file has the same Linux types and prices)."""
     if os.environ.get("NIGHTSHIFT_INSTANCE_CATALOG"):
         return os.environ["NIGHTSHIFT_INSTANCE_CATALOG"]
     from nightshift_localcluster.paths import Layout, LocalClusterError
