@@ -16,11 +16,11 @@ joins, with "; ", one error per NodePool of the cluster, and most do not name th
 (`scheduler.go` combines them; v1.14.1). Those of other NodePools are left out: a taint
 the pod does not tolerate (it tolerates its own pool's), requirements that differ on the
 VirtualCluster, its namespace or the pool label (its own pool's NodePools carry all
-three), and a limit error
-naming another NodePool. What is left is its own pool's. Where the pods' affinity also
-has the term for hand-labeled nodes (static mode), Karpenter reports that term's
-mismatch on the VirtualCluster label, which says nothing of the pool and goes the same
-way. The line itself names the pool's sizes and limits either way.
+three), and a limit error naming another NodePool. What is left is its own pool's.
+Where the pods' affinity also has the term for hand-labeled nodes (static mode),
+Karpenter reports that term's mismatch on the VirtualCluster label, which says nothing
+of the pool and goes the same way. The line itself names the pool's sizes and limits
+either way.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from nightshift.api import names, refusals
 from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun.spec import Stage
 from nightshift.pipelinerun.stalled import MESSAGE_CHARS, WAITING_FOR_NODES, fit, stall_head
+from nightshift.virtualcluster.nodepools import HALF_ON_DEMAND, HALF_SPOT
 from nightshift.virtualcluster.objectnames import nodepool_name
 
 FAILED_SCHEDULING = "FailedScheduling"
@@ -52,8 +53,8 @@ _OTHER_NODEPOOL = re.compile(
     r"^(did not tolerate taint\b|incompatible requirements, key "
     rf"({'|'.join(re.escape(k) for k in _OWN_KEYS)}),)")
 _NAMED = re.compile(r"\(NodePool=([^)]*)\)")
-# The halves a pool's NodePools may have (virtualcluster/nodepools.halves).
-_HALVES = ("", "spot", "ondemand")
+# The halves a pool's NodePools may have (virtualcluster/nodepools.halves): none, or both.
+_HALVES = ("", HALF_SPOT, HALF_ON_DEMAND)
 
 
 def unschedulable(pod: Mapping[str, Any]) -> bool:
