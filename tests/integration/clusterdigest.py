@@ -11,6 +11,7 @@ are most of its errors and the runs' own statuses quote them.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
@@ -18,6 +19,8 @@ from pathlib import Path
 
 ROUTINE = ("could not schedule pod",)
 SHOWN = 10
+_QUOTED = re.compile(r'"[^"]*"')
+_DETAILS = re.compile(r" \([^()]*\)")
 
 
 def _key(entry: dict[str, object]) -> str | None:
@@ -29,7 +32,8 @@ def _key(entry: dict[str, object]) -> str | None:
         reason = str(entry.get("command", "")).partition("/")[0]
         return f"disrupting node(s): {reason}: {entry.get('decision', '')}"
     if entry.get("level") == "ERROR":
-        error = str(entry.get("error", ""))[:120]
+        # One line per kind of error, not per object: names and details folded.
+        error = _DETAILS.sub("", _QUOTED.sub('"…"', str(entry.get("error", ""))))[:120]
         return f"{entry.get('controller', '')}: {message}: {error}"
     return None
 

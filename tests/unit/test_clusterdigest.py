@@ -27,7 +27,11 @@ def test_disruptions_and_errors_counted_routine_refusals_and_old_lines_left_out(
         line("2026-11-29T01:59:02.000Z", "disrupting node(s)", controller="disruption",
              decision="delete", command="Empty/8e7c: delete: nodepools=[p]: [n] (savings)"),
         line("2026-11-29T01:58:08.785Z", "Reconciler error", "ERROR",
-             controller="state.nodeclaim", error='NodePool.karpenter.sh "doomed" not found'),
+             controller="state.nodeclaim", error='NodePool.karpenter.sh "doomed" not found '
+             "(nodeclaim=doomed-x, nodepool=doomed)"),
+        line("2026-11-29T01:58:08.900Z", "Reconciler error", "ERROR",
+             controller="state.nodeclaim", error='NodePool.karpenter.sh "simvc" not found '
+             "(nodeclaim=simvc-y, nodepool=simvc)"),
         line("2026-11-29T01:58:09.000Z", "could not schedule pod", "ERROR",
              controller="provisioner", error="did not tolerate taint"),
         "not json",
@@ -35,7 +39,7 @@ def test_disruptions_and_errors_counted_routine_refusals_and_old_lines_left_out(
     ]
     assert karpenter_digest(lines, SINCE) == [
         "     2 x disrupting node(s): Drifted: replace (last 2026-11-29T01:59:01.100Z)",
+        '     2 x state.nodeclaim: Reconciler error: NodePool.karpenter.sh "…" not found '
+        "(last 2026-11-29T01:58:08.900Z)",
         "     1 x disrupting node(s): Empty: delete (last 2026-11-29T01:59:02.000Z)",
-        '     1 x state.nodeclaim: Reconciler error: NodePool.karpenter.sh "doomed" not found '
-        "(last 2026-11-29T01:58:08.785Z)",
     ]

@@ -77,8 +77,9 @@ def test_karpenters_words_keep_why_and_what_the_pod_asks_for() -> None:
 
 # Karpenter's message with other tests' NodePools about: one error per NodePool, joined
 # with "; ", most without a name. The two taint errors and the start of the pool's own
-# are as a CI rehearsal recorded them (session 30, cut there by the status's length);
-# the rest follows the shapes of scheduling/scheduler.go and scheduling/requirements.go.
+# are as a CI rehearsal recorded them (session 30, cut there by the status's length), and
+# so is the "does not have known values" part (a later rehearsal: a NodePool without the
+# label); the rest follows the shapes of scheduling/scheduler.go and requirements.go.
 SEVERAL = ("Failed to schedule pod, did not tolerate taint "
            "(taint=nightshift.io/pool=wffe9d:NoSchedule); did not tolerate taint "
            "(taint=nightshift.io/pool=mffe9d:NoSchedule); incompatible requirements, key "
@@ -86,6 +87,8 @@ SEVERAL = ("Failed to schedule pod, did not tolerate taint "
            "nightshift.io/virtual-cluster In [fits]; incompatible requirements, key "
            "nightshift.io/virtual-cluster-namespace, nightshift.io/virtual-cluster-namespace "
            "In [other] not in nightshift.io/virtual-cluster-namespace In [physics]; "
+           'incompatible requirements, label "nightshift.io/virtual-cluster" does not have '
+           "known values; "
            "all available instance types exceed limits for nodepool "
            "(NodePool=survey-big-spot-0a1b2c); no instance type has enough resources, "
            "requirements=karpenter.sh/capacity-type In [on-demand], nightshift.io/pool In "

@@ -49,9 +49,12 @@ _REQUIREMENTS = re.compile(r", requirements=.*?(?=, resources=\{|$)")
 # Errors of NodePools other than the pod's own pool's (see the module's docstring).
 _OWN_KEYS = (names.LABEL_VIRTUAL_CLUSTER, names.LABEL_VIRTUAL_CLUSTER_NAMESPACE,
              names.LABEL_POOL)
+_KEYS = "|".join(re.escape(k) for k in _OWN_KEYS)
+# Karpenter's two shapes for a requirement a NodePool cannot meet (scheduling/
+# requirements.go): a key whose values differ, and a key the NodePool does not have.
 _OTHER_NODEPOOL = re.compile(
-    r"^(did not tolerate taint\b|incompatible requirements, key "
-    rf"({'|'.join(re.escape(k) for k in _OWN_KEYS)}),)")
+    rf'^(did not tolerate taint\b|incompatible requirements, (key ({_KEYS}),|'
+    rf'label "({_KEYS})" does not have known values))')
 _NAMED = re.compile(r"\(NodePool=([^)]*)\)")
 # The halves a pool's NodePools may have (virtualcluster/nodepools.halves): none, or both.
 _HALVES = ("", HALF_SPOT, HALF_ON_DEMAND)
