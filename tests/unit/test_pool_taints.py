@@ -64,7 +64,7 @@ def _terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_on_a_karpenter_virtual_cluster_only_its_own_nodes_are_the_pools() -> None:
-    """status.mode karpenter: the hand-labeled term goes (jobs.virtual_cluster_affinity),
+    """status.mode karpenter: the hand-labeled term goes (api/nodeaffinity),
     from Jobs and MPIJobs alike; static keeps it; not yet reconciled, no Job is made."""
     stages = (stage("reduce", pool="imaging"),
               {"name": "ep", "image": "mpi:dev", "pool": "imaging", "mpi": {"workers": 2},

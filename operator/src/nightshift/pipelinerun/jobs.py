@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nightshift.api import names
+from nightshift.api import names, nodeaffinity
 from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun import binding, items
 from nightshift.pipelinerun import runnerparts as runner
@@ -265,8 +265,8 @@ def placement(spec: PipelineRunSpec, stage: Stage, namespace: str,
                                "value": stage.pool, "effect": "NoSchedule"},
                               *map(_toleration, pool.taints)]
         if spec.virtual_cluster:
-            out["affinity"] = virtual_cluster_affinity(spec.virtual_cluster, namespace,
-                                                       hand_labeled=not pool.karpenter)
+            out["affinity"] = nodeaffinity.virtual_cluster_affinity(
+                spec.virtual_cluster, namespace, hand_labeled=not pool.karpenter)
     return out
 
 
@@ -354,26 +354,3 @@ def merge_env(*lists: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for e in lst:
             merged[e["name"]] = copy.deepcopy(dict(e))
     return list(merged.values())
-
-
-def virtual_cluster_affinity(vc: str, namespace: str,
-                             hand_labeled: bool = True) -> dict[str, Any]:
-    """Only this VirtualCluster's nodes, or (`hand_labeled`) hand-labeled ones.
-
-    Pool names are per namespace but NodePools and nodes are cluster-scoped: without
-    this, a `workers` stage could land on another collaboration's `workers` nodes.
-    Static-mode nodes carry only the pool label, hence the second (OR'ed) term, which
-    a VirtualCluster whose nodes Karpenter makes leaves out: there it would admit
-    another collaboration's hand-labeled nodes of the same pool name, and Karpenter,
-    which tries a pod's terms in turn, would report only that term's mismatch when no
-    node of the pool can hold the pod (unlaunched.py), not the pool's own reason.
-    """
-    terms: list[dict[str, Any]] = [{"matchExpressions": [
-        {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "In", "values": [vc]},
-        {"key": names.LABEL_VIRTUAL_CLUSTER_NAMESPACE, "operator": "In", "values": [namespace]},
-    ]}]
-    if hand_labeled:
-        terms.append({"matchExpressions": [
-            {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "DoesNotExist"}]})
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": terms}}}

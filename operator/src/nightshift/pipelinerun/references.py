@@ -9,7 +9,7 @@ Progressing condition names the field, the object and the fix.
 
 A VirtualCluster the operator has not reconciled yet (no `status.mode`) is a wait too:
 whether Karpenter makes its nodes decides its stage pods' node affinity
-(jobs.virtual_cluster_affinity), and a Job's template is never changed once made.
+(api/nodeaffinity), and a Job's template is never changed once made.
 
 A stage without `pool` in a run with a VirtualCluster runs on the VirtualCluster's first
 pool (its default), so its pods land on that VirtualCluster's nodes and tolerate their

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from nightshift.api import names
+from nightshift.api import names, nodeaffinity
 from nightshift.sharedstorage.spec import SharedStorageSpec
 
 # Where the rendered objects run: "aws" adds the AWS Load Balancer Controller's
@@ -114,36 +114,17 @@ def pool_affinity(pools: Iterable[str], st: Storage) -> dict[str, Any]:
 
     Pool names are per namespace but nodes are cluster-scoped, so without the
     VirtualCluster terms a `workers` client could land on another collaboration's
-    `workers` nodes. Static nodes carry only the pool label: the second (OR'ed) term,
-    left out where Karpenter makes the VirtualCluster's nodes, as for stage pods
-    (pipelinerun/jobs.virtual_cluster_affinity): there it would admit another
-    namespace's hand-labeled nodes of the same pool name.
+    `workers` nodes: the rule stage pods follow too (api/nodeaffinity), with the
+    term for hand-labeled static nodes left out where Karpenter makes the
+    VirtualCluster's nodes.
     """
-    wanted = sorted(set(pools))
-    virtual_cluster, namespace = st.spec.virtual_cluster, st.namespace
-
-    def pool() -> dict[str, Any]:
-        return {"key": names.LABEL_POOL, "operator": "In", "values": list(wanted)}
-
-    if virtual_cluster is None:
-        terms: list[dict[str, Any]] = [{"matchExpressions": [pool()]}]
-    else:
-        terms = [
-            {"matchExpressions": [
-                pool(),
-                {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "In",
-                 "values": [virtual_cluster]},
-                {"key": names.LABEL_VIRTUAL_CLUSTER_NAMESPACE, "operator": "In",
-                 "values": [namespace]},
-            ]},
-        ]
-        if not st.karpenter_nodes:
-            terms.append({"matchExpressions": [
-                pool(),
-                {"key": names.LABEL_VIRTUAL_CLUSTER, "operator": "DoesNotExist"},
-            ]})
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": terms}}}
+    pool = {"key": names.LABEL_POOL, "operator": "In", "values": sorted(set(pools))}
+    if st.spec.virtual_cluster is None:
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [pool]}]}}}
+    return nodeaffinity.virtual_cluster_affinity(
+        st.spec.virtual_cluster, st.namespace, hand_labeled=not st.karpenter_nodes,
+        also=[pool])
 
 
 def pool_tolerations(pools: Iterable[str]) -> list[dict[str, Any]]:
