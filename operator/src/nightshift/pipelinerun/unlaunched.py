@@ -121,10 +121,10 @@ def summary(stage: Stage, index: int, virtual_cluster: str, pod: Mapping[str, An
     if newest is None or newest.get("reason") != FAILED_SCHEDULING:
         return None
     pool = f"pool '{stage.pool}'" if stage.pool else "its first pool"
-    name = (pod.get("metadata") or {}).get("name", "")
+    meta = pod.get("metadata") or {}
+    name = meta.get("name", "")
     wants = f" asks for {a}" if (a := asks(stage)) else ""
-    own = own_nodepools(str((pod.get("metadata") or {}).get("namespace") or ""),
-                        virtual_cluster, stage.pool)
+    own = own_nodepools(str(meta.get("namespace") or ""), virtual_cluster, stage.pool)
     why = words(str(newest.get("message")), own)
     said = f"pod {name}{wants}: Karpenter found no node to launch for it" + (
         f": {why}" if why else "")
