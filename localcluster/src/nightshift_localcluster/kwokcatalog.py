@@ -19,6 +19,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+# Raise when linux_only changes what it keeps: the written file's path carries it.
+FILTER_REVISION = 1
+
 
 def linux_only(entries: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The catalog entries that offer Linux on a 64-bit architecture, in their order."""

@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nightshift_localcluster.kwokcatalog import FILTER_REVISION
+
 
 class LocalClusterError(Exception):
     """A problem a person can fix; the message says what and how."""
@@ -93,9 +95,11 @@ class Layout:
     def instance_types_file(self) -> Path:
         """The catalog the KWOK provider and the operator read: the example's Linux
         entries only (see kwokcatalog). Alone in its directory, since the demo's operator
-        mounts that directory by hostPath."""
+        mounts that directory by hostPath. The directory names the filter's revision
+        too, so a changed filter writes a new file instead of trusting a stale one."""
         version = self.versions["KARPENTER_VERSION"]
-        return self.cache / "kwok-catalog" / f"karpenter-{version}" / "instance-types-linux.json"
+        directory = f"karpenter-{version}-r{FILTER_REVISION}"
+        return self.cache / "kwok-catalog" / directory / "instance-types-linux.json"
 
     @property
     def kubeconfig(self) -> Path:
