@@ -115,11 +115,14 @@ def test_a_full_quota_is_named_while_it_holds_the_stage_to_fewer_pods(
         return (stored.get("status") or {}).get("hard")
 
     wait_for("the quota counted", counted, timeout=60)
-    slow = {"pod-complete.stage.kwok.x-k8s.io/delay": "45s",
-            "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "45s"}
+    # The run names the quota STALL_SECONDS (30 s) after it sees the first pod ready
+    # and the second missing; the first pod's life bounds the wait, and under a loaded
+    # bed its start alone took 10 s and more.
+    slow = {"pod-complete.stage.kwok.x-k8s.io/delay": "55s",
+            "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "55s"}
     kubectl.apply(pipelinerun("quota", namespace, [
         stage("calib", pool, 2, parallelism=2, podAnnotations=slow)]))
-    prog = wait_progressing(kube, namespace, "quota", "WaitingForQuota", timeout=44)
+    prog = wait_progressing(kube, namespace, "quota", "WaitingForQuota", timeout=54)
     assert prog["status"] == "True", prog  # its own pods ending free it: progressing
     assert prog["message"] == (
         "stage calib: the Job controller cannot create more of its pods: exceeded quota: "
