@@ -246,5 +246,22 @@ def test_a_volume_the_kubelet_cannot_mount_is_named_from_the_pods_events(
         print(message)  # what a user sees, for `pytest -s`
         assert message.endswith("; check the storages spec.stages[0] mounts and reads "
                                 "(spec.storage, and a SharedStorage's status)"), message
+
+        # Were other pods of the stage running, this one would be named once held for
+        # STALL_SECONDS: the real kubelet's pod carries the time it was scheduled.
+        def held() -> tuple[str, str] | None:
+            pod = unmounted.held(_pods(kubectl, namespace, name), datetime.now(UTC))
+            if pod is None:
+                return None
+            events = kubectl.kube.list("v1", "Event", namespace, field_selector=(
+                f"involvedObject.uid={pod['metadata']['uid']}"))
+            return unmounted.some_summary(spec.stages[0], 0, pod, events, datetime.now(UTC))
+
+        reason, some = wait_for(f"{name}'s pod held for {stalled.STALL_SECONDS:g} s", held,
+                                stalled.STALL_SECONDS + 60, interval=1)
+        assert reason == stalled.SOME_NOT_STARTING
+        assert some.startswith("stage calib: some of its pods do not start while others "
+                               "run: pod "), some
+        assert " waits for its volumes: FailedMount: MountVolume.SetUp failed" in some, some
     finally:
         kubectl("delete", "pv", pv, "--wait=false", check=False)

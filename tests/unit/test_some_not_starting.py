@@ -7,6 +7,7 @@ Pods merely starting or waiting for a node are not: a fan-out always has some.""
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -126,3 +127,57 @@ def test_a_churning_stage_whose_pods_only_start_is_read_ever_less_often(
         reads.append(read)
         assert prog["reason"] == "Running"
     assert sum(reads) == 5, reads  # at 30, 90, 210, 450 and 930 s, then every 480 s
+
+
+def _held(ago: float) -> dict[str, Any]:
+    """A Pending pod scheduled `ago` seconds before now, still without its sandbox."""
+    when = (datetime.now(UTC) - timedelta(seconds=ago)).isoformat()
+    return pod([waiting("main", "ContainerCreating")], conditions=[
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": when},
+        {"type": "PodReadyToStartContainers", "status": "False"}])
+
+
+def _volume_event(kube: RecordingKube, pod_name: str, message: str) -> None:
+    (path,) = [p for p in kube.store if p.endswith(f"/pods/{pod_name}")]
+    kube.put({"apiVersion": "v1", "kind": "Event",
+              "metadata": {"name": f"{pod_name}.attach", "namespace": "physics"},
+              "involvedObject": {"kind": "Pod", "uid": kube.store[path]["metadata"]["uid"]},
+              "type": "Warning", "reason": "FailedAttachVolume", "message": message,
+              "lastTimestamp": datetime.now(UTC).isoformat()})
+
+
+def test_reconcile_names_a_pod_held_by_its_volume_while_the_others_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ReadWriteOnce claim's disk is attached to the node of the pods that run: a pod
+    on another node waits for it, and only its events say so."""
+    multi = ('Multi-Attach error for volume "pvc-5f1c" Volume is already used by pod(s) '
+             "nightly-calib-0-x7")
+    kube, state, clock, _ = _running(monkeypatch, 2, [STARTING, _held(5)])
+    _volume_event(kube, "nightly-calib-1-x7", multi)
+    (path,) = [p for p in kube.store if p.endswith("/pods/nightly-calib-1-x7")]
+    selectors: list[str] = []
+    real = kube.list
+
+    def listing(api_version: str, kind: str, *args: Any, **kw: Any) -> list[dict[str, Any]]:
+        if kind == "Event":
+            selectors.append(str(kw.get("field_selector")))
+        return real(api_version, kind, *args, **kw)
+
+    read, prog = _pass(kube, state)
+    assert not read  # not for STALL_SECONDS yet
+    # _pass wraps this and takes it away after its pass: it sees the next pass only.
+    kube.list = listing  # type: ignore[method-assign]
+    clock[0] += stalled.STALL_SECONDS + 1
+    read, prog = _pass(kube, state)
+    # Scheduled 5 s ago: it merely starts; its events are not read, nothing is said.
+    assert read and prog["reason"] == "Running"
+    assert not [s for s in selectors if f"uid-{path}" in s], selectors
+    # The same pod, scheduled long enough ago: named from its event, the run goes on.
+    kube.store[path]["status"] = _held(stalled.STALL_SECONDS + 30)["status"]
+    clock[0] += stalled.MAX_READ_INTERVAL
+    read, prog = _pass(kube, state)
+    assert read and (prog["status"], prog["reason"]) == ("True", stalled.SOME_NOT_STARTING)
+    assert prog["message"].startswith(
+        "stage calib: some of its pods do not start while others run: pod "
+        f"nightly-calib-1-x7 waits for its volumes: FailedAttachVolume: {multi}; a "
+        "ReadWriteOnce volume attaches to one node at a time"), prog["message"]

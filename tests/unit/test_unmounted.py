@@ -111,3 +111,29 @@ def test_reconcile_reads_the_events_of_a_pod_that_waits_for_its_volumes(
         f"FailedMount: {HOSTPATH}"), prog
     run = kube.store[kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")]
     assert run["status"]["stages"][0]["waiting"] == prog["message"]
+
+
+def held_since(ago: float | None, now: datetime = NOW) -> dict[str, Any]:
+    """A Pending pod scheduled `ago` seconds before `now` (None: no time on it), its
+    container still to be made."""
+    status = scheduled(False, "ContainerCreating")
+    if ago is not None:
+        status["conditions"][0]["lastTransitionTime"] = (
+            now - timedelta(seconds=ago)).isoformat()
+    return {"metadata": {"name": f"nightly-calib-{ago}-x7"}, "status": status}
+
+
+def test_only_a_pod_held_for_the_stall_time_counts_while_others_run() -> None:
+    fresh, old = held_since(5), held_since(stalled.STALL_SECONDS + 1)
+    assert unmounted.held([fresh, held_since(None)], NOW) is None  # merely starting
+    assert unmounted.held([fresh, {"status": scheduled(True)}, old], NOW) is old
+    found = unmounted.some_summary(one_stage().stages[0], 0, old,
+                                   [event("FailedAttachVolume", MULTI)], NOW)
+    assert found is not None and found[0] == stalled.SOME_NOT_STARTING
+    assert found[0] not in stalled.STOPPED  # the others run: the run progresses
+    assert found[1].startswith("stage calib: some of its pods do not start while others "
+                               f"run: pod nightly-calib-31.0-x7 waits for its volumes: "
+                               f"FailedAttachVolume: {MULTI}; a ReadWriteOnce volume "
+                               "attaches to one node at a time"), found[1]
+    assert len(found[1]) <= stalled.MESSAGE_CHARS
+    assert unmounted.some_summary(one_stage().stages[0], 0, old, [], NOW) is None

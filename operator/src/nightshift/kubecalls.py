@@ -140,7 +140,8 @@ CALLS: tuple[Call, ...] = tuple([
            "ones (limit 20, for crash loops)"),
     *_rows(CORE, "events", "list", NAMESPACE, _K,
            "pipelinerun/observe: a stalled stage's first Pending pod without a sandbox, its "
-           "events (by uid, limit 100: FailedMount, unmounted.py); on a VirtualCluster, "
+           "events (by uid, limit 100: FailedMount, unmounted.py), or, while others run, "
+           "of one held 30 s without it; on a VirtualCluster, "
            "its first unschedulable Pending pod's events (by uid, limit 100: Karpenter's "
            "FailedScheduling and Nominated, unlaunched.py); a stage Job's "
            "FailedCreate events (field selector on its "

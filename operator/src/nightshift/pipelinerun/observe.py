@@ -149,8 +149,8 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
     before it said nothing: Pending pods (and the events of one that waits for its
     volumes, or, on a VirtualCluster, that no node takes); refusal events (the Job's,
     the MPIJob's, or its launcher Job's since the MPIJob was made); with some pods
-    running, a page of Pending pods (stalled.SOME_PODS_READ); an MPI stage's Running
-    workers."""
+    running, a page of Pending pods (stalled.SOME_PODS_READ, and the events of one held
+    without its sandbox, unmounted.held); an MPI stage's Running workers."""
     meta = job["metadata"]
     jname, now = meta["name"], datetime.now(UTC)
 
@@ -176,8 +176,12 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
             f"involvedObject.uid={meta.get('uid')}", stalled.JOB_REFUSED), now,
             some=what == "more")
     if found is None and what == "more":
-        found = stalled.some_summary(stage, i, _pods(kube, namespace, job, "Pending",
-                                                     stalled.SOME_PODS_READ))
+        page = _pods(kube, namespace, job, "Pending", stalled.SOME_PODS_READ)
+        found = stalled.some_summary(stage, i, page)
+        if found is None and (held := unmounted.held(page, now)) is not None:
+            # A claim's disk attached to the node of the pods that run, say.
+            found = unmounted.some_summary(stage, i, held, events(
+                f"involvedObject.uid={held['metadata'].get('uid')}"), now)
     if found is None and what in ("mpi", "gang"):
         found = stalled.not_created(stage, i, jname, events(
             f"involvedObject.uid={meta.get('uid')}", stalled.MPI_REFUSED), now, whose="mpi")

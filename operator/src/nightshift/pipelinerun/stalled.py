@@ -13,7 +13,9 @@ cannot pull) would hold their items until nothing else ran. So a Job with some p
 ready and more active, for STALL_SECONDS, has a page of its Pending pods read
 (SOME_PODS_READ; in a churning fan-out that is most of the time, and the reads back off
 to every MAX_READ_INTERVAL while the pods say nothing); only a pod that cannot start is
-named (SOME_NOT_STARTING), never one waiting for a node, and the run still progresses.
+named (SOME_NOT_STARTING), or, from its events, one scheduled STALL_SECONDS ago and
+still without its volumes (unmounted.held); never one waiting for a node, and the run
+still progresses.
 
 Pods the Job controller cannot create at all (a full ResourceQuota, a LimitRange, the
 namespace's Pod Security level, an admission webhook) leave no pod to read: the Job
@@ -280,6 +282,11 @@ def stall_head(stage: Stage) -> str:
     return f"stage {stage.name}: its pods do not start: "
 
 
+def some_head(stage: Stage) -> str:
+    """How the line of a stage whose other pods run begins (SOME_NOT_STARTING)."""
+    return f"stage {stage.name}: some of its pods do not start while others run: "
+
+
 def summary(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
             ) -> tuple[str, str] | None:
     """The stage's one line: the first pod that says why. No counts or durations in it:
@@ -299,7 +306,7 @@ def some_summary(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
     start (an image, a container's config), or None. A pod no node takes is left out:
     a stage may have more pods than its pool has room for, and Karpenter may be
     launching the rest."""
-    head = f"stage {stage.name}: some of its pods do not start while others run: "
+    head = some_head(stage)
     for pod in pods:
         found = why(pod, stage, index, MESSAGE_CHARS - len(head))
         if found is not None and found[0] == NOT_STARTING:

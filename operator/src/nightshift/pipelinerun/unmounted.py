@@ -8,6 +8,12 @@ say why: the kubelet's FailedMount and the attach/detach controller's
 FailedAttachVolume. When none of a stalled stage's Pending pods says why from its status
 (stalled.summary), the I/O layer reads the events of the first that waits for its
 volumes (one LIST by its uid), and this says what they mean and where to look.
+
+A stage some of whose pods run while others wait for their volumes (a ReadWriteOnce
+claim's disk attached to the node of the ones that run) is read the same way, from its
+page of Pending pods, but only for a pod scheduled STALL_SECONDS ago and still without
+its sandbox: every starting pod waits for its volumes a moment, and its volume events
+are often transient ones.
 """
 
 from __future__ import annotations
@@ -17,8 +23,16 @@ from datetime import datetime
 from typing import Any
 
 from nightshift.api import refusals
+from nightshift.api.conditions import find
 from nightshift.pipelinerun.spec import Stage
-from nightshift.pipelinerun.stalled import MESSAGE_CHARS, fit, stall_head
+from nightshift.pipelinerun.stalled import (
+    MESSAGE_CHARS,
+    SOME_NOT_STARTING,
+    STALL_SECONDS,
+    fit,
+    some_head,
+    stall_head,
+)
 
 WAITING_FOR_VOLUMES = "WaitingForVolumes"
 # The events that say why a volume is not there, in the kubelet's or the attach/detach
@@ -47,10 +61,40 @@ def first(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return next((p for p in pods if waits_for_volumes(p)), None)
 
 
+def held(pods: Sequence[Mapping[str, Any]], now: datetime) -> Mapping[str, Any] | None:
+    """The first of `pods` scheduled at least STALL_SECONDS before `now` and still without
+    its sandbox: one that does not merely start."""
+    for pod in pods:
+        if not waits_for_volumes(pod):
+            continue
+        cond = find((pod.get("status") or {}).get("conditions"), "PodScheduled")
+        since = refusals.parse_time((cond or {}).get("lastTransitionTime"))
+        if since is not None and (now - since).total_seconds() >= STALL_SECONDS:
+            return pod
+    return None
+
+
 def summary(stage: Stage, index: int, pod: Mapping[str, Any],
             events: Sequence[Mapping[str, Any]], now: datetime) -> tuple[str, str] | None:
     """The stage's line from `pod`'s events (its newest of the last
     refusals.EVENT_WINDOW about a volume), or None when none says why."""
+    head = stall_head(stage)
+    said = _said(index, pod, events, now, MESSAGE_CHARS - len(head))
+    return None if said is None else (WAITING_FOR_VOLUMES, head + said)
+
+
+def some_summary(stage: Stage, index: int, pod: Mapping[str, Any],
+                 events: Sequence[Mapping[str, Any]], now: datetime
+                 ) -> tuple[str, str] | None:
+    """The line of a stage whose other pods run, from a `held` pod's events: the others
+    go on, so the run still progresses (stalled.SOME_NOT_STARTING)."""
+    head = some_head(stage)
+    said = _said(index, pod, events, now, MESSAGE_CHARS - len(head))
+    return None if said is None else (SOME_NOT_STARTING, head + said)
+
+
+def _said(index: int, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
+          now: datetime, room: int) -> str | None:
     newest = refusals.latest([e for e in events if e.get("reason") in VOLUME_EVENTS], now)
     if newest is None:
         return None
@@ -64,6 +108,4 @@ def summary(stage: Stage, index: int, pod: Mapping[str, Any],
         fix = (f"check the storages spec.stages[{index}] mounts and reads (spec.storage, "
                "and a SharedStorage's status)")
     name = (pod.get("metadata") or {}).get("name", "")
-    head = stall_head(stage)
-    return WAITING_FOR_VOLUMES, head + fit(
-        f"pod {name} waits for its volumes: {reason}: {said}", fix, MESSAGE_CHARS - len(head))
+    return fit(f"pod {name} waits for its volumes: {reason}: {said}", fix, room)
