@@ -81,6 +81,23 @@ def test_a_multi_attach_error_names_readwritemany_or_one_pod() -> None:
                              "SharedStorage, EFS) or parallelism 1"), found[1]
 
 
+def test_a_users_volume_is_named_before_the_kubelets_passing_configmap_cache_failure(
+        ) -> None:
+    """Under load the kubelet may fail to sync its ConfigMap cache for the items volume:
+    newer, and passing, while the hostPath's failure holds the pod for good."""
+    cache = ('MountVolume.SetUp failed for volume "nightshift-items" : failed to sync '
+             "configmap cache: timed out waiting for the condition")
+    pod = {"metadata": {"name": "nightly-calib-1-x7"}, "status": scheduled(False)}
+    st = one_stage().stages[0]
+    found = unmounted.summary(st, 0, pod, [event("FailedMount", HOSTPATH, 60),
+                                           event("FailedMount", cache, 5)], NOW)
+    assert found is not None and f"FailedMount: {HOSTPATH};" in found[1], found
+    # Alone, the operator's own volume's failure is still said: it may be for good
+    # (its ConfigMap deleted).
+    found = unmounted.summary(st, 0, pod, [event("FailedMount", cache, 5)], NOW)
+    assert found is not None and f"FailedMount: {cache};" in found[1], found
+
+
 def test_no_volume_event_or_only_old_ones_say_nothing() -> None:
     pod = {"metadata": {"name": "p"}, "status": scheduled(False)}
     st = one_stage().stages[0]

@@ -18,12 +18,19 @@ are often transient ones.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from nightshift.api import refusals
 from nightshift.api.conditions import find
+from nightshift.pipelinerun.runnerparts import (
+    VOLUME_BIN,
+    VOLUME_GATHER_PREFIX,
+    VOLUME_ITEMS,
+    VOLUME_WORK,
+)
 from nightshift.pipelinerun.spec import Stage
 from nightshift.pipelinerun.stalled import (
     MESSAGE_CHARS,
@@ -39,6 +46,12 @@ WAITING_FOR_VOLUMES = "WaitingForVolumes"
 # controller's words.
 VOLUME_EVENTS = frozenset({"FailedMount", "FailedAttachVolume", "FailedMapVolume"})
 _STARTING = frozenset({"ContainerCreating", "PodInitializing"})
+# The operator's own ConfigMap and emptyDir volumes. The kubelet's failures to set them up
+# are mostly its own cache's, and pass ("failed to sync configmap cache: timed out
+# waiting for the condition", seen under load), while another volume's may hold the pod
+# for good: that one is named first.
+_OWN_VOLUME = re.compile('for volume "(?:' + "|".join(re.escape(v) for v in (
+    VOLUME_ITEMS, VOLUME_WORK, VOLUME_BIN)) + "|" + re.escape(VOLUME_GATHER_PREFIX) + '[^"]*)"')
 
 
 def waits_for_volumes(pod: Mapping[str, Any]) -> bool:
@@ -77,7 +90,8 @@ def held(pods: Sequence[Mapping[str, Any]], now: datetime) -> Mapping[str, Any] 
 def summary(stage: Stage, index: int, pod: Mapping[str, Any],
             events: Sequence[Mapping[str, Any]], now: datetime) -> tuple[str, str] | None:
     """The stage's line from `pod`'s events (its newest of the last
-    refusals.EVENT_WINDOW about a volume), or None when none says why."""
+    refusals.EVENT_WINDOW about a volume, one not the operator's own first), or None
+    when none says why."""
     head = stall_head(stage)
     said = _said(index, pod, events, now, MESSAGE_CHARS - len(head))
     return None if said is None else (WAITING_FOR_VOLUMES, head + said)
@@ -95,7 +109,11 @@ def some_summary(stage: Stage, index: int, pod: Mapping[str, Any],
 
 def _said(index: int, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]],
           now: datetime, room: int) -> str | None:
-    newest = refusals.latest([e for e in events if e.get("reason") in VOLUME_EVENTS], now)
+    """The newest volume event's words and fix; one about a volume not the operator's
+    own before any that is (_OWN_VOLUME)."""
+    about = [e for e in events if e.get("reason") in VOLUME_EVENTS]
+    newest = refusals.latest([e for e in about if not _OWN_VOLUME.search(
+        str(e.get("message") or ""))], now) or refusals.latest(about, now)
     if newest is None:
         return None
     reason, said = newest.get("reason"), " ".join(refusals.clean(
