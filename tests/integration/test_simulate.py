@@ -67,8 +67,13 @@ def test_each_index_ends_after_its_hashed_quantile(kube: Kube, kubectl: Kubectl,
         start, stop = parse_rfc3339(ready["lastTransitionTime"]), parse_rfc3339(end)
         assert start and stop
         seen[index] = (stop - start).total_seconds()
-    # API timestamps have 1-s resolution: each end within a second and a half.
-    assert {i: pytest.approx(expected_seconds(i), abs=1.5) for i in seen} == seen
+    # API timestamps have 1-s resolution, and KWOK ends a pod late, never early, when
+    # its queue runs behind (3 s late once in a CI run with eight test workers): each
+    # end from 1.5 s before its quantile to 4.5 s after it.
+    late = {i: round(seen[i] - expected_seconds(i), 1) for i in seen}
+    assert all(-1.5 <= d <= 4.5 for d in late.values()), (seen, late)
+    # ... and most on time: a quantile too high for every index would be 2 s late each.
+    assert sorted(late.values())[len(late) // 2] <= 1.5, (seen, late)
     assert len({expected_seconds(i) for i in range(items)}) > 3  # the hash spreads them
 
 
