@@ -27,15 +27,19 @@ NO_NODE = pod(conditions=[{"type": "PodScheduled", "status": "False",
                            "reason": "Unschedulable", "message": "0/3 nodes are available"}])
 
 
-def _pass(kube: RecordingKube, state: pipelinerun.LoopState) -> tuple[bool, dict[str, Any]]:
+def _pass(kube: RecordingKube, state: pipelinerun.LoopState,
+          event_selectors: list[str] | None = None) -> tuple[bool, dict[str, Any]]:
     """One pass: whether it read Pending pods (a running Job's Failed pods are read for
-    evictions anyway), and the run's Progressing condition."""
+    evictions anyway), and the run's Progressing condition; the field selectors of its
+    Event lists go to `event_selectors`."""
     lists: list[str] = []
     real = kube.list
 
     def listing(api_version: str, kind: str, *args: Any, **kw: Any) -> list[dict[str, Any]]:
         if kind == "Pod":
             lists.append(str(kw.get("field_selector")))
+        elif kind == "Event" and event_selectors is not None:
+            event_selectors.append(str(kw.get("field_selector")))
         return real(api_version, kind, *args, **kw)
 
     kube.list = listing  # type: ignore[method-assign]
@@ -155,20 +159,11 @@ def test_reconcile_names_a_pod_held_by_its_volume_while_the_others_run(
     kube, state, clock, _ = _running(monkeypatch, 2, [STARTING, _held(5)])
     _volume_event(kube, "nightly-calib-1-x7", multi)
     (path,) = [p for p in kube.store if p.endswith("/pods/nightly-calib-1-x7")]
-    selectors: list[str] = []
-    real = kube.list
-
-    def listing(api_version: str, kind: str, *args: Any, **kw: Any) -> list[dict[str, Any]]:
-        if kind == "Event":
-            selectors.append(str(kw.get("field_selector")))
-        return real(api_version, kind, *args, **kw)
-
     read, prog = _pass(kube, state)
     assert not read  # not for STALL_SECONDS yet
-    # _pass wraps this and takes it away after its pass: it sees the next pass only.
-    kube.list = listing  # type: ignore[method-assign]
+    selectors: list[str] = []
     clock[0] += stalled.STALL_SECONDS + 1
-    read, prog = _pass(kube, state)
+    read, prog = _pass(kube, state, selectors)
     # Scheduled 5 s ago: it merely starts; its events are not read, nothing is said.
     assert read and prog["reason"] == "Running"
     assert not [s for s in selectors if f"uid-{path}" in s], selectors
