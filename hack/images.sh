@@ -12,9 +12,10 @@
 # containerd of the local cluster's real node, tagged <name>:dev:
 #   images/<name>/Dockerfile -> nightshift-<name>:dev
 #   ./Dockerfile (operator)  -> nightshift-operator:dev
-# Caches: $NIGHTSHIFT_CACHE/images/base-<key>.tar (the root filesystem, keyed by the
-# suite, package list and ISO week) and $NIGHTSHIFT_CACHE/docker (dockerd's layers), so
-# a warm run rebuilds only what changed, and imports only images whose docker ID differs
+# Caches: $NIGHTSHIFT_CACHE/images/rootfs-<recipe>-<content>.tar (the root filesystem,
+# named by the suite, package list and host CAs, then by its package versions; checked
+# for Debian's updates once a week: hack/debian-base.sh) and $NIGHTSHIFT_CACHE/docker
+# (dockerd's layers), so a warm run rebuilds only what changed, and imports only images whose docker ID differs
 # from what the node's containerd last imported (or that it no longer lists).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,17 +30,20 @@ BASE_PKGS=python3,python3-pip,python3-venv,ca-certificates
 # so pip inside builds trusts what the host trusts; they are part of the cache key.
 LOCAL_CAS=/usr/local/share/ca-certificates
 cas_hash=$( (find "$LOCAL_CAS" -type f -name '*.crt' -print0 2>/dev/null | sort -z | xargs -0r cat) | sha256sum | cut -c1-6)
-BASE_REV=2  # bump when the base's recipe below changes
-base_key="$SUITE-r$BASE_REV-$(printf '%s' "$BASE_PKGS" | sha256sum | cut -c1-6)-$cas_hash-$(date +%G-w%V)"
-BASE_TAR="$CACHE/images/rootfs-$SUITE-$(printf '%s' "$BASE_PKGS" | sha256sum | cut -c1-6)-$cas_hash-$(date +%G-w%V).tar"
-BASE_IMAGE="nightshift-base:$base_key"
+BASE_REV=3  # bump when the base's recipe below changes
+# The root filesystem's name: the recipe here, then what is in it (hack/debian-base.sh);
+# BASE_TAR and BASE_IMAGE are set by resolve_base.
+BASE_RECIPE="$SUITE-r$BASE_REV-$(printf '%s' "$BASE_PKGS" | sha256sum | cut -c1-6)-$cas_hash"
+BASE_TAR="" BASE_IMAGE=""
+# shellcheck source=hack/debian-base.sh
+. "$here/debian-base.sh"
 CTR_SOCK="$STATE/realnode/containerd/containerd.sock"
 DOCKER="/usr/bin/docker"   # Debian's client, same API as its daemon
 DOCKER_DIR="$STATE/docker"
 export DOCKER_HOST="unix://$DOCKER_DIR/docker.sock" DOCKER_BUILDKIT=0
 
 die() { echo "images: $*" >&2; exit 1; }
-cleanup() { remove_rootfs; stop_dockerd; }
+cleanup() { debian_remove_rootfs; stop_dockerd; }
 trap cleanup EXIT
 step() { printf '==> %s\n' "$*"; }
 [ "$(id -u)" -eq 0 ] || die "run as root: debootstrap, dockerd and ctr need it"
@@ -48,38 +52,36 @@ for b in debootstrap dockerd ctr; do
 done
 [ -x "$DOCKER" ] || die "$DOCKER is missing: run hack/realnode-deps.sh (package docker.io)"
 
-build_base_tar() {
-  [ -s "$BASE_TAR" ] && return
+# make_rootfs <dir>: bookworm's minimal base with Python, made like python:3.11-slim.
+make_rootfs() {
+  local r=$1
   step "base root filesystem: debootstrap --variant=minbase $SUITE + $BASE_PKGS (~1 min)"
-  mkdir -p "$CACHE/images"
-  rfs=$(mktemp -d "$CACHE/images/rootfs.XXXXXX")
-  debootstrap --variant=minbase --include="$BASE_PKGS" "$SUITE" "$rfs" "$MIRROR" \
+  debootstrap --variant=minbase --include="$BASE_PKGS" "$SUITE" "$r" "$MIRROR" \
     >"$CACHE/images/debootstrap.log" 2>&1 \
     || die "debootstrap failed; last lines of $CACHE/images/debootstrap.log:
 $(tail -n 15 "$CACHE/images/debootstrap.log")"
-  # Make it behave like python:3.11-slim: `python` and `pip` on PATH, and pip free to
-  # install into the image's own Python (the image is the environment; PEP 668's guard
-  # is for hosts). Trim apt lists and caches.
-  if compgen -G "$LOCAL_CAS/*.crt" >/dev/null; then
-    cp -r "$LOCAL_CAS"/. "$rfs/usr/local/share/ca-certificates/"
-    chroot "$rfs" update-ca-certificates >/dev/null 2>&1 || die "update-ca-certificates in the base failed"
-  fi
-  rm -f "$rfs"/usr/lib/python3*/EXTERNALLY-MANAGED
-  ln -sf /usr/bin/python3 "$rfs/usr/local/bin/python"
-  ln -sf /usr/bin/pip3 "$rfs/usr/local/bin/pip"
-  rm -rf "$rfs"/var/lib/apt/lists/* "$rfs"/var/cache/apt/*.bin "$rfs"/var/cache/apt/archives/*.deb
-  : >"$rfs/etc/resolv.conf"
-  printf 'deb %s %s main\n' "$MIRROR" "$SUITE" >"$rfs/etc/apt/sources.list"
-  tar -C "$rfs" --numeric-owner --xattrs -cf "$BASE_TAR.tmp" . && mv "$BASE_TAR.tmp" "$BASE_TAR"
-  remove_rootfs
 }
-rfs=""
-# debootstrap mounts proc/sys inside the target while it runs: unmount before removing.
-remove_rootfs() {
-  [ -n "$rfs" ] || return 0
-  awk -v r="$rfs/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
-    umount -l "$m" || true; done
-  rm -rf "$rfs"; rfs=""
+# finish_rootfs <dir>: make it behave like python:3.11-slim: `python` and `pip` on PATH,
+# and pip free to install into the image's own Python (the image is the environment;
+# PEP 668's guard is for hosts; an upgrade of Python puts the guard back).
+finish_rootfs() {
+  local r=$1
+  if compgen -G "$LOCAL_CAS/*.crt" >/dev/null; then
+    cp -r "$LOCAL_CAS"/. "$r/usr/local/share/ca-certificates/"
+    chroot "$r" update-ca-certificates >/dev/null 2>&1 || die "update-ca-certificates in the base failed"
+  fi
+  rm -f "$r"/usr/lib/python3*/EXTERNALLY-MANAGED
+  ln -sf /usr/bin/python3 "$r/usr/local/bin/python"
+  ln -sf /usr/bin/pip3 "$r/usr/local/bin/pip"
+}
+# resolve_base: this week's root filesystem (made, checked for updates, or as it was).
+resolve_base() {
+  [ -n "$BASE_TAR" ] && return
+  # Named by the week before (hack/debian-base.sh says why no more): nothing uses them.
+  rm -f "$CACHE"/images/rootfs-"$SUITE"-*-w[0-9][0-9].tar
+  debian_base rootfs "$BASE_RECIPE" make_rootfs finish_rootfs
+  BASE_TAR=$DEBIAN_BASE_TAR
+  BASE_IMAGE="nightshift-base:$DEBIAN_BASE_ID"
 }
 
 dockerd_pid=""
@@ -113,7 +115,7 @@ stop_dockerd() {
 }
 
 load_base() {
-  build_base_tar
+  resolve_base
   "$DOCKER" image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return
   step "docker import $BASE_IMAGE-rootfs, then a venv with a current pip (~30 s)"
   "$DOCKER" import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
@@ -199,7 +201,7 @@ all_dirs() {
 
 cmd=${1:-all}
 case $cmd in
-  rootfs) build_base_tar; echo "$BASE_TAR" ;;
+  rootfs) resolve_base; echo "$BASE_TAR" ;;
   base) start_dockerd; load_base; ctr_import "$BASE_IMAGE" ;;
   build) shift; [ $# -gt 0 ] || die "build needs a directory with a Dockerfile"
     start_dockerd; load_base; for d in "$@"; do build_one "$d"; done; import_built ;;

@@ -35,12 +35,12 @@ MIRROR=${NIGHTSHIFT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # kind's base image (images/base/Dockerfile) with Debian's containerd, runc and CNI plugins
 # in place of the ones it builds from GitHub sources.
 BASE_PKGS=systemd,systemd-sysv,dbus,containerd,runc,conntrack,iptables,nftables,iproute2,ethtool,util-linux,mount,kmod,libseccomp2,pigz,bash,ca-certificates,curl,jq,procps,containernetworking-plugins,socat,ebtables
-BASE_REV=1  # bump when the recipe below changes
-base_key=$(printf '%s %s %s %s' "$BASE_PKGS" "$KIND_VERSION" "$BASE_REV" "$(date +%G-w%V)" | sha256sum | cut -c1-10)
-BASE_TAR=$CACHE/images/kind-base-$SUITE-$base_key.tar
-BASE_IMAGE=nightshift/kind-base:$base_key
+BASE_REV=2  # bump when the recipe below changes
+# The base's name: the recipe here, then what is in it (hack/debian-base.sh); BASE_TAR,
+# BASE_IMAGE and NODE_IMAGE are set by base.
+BASE_RECIPE=$(printf '%s %s %s' "$BASE_PKGS" "$KIND_VERSION" "$BASE_REV" | sha256sum | cut -c1-10)
+BASE_TAR="" BASE_IMAGE="" NODE_IMAGE=""
 NODE_REV=2  # bump when the node recipe below changes
-NODE_IMAGE=nightshift/kind-node:$KUBERNETES_VERSION-$base_key-n$NODE_REV
 REALNODE_SOCK=${NIGHTSHIFT_LOCALCLUSTER_DIR:-$root/.localcluster}/realnode/containerd/containerd.sock
 export GOFLAGS=-mod=mod GOTOOLCHAIN=${GOTOOLCHAIN:-auto} CGO_ENABLED=0
 export PATH=$KIND_DIR/bin:$PATH:/usr/lib/go-1.23/bin
@@ -96,13 +96,8 @@ tools() {
 
 # --- base: kind's base image from Debian packages ---------------------------------------
 
-rfs=""
-remove_rootfs() {
-  [ -n "$rfs" ] || return 0
-  awk -v r="$rfs/" 'index($2, r) == 1 {print $2}' /proc/mounts | sort -r | while read -r m; do
-    umount -l "$m" || true; done
-  rm -rf "$rfs"; rfs=""
-}
+# shellcheck source=hack/debian-base.sh
+. "$here/debian-base.sh"
 
 kind_source() {
   local src; src=$(go env GOMODCACHE)/sigs.k8s.io/kind@$KIND_VERSION
@@ -111,43 +106,54 @@ kind_source() {
   echo "$src"
 }
 
-base() {
-  [ -s "$BASE_TAR" ] && return
-  need debootstrap chroot go
-  [ "$(id -u)" -eq 0 ] || die "run as root: debootstrap needs it"
-  local files; files=$(kind_source)/images/base/files
+make_base() {
+  local r=$1
   step "kind base root filesystem: debootstrap $SUITE + Debian's containerd, runc, CNI plugins (~3 min)"
-  mkdir -p "$CACHE/images"
-  rfs=$(mktemp -d "$CACHE/images/kind-rootfs.XXXXXX")
-  trap remove_rootfs EXIT
-  debootstrap --variant=minbase --include="$BASE_PKGS" "$SUITE" "$rfs" "$MIRROR" \
+  debootstrap --variant=minbase --include="$BASE_PKGS" "$SUITE" "$r" "$MIRROR" \
     >"$CACHE/images/kind-debootstrap.log" 2>&1 \
     || die "debootstrap failed; last lines of $CACHE/images/kind-debootstrap.log:
 $(tail -n 15 "$CACHE/images/kind-debootstrap.log")"
+}
+
+# finish_base <dir>: kind's recipe on Debian's packages; again after an upgrade, which can
+# put back a unit link or a file removed here.
+finish_base() {
+  local r=$1 files; files=$(kind_source)/images/base/files
   # kind's own files: entrypoint, systemd units, containerd config, kubelet drop-ins.
-  cp -r "$files"/. "$rfs/"
-  chmod 0755 "$rfs"/usr/local/bin/* "$rfs"/kind/bin/*
+  cp -r "$files"/. "$r/"
+  chmod 0755 "$r"/usr/local/bin/* "$r"/kind/bin/*
   # kind's units start /usr/local/bin/containerd; Debian installs /usr/bin/containerd.
-  for b in containerd ctr containerd-shim-runc-v2; do ln -sf "/usr/bin/$b" "$rfs/usr/local/bin/$b"; done
-  mkdir -p "$rfs/opt/cni/bin" "$rfs/etc/kubernetes/manifests" "$rfs/etc/cni/net.d"
-  for p in host-local loopback ptp portmap bridge; do ln -sf "/usr/lib/cni/$p" "$rfs/opt/cni/bin/$p"; done
-  chroot "$rfs" sh -c 'ctr oci spec | jq ".hooks.createContainer[.hooks.createContainer|length] |= . + {\"path\": \"/kind/bin/mount-product-files.sh\"}" | jq "del(.process.rlimits)" > /etc/containerd/cri-base.json' \
+  for b in containerd ctr containerd-shim-runc-v2; do ln -sf "/usr/bin/$b" "$r/usr/local/bin/$b"; done
+  mkdir -p "$r/opt/cni/bin" "$r/etc/kubernetes/manifests" "$r/etc/cni/net.d"
+  for p in host-local loopback ptp portmap bridge; do ln -sf "/usr/lib/cni/$p" "$r/opt/cni/bin/$p"; done
+  chroot "$r" sh -c 'ctr oci spec | jq ".hooks.createContainer[.hooks.createContainer|length] |= . + {\"path\": \"/kind/bin/mount-product-files.sh\"}" | jq "del(.process.rlimits)" > /etc/containerd/cri-base.json' \
     || die "writing /etc/containerd/cri-base.json failed"
   # The sandbox image is the local cluster's pause image (localcluster/pause.py).
-  sed -i 's#sandbox_image = .*#sandbox_image = "localhost/nightshift-pause:1"#' "$rfs/etc/containerd/config.toml"
-  find "$rfs/lib/systemd/system/sysinit.target.wants/" -name systemd-tmpfiles-setup.service -delete
-  rm -f "$rfs"/lib/systemd/system/multi-user.target.wants/* "$rfs"/etc/systemd/system/*.wants/* \
-    "$rfs"/lib/systemd/system/local-fs.target.wants/* "$rfs"/lib/systemd/system/sockets.target.wants/*udev* \
-    "$rfs"/lib/systemd/system/sockets.target.wants/*initctl* "$rfs"/lib/systemd/system/basic.target.wants/*
-  echo "ReadKMsg=no" >>"$rfs/etc/systemd/journald.conf"
-  chroot "$rfs" systemctl enable kubelet.service containerd.service undo-mount-hacks.service >/dev/null 2>&1 \
+  sed -i 's#sandbox_image = .*#sandbox_image = "localhost/nightshift-pause:1"#' "$r/etc/containerd/config.toml"
+  find "$r/lib/systemd/system/sysinit.target.wants/" -name systemd-tmpfiles-setup.service -delete
+  rm -f "$r"/lib/systemd/system/multi-user.target.wants/* "$r"/etc/systemd/system/*.wants/* \
+    "$r"/lib/systemd/system/local-fs.target.wants/* "$r"/lib/systemd/system/sockets.target.wants/*udev* \
+    "$r"/lib/systemd/system/sockets.target.wants/*initctl* "$r"/lib/systemd/system/basic.target.wants/*
+  grep -qx "ReadKMsg=no" "$r/etc/systemd/journald.conf" || echo "ReadKMsg=no" >>"$r/etc/systemd/journald.conf"
+  chroot "$r" systemctl enable kubelet.service containerd.service undo-mount-hacks.service >/dev/null 2>&1 \
     || die "systemctl enable in the base failed"
-  chroot "$rfs" systemctl mask systemd-binfmt.service >/dev/null 2>&1 || true
-  rm -rf "$rfs"/var/lib/apt/lists/* "$rfs"/var/cache/apt/*.bin "$rfs"/var/cache/apt/archives/*.deb
-  : >"$rfs/etc/resolv.conf"
-  tar -C "$rfs" --numeric-owner --xattrs -cf "$BASE_TAR.tmp" . && mv "$BASE_TAR.tmp" "$BASE_TAR"
-  remove_rootfs
+  chroot "$r" systemctl mask systemd-binfmt.service >/dev/null 2>&1 || true
+}
+
+# base: this week's root filesystem (made, checked for Debian's updates, or as it was),
+# and the names of the images made from it.
+base() {
+  [ -n "$BASE_TAR" ] && return
+  need debootstrap chroot go
+  [ "$(id -u)" -eq 0 ] || die "run as root: debootstrap needs it"
+  trap debian_remove_rootfs EXIT
+  # Named by the week before (hack/debian-base.sh says why no more): nothing uses them.
+  rm -f "$CACHE/images/kind-base-$SUITE"-??????????.tar
+  debian_base "kind-base-$SUITE" "$BASE_RECIPE" make_base finish_base
   trap - EXIT
+  BASE_TAR=$DEBIAN_BASE_TAR
+  BASE_IMAGE=nightshift/kind-base:$DEBIAN_BASE_ID
+  NODE_IMAGE=nightshift/kind-node:$KUBERNETES_VERSION-$DEBIAN_BASE_ID-n$NODE_REV
 }
 
 # --- dockerd, by hand ----------------------------------------------------------------------
