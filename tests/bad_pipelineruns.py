@@ -109,6 +109,9 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
      "cel", "set exactly one of s3, pvc or sharedStorage"),
     ("s3-bucket-url", run(storage=[{"name": "raw", "s3": {"bucket": "s3://raw-data/nights"}}]),
      "cel", "not an s3:// URL or a path: put the key path in prefix"),
+    ("s3-region-underscores",
+     run(storage=[{"name": "raw", "s3": {"bucket": "raw-data", "region": "us_west_2"}}]),
+     "cel", "must be a region name such as us-west-2"),
     ("parallelism-unknown-stage", run(parallelism={"nope": 3}), "cel",
      "every key of spec.parallelism must be the name of a stage"),
     # --- what CEL cannot see -------------------------------------------------------
@@ -298,6 +301,10 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
     "s3-bucket-url": [
         'spec.storage[0].s3.bucket: Invalid value: "string": must be a bucket name alone, '
         "not an s3:// URL or a path: put the key path in prefix",
+    ],
+    "s3-region-underscores": [
+        'spec.storage[0].s3.region: Invalid value: "string": must be a region name such as '
+        "us-west-2: letters, digits and '-', not all digits, no '-' at either end",
     ],
     "parallelism-unknown-stage": [
         'spec: Invalid value: "object": every key of spec.parallelism must be the name of a '

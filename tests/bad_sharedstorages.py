@@ -105,6 +105,8 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("type-without-block", ss({"type": "nfs"}), "cel", "set exactly one type block"),
     ("s3-bucket-path", _with("s3", "s3.bucket", "snfactory-raw/nights"), "cel",
      "not an s3:// URL or a path: put the key path in prefix"),
+    ("s3-region-digits", _with("s3", "s3.region", "12345"), "cel",
+     "must be a region name such as us-west-2"),
     ("two-blocks", good("s3", nfs=GOOD["nfs-dedicated"]["spec"]["nfs"]), "cel",
      "set exactly one type block"),
     ("missing-size", _with("nfs-dedicated", "nfs.backing.pvc.size", None), "cel",
@@ -184,6 +186,10 @@ API_SERVER_MESSAGES: dict[str, list[str]] = {
     "s3-bucket-path": [
         'spec.s3.bucket: Invalid value: "string": must be a bucket name alone, not an '
         "s3:// URL or a path: put the key path in prefix",
+    ],
+    "s3-region-digits": [
+        'spec.s3.region: Invalid value: "string": must be a region name such as us-west-2: '
+        "letters, digits and '-', not all digits, no '-' at either end",
     ],
     "two-blocks": [
         'spec: Invalid value: "object": set exactly one type block, the one type names (type: '

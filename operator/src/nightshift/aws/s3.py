@@ -39,12 +39,17 @@ def client(target: S3Target) -> Any:
     )
 
 
+class S3TooManyError(S3Error):
+    """A listing longer than the caller will take."""
+
+
 def list_keys(target: S3Target, prefix: str, suffix: str = "", limit: int = 500_000
               ) -> list[str]:
     """Every key under prefix (ending with suffix), in S3's (lexicographic) order."""
     keys: list[str] = []
-    s3 = client(target)
     try:
+        # In the try: boto3 refuses a malformed region here (InvalidRegionError).
+        s3 = client(target)
         pages = s3.get_paginator("list_objects_v2").paginate(
             Bucket=target.bucket, Prefix=prefix)
         for page in pages:
@@ -53,8 +58,8 @@ def list_keys(target: S3Target, prefix: str, suffix: str = "", limit: int = 500_
                 if key.endswith(suffix) and not key.endswith("/"):
                     keys.append(key)
                     if len(keys) > limit:
-                        raise S3Error(f"more than {limit} objects under "
-                                      f"s3://{target.bucket}/{prefix}")
+                        raise S3TooManyError(f"more than {limit} objects under "
+                                             f"s3://{target.bucket}/{prefix}")
     except ClientError as e:
         err = e.response.get("Error", {})
         raise S3Error(f"listing s3://{target.bucket}/{prefix}: {err.get('Code')}: "
@@ -74,9 +79,9 @@ class S3TooLargeError(S3Error):
 
 def read_object(target: S3Target, key: str, max_bytes: int) -> bytes:
     """One object's bytes, refused above max_bytes (checked before the body is read)."""
-    s3 = client(target)
     where = f"s3://{target.bucket}/{key}"
     try:
+        s3 = client(target)
         obj = s3.get_object(Bucket=target.bucket, Key=key)
         size = int(obj.get("ContentLength") or 0)
         if size > max_bytes:

@@ -15,6 +15,7 @@ from nightshift.aws.s3 import (
     S3MissingError,
     S3Target,
     S3TooLargeError,
+    S3TooManyError,
     list_keys,
     read_object,
 )
@@ -24,7 +25,7 @@ from nightshift.config import (
     OperatorConfig,
     endpoint_allowed,
 )
-from nightshift.kube import Kube, naming
+from nightshift.kube import Kube, KubeError, naming
 from nightshift.pipelinerun import binding
 from nightshift.pipelinerun import items as render_items
 from nightshift.pipelinerun.plantypes import ItemsInfo
@@ -126,7 +127,13 @@ def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage,
                                "does not exist; create it (one item per line) or fix the name")
         text = (cm.get("data") or {}).get(src.key)
         if text is None and src.key in (cm.get("binaryData") or {}):
-            text = base64.b64decode(cm["binaryData"][src.key]).decode()
+            try:
+                text = base64.b64decode(cm["binaryData"][src.key]).decode()
+            except UnicodeDecodeError as e:
+                raise ResolveError(f"{field}.fromConfigMap.key: ConfigMap {src.name} key "
+                                   f"{src.key!r} is binary data, not UTF-8 text ({e}); "
+                                   "name a key that holds one item per line",
+                                   invalid=True) from None
         if text is None:
             raise ResolveError(f"{field}.fromConfigMap.key: ConfigMap {src.name} has no key "
                                f"{src.key!r}")
@@ -138,6 +145,9 @@ def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage,
         prefix = _join(storage.prefix, src3.prefix)
         try:
             keys = list_keys(target, prefix, src3.suffix)
+        except S3TooManyError as e:
+            raise ResolveError(f"{field}.fromS3: {e}; narrow forEach.fromS3.prefix or "
+                               ".suffix, or split the stage", invalid=True) from None
         except S3Error as e:
             raise ResolveError(f"{field}.fromS3: {e}") from None
         if not keys:
@@ -244,14 +254,31 @@ def s3_target(kube: Kube, namespace: str, storage: StorageRef, field: str,
     s3 = storage.s3
     access = secret = None
     if s3.credentials_secret:
-        sec = kube.get("v1", "Secret", s3.credentials_secret, namespace)
+        try:
+            sec = kube.get("v1", "Secret", s3.credentials_secret, namespace)
+        except KubeError as e:
+            if e.status != 403:
+                raise
+            # RBAC, not the run: the admin's grant is picked up on a later pass, so the
+            # stage waits (a refusal would end the run for good).
+            raise ResolveError(
+                f"{field}: storage {storage.name!r}: the operator may not read Secret "
+                f"{s3.credentials_secret} ({e.status} {e.reason}); a cluster admin grants "
+                "it by name in the collaboration chart's operator.secretNames (or with "
+                "the operator chart's rbac.readSecrets)") from None
         if sec is None:
             raise ResolveError(f"{field}: storage {storage.name!r}: Secret "
                                f"{s3.credentials_secret} does not exist (it needs "
                                f"{' and '.join(SECRET_KEYS)})")
         data = sec.get("data") or {}
-        access, secret = (base64.b64decode(data.get(k, "")).decode() or None
-                          for k in SECRET_KEYS)
+        try:
+            access, secret = (base64.b64decode(data.get(k, "")).decode() or None
+                              for k in SECRET_KEYS)
+        except UnicodeDecodeError:
+            # Not invalid: the Secret can be fixed in place, and a later pass reads it again.
+            raise ResolveError(f"{field}: storage {storage.name!r}: Secret "
+                               f"{s3.credentials_secret}'s {' or '.join(SECRET_KEYS)} is "
+                               "not UTF-8 text; store the keys as plain text") from None
         missing = [k for k, v in zip(SECRET_KEYS, (access, secret), strict=True) if not v]
         if missing:
             # Without both keys boto3 would fall back to the operator's own identity.

@@ -343,11 +343,17 @@ class _Planner:
                 "WaitingForStorage" if self.binding.missing or off_pool else "Paused"),
             stalled=stuck)
         if self.obs.unresolved:
-            # Nothing is written but the status: the stage waits (or the run fails).
             status, unresolved = unresolved_status(self.old, status, self.obs.unresolved,
                                                    self.generation, self.now)
-            return Plan(resolve_items=[], apply=[], delete=[], status=status,
-                        events=[Event(*e) for e in unresolved], requeue_after=10.0)
+            if any(invalid for _, invalid in self.obs.unresolved.values()):
+                # The run fails: nothing is written but the status.
+                return Plan(resolve_items=[], apply=[], delete=[], status=status,
+                            events=[Event(*e) for e in unresolved], requeue_after=10.0)
+            # Only the unresolved stages wait: the others start, change and go on.
+            return Plan(resolve_items=[], apply=self.apply, delete=[], status=status,
+                        events=[*self.extra_events, *(Event(*e) for e in events),
+                                *(Event(*e) for e in unresolved)],
+                        requeue_after=sooner(self.requeue, 10.0), patch=self.patch)
         return Plan(
             resolve_items=self.resolve,
             apply=self.apply,

@@ -133,27 +133,29 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
 
     p = plan(observe())
     refused: list[tuple[str, str]] = []
+    unresolved: dict[str, tuple[str, bool]] = {}
     if p.resolve_items:
+        # Nothing is frozen for a stage whose items do not resolve: it waits, the user
+        # sees why, and a fix (say, creating the ConfigMap) is picked up on a later
+        # pass. The other stages go on meanwhile (plan.py), unless the items are
+        # invalid, which fails the run.
         for stage in p.resolve_items:
             try:
-                resolve_and_freeze(kube, run, stage)
+                resolve_and_freeze(kube, run, stage, config)
             except ResolveError as e:
-                # Nothing frozen: the stage waits, the user sees why, and a fix (say,
-                # creating the ConfigMap) is picked up on a later pass.
-                p = plan(replace(observe(), unresolved={stage: (str(e), e.invalid)}))
-                return _finish(kube, config, state, run, p, jobs, vcs)
+                unresolved[stage] = (str(e), e.invalid)
             except KubeError as e:
                 if not refusal(e):
                     raise
                 refused = [(e.obj or f"the items of stage {stage}", _why(e))]
                 break
         items = frozen_items(kube, namespace, name, spec) if spec else {}
-        p = plan(replace(observe(), refused=refused))
+        p = plan(replace(observe(), refused=refused, unresolved=unresolved))
 
     if not refused:
         refused = _apply(kube, namespace, p)
         if refused:
-            p = plan(replace(observe(), refused=refused))
+            p = plan(replace(observe(), refused=refused, unresolved=unresolved))
     return _finish(kube, config, state, run, p, jobs, vcs)
 
 
@@ -230,6 +232,12 @@ def _apply(kube: Kube, namespace: str, p: Plan) -> list[tuple[str, str]]:
         except KubeError as e:
             if not refusal(e):
                 raise
+            if kind == mpijob.KIND and e.status == 404:
+                stage = manifest["metadata"].get("labels", {}).get(names.LABEL_STAGE, "?")
+                return [(f"stage {stage}'s mpi ({kind} {obj})",
+                         f"{_why(e)}: this cluster has no {kind} kind "
+                         f"({mpijob.API_VERSION}); install the Kubeflow MPI Operator "
+                         "(docs/mpi.md) and create the run again")]
             return [(e.obj or f"{kind} {obj}", _why(e))]
     for change in p.patch:
         # Merge patches, not apply: see Plan.patch (mutable fields of existing Jobs).

@@ -325,8 +325,8 @@ def unresolved_status(old: Mapping[str, Any], status: dict[str, Any],
     """The status of a pass whose stages' items could not be resolved, and its events.
 
     `unresolved`: stage -> (why, invalid). Invalid items fail the run (Invalid=True);
-    a source that may still appear keeps the stage waiting (Progressing=False), in the
-    phase it had. One Warning event per stage when its message is new.
+    a source that may still appear keeps the stage waiting (Progressing=False). One
+    Warning event per stage when its message is new.
     """
     old_conds = old.get("conditions") or []
     conds = list(status.get("conditions") or [])
@@ -341,9 +341,10 @@ def unresolved_status(old: Mapping[str, Any], status: dict[str, Any],
                     cond.condition(cond.READY, cond.FALSE, "Failed", "run is Failed",
                                    generation)]
         else:
+            # The stage waits in the phase the others give the run: a pass with such a
+            # stage still starts and changes the others (plan.py).
             new = cond.condition(cond.PROGRESSING, cond.FALSE, "ItemsUnresolved", message,
                                  generation)
-            status["phase"] = old.get("phase") or "Pending"
             also = []
         types = {c["type"] for c in (new, *also)}
         conds = [*(c for c in conds if c["type"] not in types),

@@ -91,6 +91,10 @@ def _storage(spec: PipelineRunSpec) -> list[Problem]:
         if (s.s3 is not None and not isinstance(s, BoundStorage)
                 and (bad := buckets.problem(f"spec.storage[{i}].s3.bucket", s.s3.bucket))):
             p.append(bad)
+        if (s.s3 is not None and not isinstance(s, BoundStorage)
+                and (bad := buckets.region_problem(f"spec.storage[{i}].s3.region",
+                                                   s.s3.region))):
+            p.append(bad)
     return p
 
 

@@ -69,6 +69,8 @@ def validate(spec: SharedStorageSpec, name: str,
     if spec.type == "s3" and spec.s3:
         if bad := buckets.problem("spec.s3.bucket", spec.s3.bucket):
             p.append(bad)
+        if bad := buckets.region_problem("spec.s3.region", spec.s3.region):
+            p.append(bad)
         if spec.s3.endpoint and urlsplit(spec.s3.endpoint).scheme not in ("http", "https"):
             p.append(Problem("spec.s3.endpoint", f"{spec.s3.endpoint!r} is not an http(s) "
                              "URL: write e.g. http://versitygw.storage:7070"))
