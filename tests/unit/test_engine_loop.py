@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nightshift.engine.loop import ErrorPolicy, Loops, Outcome
+from nightshift.engine.loop import ErrorPolicy, Loops, Outcome, describe
 from nightshift.kube import KubeError
 
 FINALIZER = "example.io/cleanup"
@@ -362,3 +362,19 @@ def test_a_failing_report_does_not_stop_the_loop() -> None:
         await loops.shutdown()
 
     run(main)
+
+
+def test_the_refusals_every_kind_retries_say_what_ends_them() -> None:
+    quota = KubeError(403, "Forbidden", 'applying Job nightly-calib-0: jobs.batch '
+                      '"nightly-calib-0" is forbidden: exceeded quota: batch, requested: '
+                      "count/jobs.batch=1, used: count/jobs.batch=20, limited: "
+                      "count/jobs.batch=20")
+    assert describe(quota).endswith("(the namespace's ResourceQuota is full: raise it, or "
+                                    "wait for other objects in the namespace to go)")
+    gone = KubeError(403, "Forbidden", 'configmaps "x" is forbidden: unable to create new '
+                     "content in namespace physics because it is being terminated")
+    assert describe(gone).endswith("(the namespace is being deleted: nothing can be "
+                                   "created in it)")
+    other = KubeError(403, "Forbidden", 'jobs.batch is forbidden: User "x" cannot create')
+    assert describe(other) == ('the Kubernetes API answered 403 Forbidden: jobs.batch is '
+                               'forbidden: User "x" cannot create')

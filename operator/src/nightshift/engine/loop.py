@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from nightshift import metrics
+from nightshift.api import refusals
 from nightshift.engine.wakeups import Key, Wakeups
 from nightshift.kube import KubeError
 
@@ -73,7 +74,15 @@ class ErrorPolicy:
 
 def describe(error: BaseException) -> str:
     if isinstance(error, KubeError):
-        return f"the Kubernetes API answered {error.status} {error.reason}: {error.message}"
+        said = f"the Kubernetes API answered {error.status} {error.reason}: {error.message}"
+        # The two refusals every kind retries (they are the cluster's state, not the
+        # object's): say what ends them, which the API server's words do not.
+        if error.status == 403 and refusals.kind(error.message) == "quota":
+            said += (" (the namespace's ResourceQuota is full: raise it, or wait for other "
+                     "objects in the namespace to go)")
+        elif error.status == 403 and "being terminated" in error.message:
+            said += " (the namespace is being deleted: nothing can be created in it)"
+        return said
     return f"{type(error).__name__}: {error}"
 
 
