@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import boto3
 import pytest
@@ -11,6 +11,7 @@ from moto import mock_aws
 
 from nightshift.aws.clients import Ec2Access
 from nightshift.aws.prices import AwsPrices, catalog_prices, load_kwok_catalog
+from nightshift.virtualcluster.observe import CrdCache, Sources, load_catalog
 from tests.unit.vcfixtures import CATALOG_ENTRIES
 
 
@@ -153,3 +154,19 @@ def test_a_lookup_that_succeeds_again_clears_its_error() -> None:
         assert p("c6i.large", "on-demand") == 0.085
         assert p.errors == {}
         stub.assert_no_pending_responses()
+
+
+def test_an_unreadable_catalog_is_said_on_the_status_not_only_logged(tmp_path: Path) -> None:
+    path = tmp_path / "instance-types.json"
+    path.write_text("{not json")
+    catalog, why = load_catalog(str(path))
+    assert catalog is None
+    assert why.startswith(f"instance catalog {path} (NIGHTSHIFT_INSTANCE_CATALOG) is "
+                          "unreadable: ")
+    assert why.endswith("point the chart value config.instanceCatalog at the KWOK "
+                        "provider's instance-type file and restart the operator")
+    sources = Sources(CrdCache(), catalog, cast(Any, None), catalog_problem=why)
+    assert sources.price_problem("kwok", [("c6i.large", "spot")]) == why
+    assert load_catalog("") == (None, "")
+    assert Sources(CrdCache(), None, cast(Any, None)).price_problem(
+        "kwok", [("c6i.large", "spot")]).startswith("no instance catalog: set ")

@@ -71,17 +71,20 @@ class CrdCache:
         return self._seen[1]
 
 
-def load_catalog(path: str) -> InstanceCatalog | None:
-    """The KWOK provider's instance catalog (NIGHTSHIFT_INSTANCE_CATALOG); None when not
-    configured or unreadable (then kwok pools accept any family and prices are unknown)."""
+def load_catalog(path: str) -> tuple[InstanceCatalog | None, str]:
+    """The KWOK provider's instance catalog (NIGHTSHIFT_INSTANCE_CATALOG), or None and why
+    not: when not configured or unreadable, kwok pools accept any family and prices are
+    unknown, and each VirtualCluster's status says so (Sources.price_problem)."""
     if not path:
-        return None
+        return None, ""
     try:
-        return load_kwok_catalog(path)
+        return load_kwok_catalog(path), ""
     except (OSError, ValueError) as e:
-        log.warning("instance catalog %s unreadable: %s; set NIGHTSHIFT_INSTANCE_CATALOG to "
-                    "the KWOK provider's instance-type file", path, e)
-        return None
+        why = (f"instance catalog {path} (NIGHTSHIFT_INSTANCE_CATALOG) is unreadable: {e}; "
+               "point the chart value config.instanceCatalog at the KWOK provider's "
+               "instance-type file and restart the operator")
+        log.warning("%s", why)
+        return None, why
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class Sources:
     crds: CrdCache
     catalog: InstanceCatalog | None
     aws: Ec2Access
+    # Why a configured catalog is not loaded: said instead of "no instance catalog".
+    catalog_problem: str = ""
 
     def price_fn(self, provider: str) -> PriceFn:
         if provider == "aws":
@@ -105,8 +110,9 @@ class Sources:
         if provider == "aws":
             return self.aws.price_problem(keys)
         if self.catalog is None:
-            return ("no instance catalog: set NIGHTSHIFT_INSTANCE_CATALOG (chart value "
-                    "config.instanceCatalog) to the KWOK provider's instance-type file")
+            return self.catalog_problem or (
+                "no instance catalog: set NIGHTSHIFT_INSTANCE_CATALOG (chart value "
+                "config.instanceCatalog) to the KWOK provider's instance-type file")
         return ""
 
 

@@ -51,8 +51,9 @@ class Context:
     def from_config(cls, kube: Kube, config: OperatorConfig, **kw: Any) -> Context:
         from nightshift.aws.clients import Ec2Access
         from nightshift.virtualcluster.observe import CrdCache, load_catalog
-        return cls(kube, Sources(CrdCache(), load_catalog(config.instance_catalog),
-                                 kw.get("aws") or Ec2Access()))
+        catalog, problem = load_catalog(config.instance_catalog)
+        return cls(kube, Sources(CrdCache(), catalog, kw.get("aws") or Ec2Access(),
+                                 catalog_problem=problem))
 
 
 def reconcile(ctx: Context, namespace: str, name: str, state: LoopState) -> Outcome:
