@@ -1,6 +1,7 @@
 """A stage whose items do not resolve waits, named, while the run's other stages go on;
-items that can never resolve, a Secret the operator may not read, and a cluster without
-the MPIJob kind each say what and where on the run, not only in the operator's log."""
+items that can never resolve, a Secret the operator may not read, a cluster without the
+MPIJob kind and an MPI Operator that never acts each say what and where on the run, not
+only in the operator's log."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from nightshift.api import names
 from nightshift.aws.s3 import S3Error, S3Target, S3TooManyError, list_keys, read_object
 from nightshift.config import OperatorConfig
 from nightshift.kube import KubeError
-from nightshift.pipelinerun import itemsource
+from nightshift.pipelinerun import itemsource, mpijob, stalled
 from nightshift.pipelinerun import reconcile as pipelinerun
+from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.unit.test_chart_kubecalls import RecordingKube
 
 NS = "physics"
@@ -52,6 +54,11 @@ def _pass(kube: RecordingKube, config: OperatorConfig = CONFIG
     jobs = sorted(o["metadata"]["labels"][names.LABEL_STAGE] for o in kube.store.values()
                   if o["kind"] in ("Job", "MPIJob"))
     return run.get("status") or {}, jobs
+
+
+def _run_spec(kube: RecordingKube) -> dict[str, Any]:
+    return dict(kube.store[kube.path(names.API_VERSION, names.PIPELINERUN, NS,
+                                     "nightly")]["spec"])
 
 
 def _cond(status: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -161,3 +168,27 @@ def test_a_malformed_region_is_an_s3_error_not_a_crash() -> None:
         list_keys(target, "nights/")
     with pytest.raises(S3Error, match="us_west_2"):
         read_object(target, "nights.txt", 1024)
+
+
+def test_an_mpijob_the_mpi_operator_never_synced_is_named_after_the_stall() -> None:
+    kube = RecordingKube([_run([{"name": "ep", "image": "mpi:dev", "mpi": {"workers": 2},
+                                 "steps": [{"name": "ep", "command": ["ep", "S"]}]}])])
+    state = pipelinerun.LoopState()
+    pipelinerun.reconcile(kube, CONFIG, NS, "nightly", state)
+    [mpi] = [o for o in kube.store.values() if o["kind"] == "MPIJob"]
+    name = mpi["metadata"]["name"]
+    pipelinerun.reconcile(kube, CONFIG, NS, "nightly", state)
+    state.pods.stalls[name].since -= stalled.STALL_SECONDS
+    pipelinerun.reconcile(kube, CONFIG, NS, "nightly", state)
+    status = kube.store[kube.path(names.API_VERSION, names.PIPELINERUN, NS, "nightly")]["status"]
+    progressing = _cond(status, "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "WaitingForMPIOperator")
+    assert progressing["message"].startswith(
+        f"stage ep: the MPI Operator has not acted on MPIJob {name} in 30 s (it has no "
+        "status); check that the Kubeflow MPI Operator's controller runs")
+    assert status["stages"][0]["waiting"] == progressing["message"]
+    # Synced (its Created condition), the stage is no longer said to wait for it.
+    mpi["status"] = {"conditions": [{"type": "Created", "status": "True"}]}
+    kube.put(mpi)
+    stage = PipelineRunSpec.model_validate(_run_spec(kube)).stages[0]
+    assert stalled.mpi_unsynced(stage, mpijob.as_job(mpi)) is None

@@ -42,6 +42,10 @@ LAUNCHER_SUFFIX = "-launcher"
 # as_job's key for the launcher's Running pods, absent while no launcher is made: a stage
 # whose workers all run and whose launcher does not is held by it (stalled.py).
 LAUNCHER_RUNNING = "launcherRunning"
+# as_job's key for whether the MPI Operator has acted on the MPIJob: its first sync gives
+# it a status (a Created condition, a start time), so one without was never synced
+# (stalled.py).
+OPERATOR_SEEN = "mpiOperatorSeen"
 # The MPI Operator mounts the hostfile here (one "name slots=N" line per worker).
 HOSTFILE = "/etc/mpi/hostfile"
 # Workers Ready is not the same as their names resolving: the headless Service's DNS
@@ -197,14 +201,15 @@ def _true(conds: list[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | Non
 
 def as_job(mpijob: Mapping[str, Any]) -> dict[str, Any]:
     """The MPIJob as the Job fields progress.py reads: one completion, index 0; and
-    LAUNCHER_RUNNING, which stalled.py reads."""
+    LAUNCHER_RUNNING and OPERATOR_SEEN, which stalled.py reads."""
     meta = mpijob.get("metadata") or {}
     status = mpijob.get("status") or {}
     conds = list(status.get("conditions") or [])
     suspended = bool(((mpijob.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
     workers = (status.get("replicaStatuses") or {}).get("Worker") or {}
     job_status: dict[str, Any] = {"active": int(workers.get("active") or 0),
-                                  "ready": int(workers.get("active") or 0)}
+                                  "ready": int(workers.get("active") or 0),
+                                  OPERATOR_SEEN: bool(status)}
     launcher = (status.get("replicaStatuses") or {}).get("Launcher")
     if launcher is not None:  # the MPI Operator writes it once the launcher Job exists
         job_status[LAUNCHER_RUNNING] = int(launcher.get("active") or 0)

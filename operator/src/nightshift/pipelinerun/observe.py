@@ -158,6 +158,8 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
         return kube.list("v1", "Event", namespace, limit=refusals.EVENTS_READ,
                          field_selector=f"{selector},reason={reason}" if reason else selector)
 
+    if what == "mpi" and (found := stalled.mpi_unsynced(stage, job)) is not None:
+        return found  # no pod or event of it exists to read
     found = None
     if what in ("pods", "mpi", "launcher"):
         pending = _pods(kube, namespace, job, "Pending", stalled.PODS_READ)

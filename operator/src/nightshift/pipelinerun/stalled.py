@@ -56,8 +56,11 @@ SOME_NOT_STARTING = "SomePodsNotStarting"
 # Pending pods read from a stage whose other pods run: in a churning fan-out most
 # Pending pods are merely starting, so the few that do not are looked for among more.
 SOME_PODS_READ = 20
+# An MPI stage's MPIJob the MPI Operator has not acted on: its CRD is installed, its
+# controller is not running (or ignores the MPIJob).
+WAITING_FOR_MPI_OPERATOR = "WaitingForMPIOperator"
 # Reasons that do not clear by themselves: the run's Progressing is False while one holds.
-STOPPED = frozenset({NOT_STARTING, NOT_CREATED})
+STOPPED = frozenset({NOT_STARTING, NOT_CREATED, WAITING_FOR_MPI_OPERATOR})
 # A stage held before its launcher is made reads its Running workers for one not Ready:
 # MPI stages have tens of workers, and usually all or none of them answer.
 WORKERS_READ = 100
@@ -204,6 +207,22 @@ def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str
         fix = (f"check spec.stages[{index}].{maker.resources} against the namespace's "
                "LimitRange")
     return reason, head + fit(said, fix, MESSAGE_CHARS - len(head))
+
+
+def mpi_unsynced(stage: Stage, job: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) for an MPIJob (read as a Job, mpijob.as_job) the MPI Operator
+    never synced, or None. Without it no worker, launcher or event is ever made, so
+    nothing else would say why the stage does not move."""
+    if (job.get("status") or {}).get(mpijob.OPERATOR_SEEN, True):
+        return None
+    name = (job.get("metadata") or {}).get("name", "")
+    head = f"stage {stage.name}: "
+    return WAITING_FOR_MPI_OPERATOR, head + fit(
+        f"the MPI Operator has not acted on MPIJob {name} in {STALL_SECONDS:g} s (it has "
+        "no status)",
+        "check that the Kubeflow MPI Operator's controller runs (its Deployment, in its "
+        f"own namespace) and its log; kubectl describe mpijob {name} shows a "
+        "ValidationError it found (docs/mpi.md)", MESSAGE_CHARS - len(head))
 
 
 def workers_unready(stage: Stage, index: int, pods: Sequence[Mapping[str, Any]]
