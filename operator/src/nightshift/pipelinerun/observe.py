@@ -158,8 +158,6 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
         return kube.list("v1", "Event", namespace, limit=refusals.EVENTS_READ,
                          field_selector=f"{selector},reason={reason}" if reason else selector)
 
-    if what == "mpi" and (found := stalled.mpi_unsynced(stage, job)) is not None:
-        return found  # no pod or event of it exists to read
     found = None
     if what in ("pods", "mpi", "launcher"):
         pending = _pods(kube, namespace, job, "Pending", stalled.PODS_READ)
@@ -187,6 +185,10 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
     if found is None and what in ("mpi", "gang"):
         found = stalled.not_created(stage, i, jname, events(
             f"involvedObject.uid={meta.get('uid')}", stalled.MPI_REFUSED), now, whose="mpi")
+    if found is None and what == "mpi":
+        # No pod and no refusal, and no status: the MPI Operator never synced it (one
+        # whose pod creates fail writes no status either, but says so in those events).
+        found = stalled.mpi_unsynced(stage, job)
     if found is None and what == "launcher":
         launcher = jname + mpijob.LAUNCHER_SUFFIX
         made = refusals.parse_time(meta.get("creationTimestamp"))

@@ -210,9 +210,11 @@ def not_created(stage: Stage, index: int, job: str, events: Sequence[Mapping[str
 
 
 def mpi_unsynced(stage: Stage, job: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(reason, message) for an MPIJob (read as a Job, mpijob.as_job) the MPI Operator
-    never synced, or None. Without it no worker, launcher or event is ever made, so
-    nothing else would say why the stage does not move."""
+    """(reason, message) for an MPIJob (read as a Job, mpijob.as_job) without a status,
+    or None; for when neither its pods nor its events said why (observe.py). The MPI
+    Operator's first sync writes a status unless creating a worker fails, and that
+    failure is in its events; with neither, it never synced the MPIJob, so no worker,
+    launcher or event will come and nothing else would say why the stage does not move."""
     if (job.get("status") or {}).get(mpijob.OPERATOR_SEEN, True):
         return None
     name = (job.get("metadata") or {}).get("name", "")
