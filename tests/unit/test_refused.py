@@ -169,3 +169,26 @@ def test_a_storage_object_a_full_quota_refuses_says_to_raise_it() -> None:
     assert "exceeded quota: physics" in ready["message"], ready
     assert "the namespace's ResourceQuota is full for it: raise the quota" in ready["message"]
     assert "nightshift bug" not in ready["message"], ready
+
+
+def test_a_refused_prune_names_what_to_check_and_the_way_around() -> None:
+    class NoDelete(RecordingKube):
+        def _call(self, method: str, path: str, body: Any = None,
+                  query: Sequence[tuple[str, Any]] = (), content_type: str | None = None,
+                  accept: str = "application/json") -> Obj:
+            if method == "DELETE":
+                raise KubeError(403, "Forbidden", 'horizontalpodautoscalers.autoscaling '
+                                '"software-squid" is forbidden: User "system:serviceaccount:'
+                                'nightshift:nightshift" cannot delete resource')
+            return super()._call(method, path, body, query, content_type, accept)
+
+    from nightshift.sharedstorage.plan import Plan
+    errors = sharedstorage._apply(NoDelete(), Plan(prune=[{
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "name": "software-squid", "namespace": NS}]))
+    assert errors == [
+        "deleting HorizontalPodAutoscaler/software-squid, which the storage no longer "
+        "needs, was refused by the API server (horizontalpodautoscalers.autoscaling "
+        '"software-squid" is forbidden: User "system:serviceaccount:nightshift:nightshift" '
+        "cannot delete resource); the operator's role must allow delete on it (the chart's "
+        "does) and no admission webhook may guard it, or delete it by hand"]

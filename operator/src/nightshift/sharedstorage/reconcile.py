@@ -75,7 +75,11 @@ def _apply(kube: Kube, p: Plan) -> list[str]:
         except KubeError as e:
             if e.status in (409, 429) or e.status >= 500:
                 raise
-            errors.append(f"deleting {ref['kind']}/{ref['name']} was refused ({e.message})")
+            errors.append(
+                f"deleting {ref['kind']}/{ref['name']}, which the storage no longer needs, "
+                f"was refused by the API server ({e.message}); the operator's role must "
+                "allow delete on it (the chart's does) and no admission webhook may guard "
+                "it, or delete it by hand")
     return errors
 
 
