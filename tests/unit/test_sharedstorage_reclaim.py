@@ -10,8 +10,11 @@ from typing import Any
 from nightshift.api import names
 from nightshift.sharedstorage import reclaim
 from nightshift.sharedstorage.objects import Storage
+from nightshift.sharedstorage.observe import Sources, SquidSampler, observe
 from nightshift.sharedstorage.plan import DELETING, plan
 from nightshift.sharedstorage.spec import SharedStorageSpec
+from tests.unit.test_chart_kubecalls import RecordingKube
+from tests.unit.test_refusals import NOW
 from tests.unit.test_sharedstorage_plan import cond, converge, keys, observed, refs, storage
 
 Obj = dict[str, Any]
@@ -148,3 +151,45 @@ def test_runs_still_using_it_come_first() -> None:
     p = plan(observed(obj, running_runs=["nightly"], existing_nodes=frozenset({"n1"})))
     assert cond(p.status or {}, DELETING)["reason"] == "InUse" and p.apply == []
     assert names.ANNOTATION_FORCE_DELETE in cond(p.status or {}, DELETING)["message"]
+
+
+def test_a_reclaim_pod_that_does_not_start_says_why_while_reclaiming() -> None:
+    obj = deleting("nfs-colocated-localdisk", ["n1"])
+    obj["metadata"]["finalizers"] = [names.FINALIZER_SHARED_STORAGE]
+    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    job = reclaim.reclaim_job(Storage.of(obj), SharedStorageSpec.model_validate(obj["spec"]),
+                              "n1", 0, "nightshift-nfs-ganesha:dev")
+    template = job["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "scratch-reclaim-0-x7k2p", "namespace": ns,
+                        "labels": template["metadata"]["labels"]},
+           "spec": template["spec"],
+           "status": {"phase": "Pending", "containerStatuses": [{
+               "name": "reclaim", "ready": False, "state": {"waiting": {
+                   "reason": "ImagePullBackOff",
+                   "message": 'Back-off pulling image "nightshift-nfs-ganesha:dev"'}}}]}}
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}
+    kube = RecordingKube([obj, job, pod, node])
+    got = observe(kube, Sources(sampler=SquidSampler(fetch=lambda url, t: "")), ns, name, NOW)
+    assert got is not None and [p.pod for p in got.pods_not_starting] == [
+        "scratch-reclaim-0-x7k2p"]
+    c = cond(plan(got).status or {}, DELETING)
+    assert c["reason"] == "Reclaiming"
+    assert c["message"].startswith("removing the data directories on node(s) n1")
+    assert ("pod scratch-reclaim-0-x7k2p container reclaim: ImagePullBackOff: Back-off "
+            'pulling image "nightshift-nfs-ganesha:dev"; check the operator\'s storage '
+            "images") in c["message"], c
+    # Finished, its pods are not read again.
+    kube.put(finished(job, "Complete"))
+    selectors: list[str] = []
+    real = kube.list
+
+    def listing(api_version: str, kind: str, *args: Any, **kw: Any) -> list[Obj]:
+        if kind == "Pod":
+            selectors.append(str(kw.get("label_selector")))
+        return real(api_version, kind, *args, **kw)
+
+    kube.list = listing  # type: ignore[method-assign]
+    got = observe(kube, Sources(sampler=SquidSampler(fetch=lambda url, t: "")), ns, name, NOW)
+    assert got is not None and got.pods_not_starting == []
+    assert not [s for s in selectors if reclaim.COMPONENT_RECLAIM in s], selectors

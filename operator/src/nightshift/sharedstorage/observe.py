@@ -191,7 +191,16 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         refused = _refused(kube, namespace, ours, now)
         claims = _claims_waiting(kube, namespace, ours)
     elif deleting:  # the reclaim Jobs (reclaim.py), which the deletion waits for
-        refused = _refused(kube, namespace, [o for o in ours if o["kind"] == "Job"], now)
+        jobs = [o for o in ours if o["kind"] == "Job"]
+        refused = _refused(kube, namespace, jobs, now)
+        if any(ssstatus.short(j) for j in jobs):
+            # A reclaim pod that does not start (its image, say) would leave the
+            # deletion saying "removing" for ever: a few Pending ones say why.
+            pending = kube.list("v1", "Pod", namespace, label_selector=(
+                f"{names.LABEL_STORAGE}={name},{names.LABEL_COMPONENT}="
+                f"{reclaim.COMPONENT_RECLAIM}"), field_selector="status.phase=Pending",
+                limit=PODS_READ)
+            stuck = [p for p in map(podstate.not_starting, pending[:PODS_READ]) if p]
     # The squids' load balancer, past its grace with no address: what its controller said.
     lb = [o for o in ours if o["kind"] == "Service" and not deleting
           and ssstatus.lb_waiting(o, now, sources.load_balancer_grace)]

@@ -372,9 +372,13 @@ def _reclaim(o: Observed, spec: SharedStorageSpec) -> Plan | None:
         return None
     if o.errors:  # what applying this step met: shown, and nothing applied again
         why, apply, delete = ("ReclaimFailed", "; ".join(o.errors)), [], []
-    elif why[0] == "Reclaiming" and (refused := [r for r in o.pods_refused if r[0] == "Job"]):
-        # A reclaim Job whose pod the API server refuses would say "removing" for ever.
-        why = (why[0], "; ".join([why[1], *ssstatus.pods_refused(st.namespace, refused)]))
+    elif why[0] == "Reclaiming" and (
+            (refused := [r for r in o.pods_refused if r[0] == "Job"]) or o.pods_not_starting):
+        # A reclaim Job whose pod the API server refuses, or whose pod does not start,
+        # would say "removing" for ever.
+        why = (why[0], "; ".join([
+            why[1], *ssstatus.pods_refused(st.namespace, refused),
+            *ssstatus.pods_not_starting(spec.type, o.pods_not_starting, st.namespace)]))
     status["phase"] = "Deleting"
     status["dataNodes"] = nodes
     status["conditions"] = _with_deleting(o, list(status.get("conditions") or []), why)
