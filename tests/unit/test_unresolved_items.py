@@ -192,3 +192,19 @@ def test_an_mpijob_the_mpi_operator_never_synced_is_named_after_the_stall() -> N
     kube.put(mpi)
     stage = PipelineRunSpec.model_validate(_run_spec(kube)).stages[0]
     assert stalled.mpi_unsynced(stage, mpijob.as_job(mpi)) is None
+
+
+def test_a_secret_that_is_not_text_waits_naming_it() -> None:
+    s3 = {"bucket": "raw", "credentialsSecret": "keys"}
+    secret = {"apiVersion": "v1", "kind": "Secret",
+              "metadata": {"name": "keys", "namespace": NS},
+              "data": {"AWS_ACCESS_KEY_ID": base64.b64encode(b"\xff\xfe").decode(),
+                       "AWS_SECRET_ACCESS_KEY": base64.b64encode(b"s").decode()}}
+    kube = RecordingKube([_run([_stage("calib", {"fromS3": {"storage": "raw"}})],
+                               storage=[{"name": "raw", "s3": s3}]), secret])
+    status, jobs = _pass(kube)
+    assert jobs == [] and status["phase"] == "Pending"
+    progressing = _cond(status, "Progressing")
+    assert progressing["reason"] == "ItemsUnresolved"
+    assert ("storage 'raw': Secret keys's AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is not "
+            "UTF-8 text; store the keys as plain text") in progressing["message"]
