@@ -56,6 +56,20 @@ def kind(said: str) -> Kind:
     return "other"
 
 
+def namespace_state(status: int, said: str) -> str | None:
+    """What ends a write refused for the namespace's state, not the object's (a full
+    ResourceQuota, a namespace being deleted), or None for any other answer: such a
+    write is retried, not reported as the object's fault."""
+    if status != 403:
+        return None
+    if kind(said) == "quota":
+        return ("the namespace's ResourceQuota is full: raise it, or wait for other "
+                "objects in the namespace to go")
+    if "being terminated" in said:
+        return "the namespace is being deleted: nothing can be created in it"
+    return None
+
+
 def refusal(event: Mapping[str, Any], patterns: Mapping[str, Sequence[str]] = POD_CONTROLLERS
             ) -> tuple[str, str] | None:
     """(the pattern its message matched, the refusal, cleaned) for an event that carries

@@ -75,14 +75,10 @@ class ErrorPolicy:
 def describe(error: BaseException) -> str:
     if isinstance(error, KubeError):
         said = f"the Kubernetes API answered {error.status} {error.reason}: {error.message}"
-        # The two refusals every kind retries (they are the cluster's state, not the
-        # object's): say what ends them, which the API server's words do not.
-        if error.status == 403 and refusals.kind(error.message) == "quota":
-            said += (" (the namespace's ResourceQuota is full: raise it, or wait for other "
-                     "objects in the namespace to go)")
-        elif error.status == 403 and "being terminated" in error.message:
-            said += " (the namespace is being deleted: nothing can be created in it)"
-        return said
+        # The refusals every kind retries: say what ends them, which the API server's
+        # words do not.
+        fix = refusals.namespace_state(error.status, error.message)
+        return f"{said} ({fix})" if fix else said
     return f"{type(error).__name__}: {error}"
 
 

@@ -342,6 +342,8 @@ class _Planner:
             waiting_reason=self.refs.reason or (
                 "WaitingForStorage" if self.binding.missing or off_pool else "Paused"),
             stalled=stuck)
+        out_events = [*self.extra_events, *(Event(*e) for e in events)]
+        resolve, requeue = self.resolve, self.requeue
         if self.obs.unresolved:
             status, unresolved = unresolved_status(self.old, status, self.obs.unresolved,
                                                    self.generation, self.now)
@@ -350,17 +352,15 @@ class _Planner:
                 return Plan(resolve_items=[], apply=[], delete=[], status=status,
                             events=[Event(*e) for e in unresolved], requeue_after=10.0)
             # Only the unresolved stages wait: the others start, change and go on.
-            return Plan(resolve_items=[], apply=self.apply, delete=[], status=status,
-                        events=[*self.extra_events, *(Event(*e) for e in events),
-                                *(Event(*e) for e in unresolved)],
-                        requeue_after=sooner(self.requeue, 10.0), patch=self.patch)
+            out_events += [Event(*e) for e in unresolved]
+            resolve, requeue = [], sooner(self.requeue, 10.0)
         return Plan(
-            resolve_items=self.resolve,
+            resolve_items=resolve,
             apply=self.apply,
             delete=[],
             status=status,
-            events=[*self.extra_events, *(Event(*e) for e in events)],
-            requeue_after=self.requeue,
+            events=out_events,
+            requeue_after=requeue,
             patch=self.patch,
         )
 

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift import metrics
-from nightshift.api import names
+from nightshift.api import names, refusals
 from nightshift.api.requeue import sooner
 from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
@@ -264,8 +264,7 @@ def refusal(e: KubeError) -> bool:
         return False
     # A full quota or a namespace being deleted is the cluster's state, not the run's
     # fault: the engine retries, and if it lasts its ReconcileError condition says why.
-    return not (e.status == 403 and ("exceeded quota" in e.message
-                                     or "being terminated" in e.message))
+    return refusals.namespace_state(e.status, e.message) is None
 
 
 def _why(e: KubeError) -> str:

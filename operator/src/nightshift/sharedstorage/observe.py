@@ -178,10 +178,7 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
     claims: dict[str, str] = {}
     if not deleting and (obj.get("status") or {}).get("phase") != "Ready":
         # Not Ready: a few Pending pods say whether an image or a node is missing.
-        pending = kube.list("v1", "Pod", namespace,
-                            label_selector=f"{names.LABEL_STORAGE}={name}",
-                            field_selector="status.phase=Pending", limit=PODS_READ)
-        stuck = [p for p in map(podstate.not_starting, pending[:PODS_READ]) if p]
+        stuck = _not_starting(kube, namespace, f"{names.LABEL_STORAGE}={name}")
         running = kube.list("v1", "Pod", namespace,
                             label_selector=f"{names.LABEL_STORAGE}={name}",
                             field_selector="status.phase=Running", limit=CRASH_READ)
@@ -196,11 +193,9 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         if any(ssstatus.short(j) for j in jobs):
             # A reclaim pod that does not start (its image, say) would leave the
             # deletion saying "removing" for ever: a few Pending ones say why.
-            pending = kube.list("v1", "Pod", namespace, label_selector=(
-                f"{names.LABEL_STORAGE}={name},{names.LABEL_COMPONENT}="
-                f"{reclaim.COMPONENT_RECLAIM}"), field_selector="status.phase=Pending",
-                limit=PODS_READ)
-            stuck = [p for p in map(podstate.not_starting, pending[:PODS_READ]) if p]
+            stuck = _not_starting(kube, namespace, (
+                f"{names.LABEL_STORAGE}={name},"
+                f"{names.LABEL_COMPONENT}={reclaim.COMPONENT_RECLAIM}"))
     # The squids' load balancer, past its grace with no address: what its controller said.
     lb = [o for o in ours if o["kind"] == "Service" and not deleting
           and ssstatus.lb_waiting(o, now, sources.load_balancer_grace)]
@@ -316,6 +311,13 @@ def owned(kube: Kube, namespace: str, name: str, type_: str) -> list[Obj]:
         out += kube.list(api_version, kind, label_selector=(
             f"{names.LABEL_STORAGE}={name},{names.LABEL_STORAGE_NAMESPACE}={namespace}"))
     return out
+
+
+def _not_starting(kube: Kube, namespace: str, selector: str) -> list[podstate.NotStarting]:
+    """Why a few of the selected Pending pods do not start (one LIST, PODS_READ pods)."""
+    pending = kube.list("v1", "Pod", namespace, label_selector=selector,
+                        field_selector="status.phase=Pending", limit=PODS_READ)
+    return [p for p in map(podstate.not_starting, pending[:PODS_READ]) if p]
 
 
 def _pods(kube: Kube, namespace: str, name: str, component: str) -> list[Obj]:
