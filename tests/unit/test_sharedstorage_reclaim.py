@@ -193,3 +193,58 @@ def test_a_reclaim_pod_that_does_not_start_says_why_while_reclaiming() -> None:
     got = observe(kube, Sources(sampler=SquidSampler(fetch=lambda url, t: "")), ns, name, NOW)
     assert got is not None and got.pods_not_starting == []
     assert not [s for s in selectors if reclaim.COMPONENT_RECLAIM in s], selectors
+
+
+def test_a_reclaim_waiting_on_a_node_that_is_not_ready_names_the_node_and_the_way_out() -> None:
+    # Its pod, pinned by nodeName, stays Pending with no container status: only the
+    # node says why.
+    obj = deleting("nfs-colocated-localdisk", ["n1", "n2"])
+    obj["metadata"]["finalizers"] = [names.FINALIZER_SHARED_STORAGE]
+    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    spec = SharedStorageSpec.model_validate(obj["spec"])
+    jobs = [reclaim.reclaim_job(Storage.of(obj), spec, n, i, "img")
+            for i, n in enumerate(["n1", "n2"])]
+    lost = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+            "status": {"conditions": [{
+                "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+                "lastTransitionTime": "2026-11-23T11:50:00Z"}]}}
+    fine = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    kube = RecordingKube([obj, *jobs, lost, fine])
+    got = observe(kube, Sources(sampler=SquidSampler(fetch=lambda url, t: "")), ns, name, NOW)
+    assert got is not None and dict(got.unready_nodes) == {
+        "n1": "NodeStatusUnknown: Kubelet stopped posting node status. since "
+              "2026-11-23T11:50:00Z"}
+    c = cond(plan(got).status or {}, DELETING)
+    assert c["reason"] == "Reclaiming"
+    assert c["message"] == (
+        "removing the data directories on node(s) n1, n2 (reclaimPolicy Delete); node n1 "
+        "is not Ready (NodeStatusUnknown: Kubelet stopped posting node status. since "
+        "2026-11-23T11:50:00Z): its reclaim pod starts when the node's kubelet is back; "
+        "if the node is gone for good, delete it (kubectl delete node n1) and its data "
+        "goes with its disk"), c
+    # A Node no kubelet ever reported for says so; a deleted one ends that node's part.
+    assert reclaim.not_ready({"metadata": {"name": "n3"}}) == (
+        "it has no Ready condition: no kubelet has reported for it")
+    kube.delete("v1", "Node", "n1")
+    got = observe(kube, Sources(sampler=SquidSampler(fetch=lambda url, t: "")), ns, name, NOW)
+    assert got is not None and not got.unready_nodes
+    c = cond(plan(got).status or {}, DELETING)
+    assert c["message"] == ("removing the data directories on node(s) n2 (reclaimPolicy "
+                            "Delete)"), c
+
+
+def test_servers_left_on_a_node_that_is_not_ready_name_it() -> None:
+    # A server pod on a lost node stays Terminating until the node is back or deleted.
+    obj = deleting("nfs-colocated-localdisk", ["n1"])
+    p = plan(observed(obj, server_pods_left=1, server_nodes=["n1"],
+                      existing_nodes=frozenset({"n1"}),
+                      unready_nodes={"n1": "NodeStatusUnknown"}))
+    c = cond(p.status or {}, DELETING)
+    assert c["reason"] == "Reclaiming" and p.apply == [], c
+    assert c["message"] == (
+        "stopping the servers (1 pods left) before removing their data on the nodes "
+        "(reclaimPolicy Delete); node n1 is not Ready (NodeStatusUnknown): its server pod "
+        "ends when the node's kubelet is back; if the node is gone for good, delete it "
+        "(kubectl delete node n1) and its data goes with its disk"), c

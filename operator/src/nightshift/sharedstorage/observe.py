@@ -164,11 +164,15 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         server_pods = _pods(kube, namespace, name, COMPONENT_NFS_SERVER)
     server_nodes = [str((p.get("spec") or {}).get("nodeName") or "") for p in server_pods]
     existing: frozenset[str] = frozenset()
+    unready: dict[str, str] = {}
     # Which data nodes still exist matters only to a deletion that reclaims their data.
     if deleting and reclaim.wanted(Storage.of(obj), spec,
                                    obj["metadata"].get("annotations") or {}):
         wanted = {*((obj.get("status") or {}).get("dataNodes") or []), *server_nodes} - {""}
-        existing = frozenset(n for n in wanted if kube.get("v1", "Node", n) is not None)
+        found = {n: kube.get("v1", "Node", n) for n in wanted}
+        existing = frozenset(n for n, node in found.items() if node is not None)
+        unready = {n: why for n, node in found.items()
+                   if node is not None and (why := reclaim.not_ready(node))}
     if spec.type == "cvmfs" and not deleting:
         samples = sources.sampler.samples(namespace, name,
                                           _pods(kube, namespace, name, COMPONENT_SQUID))
@@ -204,6 +208,7 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         platform=platform, owned=ours,
         server_pods=servers, squid=samples, server_nodes=server_nodes,
         server_pods_left=len(server_pods), existing_nodes=existing,
+        unready_nodes=unready,
         running_runs=running_runs(kube, namespace, name) if deleting else (), now=now,
         image_registry=sources.image_registry, image_tag=sources.image_tag,
         pods_not_starting=stuck, pods_refused=refused, claims_waiting=claims,

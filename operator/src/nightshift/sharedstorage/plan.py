@@ -97,10 +97,12 @@ class Observed:
     # cvmfs: each ready squid's rates since the last reading ([] when none answered).
     squid: Sequence[ssstatus.SquidSample] = ()
     # glusterfs, nfs on localDisk: the nodes of the server pods that exist now (data
-    # nodes), and which of status.dataNodes still exist (read when deleting).
+    # nodes), and which of status.dataNodes still exist, and why those not Ready are
+    # not (read when deleting).
     server_nodes: Sequence[str] = ()
     server_pods_left: int = 0
     existing_nodes: frozenset[str] = frozenset()
+    unready_nodes: Mapping[str, str] = field(default_factory=dict)
     # PipelineRuns naming this storage that have not ended (read when deleting).
     running_runs: Sequence[str] = ()
     # What applying this plan's writes met, each a sentence naming the object: the
@@ -367,6 +369,8 @@ def _reclaim(o: Observed, spec: SharedStorageSpec) -> Plan | None:
     image = gluster.IMAGE if spec.type == "glusterfs" else nfs.IMAGE
     apply, delete, why = reclaim.step(st, spec, owned=o.owned, nodes=nodes,
                                       existing_nodes=o.existing_nodes,
+                                      server_nodes=o.server_nodes,
+                                      unready=o.unready_nodes,
                                       server_pods_left=o.server_pods_left, image=image)
     if why is None:
         return None

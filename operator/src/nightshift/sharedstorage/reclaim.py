@@ -76,6 +76,20 @@ def moved(st: Storage, spec: SharedStorageSpec, previous: Sequence[str],
             f"recreate the storage, and put {field} on on-demand nodes")
 
 
+def not_ready(node: Obj) -> str | None:
+    """Why a Node is not Ready (its Ready condition's reason and message, and since
+    when), or None when it is. A pod pinned to it by nodeName waits there, Pending with
+    no container status: nothing else would say why its reclaim does not end."""
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            if c.get("status") == "True":
+                return None
+            said = ": ".join(str(c[k]) for k in ("reason", "message") if c.get(k))
+            since = f" since {c['lastTransitionTime']}" if c.get("lastTransitionTime") else ""
+            return f"{said or 'Ready ' + str(c.get('status'))}{since}"
+    return "it has no Ready condition: no kubelet has reported for it"
+
+
 def job_name(st: Storage, index: int) -> str:
     return st.object_name(f"reclaim-{index}")
 
@@ -126,15 +140,20 @@ def reclaim_job(st: Storage, spec: SharedStorageSpec, node: str, index: int,
 
 def step(st: Storage, spec: SharedStorageSpec, *, owned: Sequence[Obj], nodes: Sequence[str],
          existing_nodes: frozenset[str], server_pods_left: int, image: str,
+         server_nodes: Sequence[str] = (), unready: Mapping[str, str] | None = None,
          ) -> tuple[list[dict[str, Any]], list[Obj], tuple[str, str] | None]:
     """(to apply, to delete, the Deleting condition's (reason, message)); the condition
-    is None when every directory is gone and the deletion may finish."""
+    is None when every directory is gone and the deletion may finish. `server_nodes`:
+    the nodes of the server pods left; `unready`: why each of those and of `nodes`
+    that is not Ready is not (not_ready)."""
+    unready = unready or {}
     servers = [o for o in owned if o["kind"] in SERVER_KINDS.get(spec.type, ())
                and not o["metadata"].get("deletionTimestamp")]
     if servers or server_pods_left:
-        return [], servers, ("Reclaiming", f"stopping the servers ({server_pods_left} pods "
-                             "left) before removing their data on the nodes (reclaimPolicy "
-                             "Delete)")
+        return [], servers, ("Reclaiming", "; ".join([
+            f"stopping the servers ({server_pods_left} pods left) before removing their "
+            "data on the nodes (reclaimPolicy Delete)",
+            *_waiting_on(sorted(set(server_nodes) - {""}), unready, "its server pod ends")]))
     jobs = {str(o["metadata"]["name"]): o for o in owned if o["kind"] == "Job"}
     apply: list[dict[str, Any]] = []
     running: list[str] = []
@@ -156,9 +175,18 @@ def step(st: Storage, spec: SharedStorageSpec, *, owned: Sequence[Obj], nodes: S
         if state != "Complete":
             running.append(node)
     if running:
-        return apply, [], ("Reclaiming", "removing the data directories on node(s) "
-                           f"{', '.join(running)} (reclaimPolicy Delete)")
+        return apply, [], ("Reclaiming", "; ".join([
+            "removing the data directories on node(s) "
+            f"{', '.join(running)} (reclaimPolicy Delete)",
+            *_waiting_on(running, unready, "its reclaim pod starts")]))
     return [], [], None
+
+
+def _waiting_on(nodes: Sequence[str], unready: Mapping[str, str], what: str) -> list[str]:
+    """A sentence for each of `nodes` that is not Ready: the deletion waits on it."""
+    return [f"node {n} is not Ready ({unready[n]}): {what} when the node's kubelet is "
+            f"back; if the node is gone for good, delete it (kubectl delete node {n}) and "
+            "its data goes with its disk" for n in nodes if n in unready]
 
 
 def _finished(job: Obj) -> str | None:
