@@ -13,8 +13,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nightshift.api import names
 from nightshift.engine.loop import ErrorPolicy, Loops, Outcome, describe
+from nightshift.engine.status import reconcile_error_reporter
 from nightshift.kube import KubeError
+from tests.unit.test_chart_kubecalls import RecordingKube
 
 FINALIZER = "example.io/cleanup"
 
@@ -378,3 +381,30 @@ def test_the_refusals_every_kind_retries_say_what_ends_them() -> None:
     other = KubeError(403, "Forbidden", 'jobs.batch is forbidden: User "x" cannot create')
     assert describe(other) == ('the Kubernetes API answered 403 Forbidden: jobs.batch is '
                                'forbidden: User "x" cannot create')
+
+
+def test_a_reconcile_error_an_earlier_process_left_is_cleared_by_the_first_good_pass() -> None:
+    # The operator restarted (an upgrade, a failover) after passes failed: its new loop
+    # has seen no failure, yet the object still says ReconcileError=True.
+    run_obj = {"apiVersion": names.API_VERSION, "kind": names.PIPELINERUN,
+               "metadata": {"name": "a", "namespace": "ns", "generation": 1},
+               "spec": {}, "status": {"conditions": [{
+                   "type": "ReconcileError", "status": "True", "reason": "ReconcileFailing",
+                   "message": "3 reconcile passes in a row failed",
+                   "lastTransitionTime": "2026-11-30T00:00:00Z", "observedGeneration": 1}]}}
+    kube = RecordingKube([run_obj])
+    report = reconcile_error_reporter(kube, names.API_VERSION, names.PIPELINERUN)
+
+    def error() -> dict[str, Any]:
+        got = kube.get(names.API_VERSION, names.PIPELINERUN, "a", "ns") or {}
+        return next(c for c in got["status"]["conditions"] if c["type"] == "ReconcileError")
+
+    async def main() -> None:
+        loops: Loops[State] = Loops("Example", State)
+        loops.bind(lambda _ns, _n, _s: Outcome(), settle=0.01, resync=30.0, report=report)
+        loops.ensure("ns", "a")
+        await until("the error cleared", lambda: error()["status"] == "False")
+        await loops.shutdown()
+
+    run(main)
+    assert error()["reason"] == "Recovered", error()

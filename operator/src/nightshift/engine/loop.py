@@ -177,7 +177,10 @@ class Loops(Generic[S]):
         _, namespace, name = key
         lock = self._locks.setdefault(key, asyncio.Lock())
         failures = 0
-        reported = False
+        # True at first: a ReconcileError an earlier loop or operator process left (a
+        # restart, an upgrade, a failover) is cleared by this loop's first good pass;
+        # the reporter reads the object and writes only if the condition is True.
+        reported = True
         try:
             while not me.stopping:
                 async with lock:
@@ -186,7 +189,7 @@ class Loops(Generic[S]):
                     self.wakeups.passing(key)
                     outcome, error = await self._one_pass(namespace, name, me.state)
                     if error is None:
-                        if reported:
+                        if reported and self._report is not None:
                             await self._call_report(namespace, name, None)
                             reported = False
                         failures = 0
