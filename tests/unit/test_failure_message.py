@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nightshift.pipelinerun.samples import message_tail
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.samples import failure_sample, message_tail
 from nightshift.runner.main import termination_message
+from tests.unit.test_plan import (
+    advance,
+    failed,
+    items_for,
+    make_run,
+    observe,
+    stage_status,
+    start_a,
+)
 
 
 def test_a_short_message_is_kept_whole() -> None:
@@ -43,3 +53,44 @@ def test_no_termination_log_outside_a_container(tmp_path: Path) -> None:
 def test_a_cut_at_a_line_start_keeps_that_line() -> None:
     text = "x" * 20 + "\n" + "y" * 100 + "\n" + "z" * 138
     assert message_tail(text, limit=240) == "…" + "y" * 100 + "\n" + "z" * 138
+
+
+def test_the_runners_own_last_line_is_kept_whole_with_its_field_and_its_fix() -> None:
+    # The sidecar's why names the stage's output first and the fix last.
+    own = ("nightshift: committing outputs failed: stage calibrate outputs[0] (out/{item}/)"
+           " is required, but the steps wrote no file under /nightshift/outputs/0: write "
+           "the step's results there, or set outputs[0].required: false " + "x" * 300)
+    got = message_tail("\n".join(["step log line"] * 50 + [own]))
+    assert got == "…" + own, got
+    assert message_tail(own) == own
+    # run.sh's own line too; a user's long last line keeps only its end.
+    fuse = "nightshift: /data is not mounted in this pod after 120 s " + "y" * 400
+    assert message_tail(fuse) == fuse
+    assert message_tail("user: " + "y" * 400) == "…" + ("user: " + "y" * 400)[-239:]
+    # Bounded still: the status keeps at most OWN_LINE_LIMIT of one.
+    huge = message_tail("stage-in failed (exit 1): " + "z" * 3000)
+    assert len(huge) == 700 and huge.startswith("stage-in failed (exit 1): zz"), huge[:40]
+
+
+def test_the_status_keeps_the_last_words_of_a_long_log_tail() -> None:
+    # A failed pod whose log ends in its reason, after more than a sample keeps: the
+    # status shows the tail's end, not the head of the tail.
+    run = make_run()
+    p, job = start_a(run)
+    run = advance(run, p)
+    log = "\n".join([f"INFO reducing chunk {i:03d} of night 2024-01-03" for i in range(40)]
+                    + ["ValueError: night 2024-01-03 has no flats"])
+    pod = {"metadata": {"name": "p-17", "annotations": {
+               "batch.kubernetes.io/job-completion-index": "17"},
+               "ownerReferences": [{"kind": "Job", "name": job["metadata"]["name"],
+                                    "controller": True}]},
+           "status": {"containerStatuses": [{"name": "main", "state": {"terminated": {
+               "exitCode": 3, "reason": "Error", "message": log}}}]}}
+    own = "nightshift: committing outputs failed: stage a outputs[0] " + "w" * 500
+    pod2 = {**pod, "status": {"containerStatuses": [{"name": "main", "state": {
+        "terminated": {"exitCode": 75, "reason": "Error", "message": log + "\n" + own}}}]}}
+    got = plan(observe(run, [failed(job, "0-16,18-99", "17")], items=items_for(run, "a", "b"),
+                       samples={"a": [failure_sample(pod), failure_sample(pod2)]}))
+    first, second = stage_status(got, "a")["failureSamples"]
+    assert first["message"].endswith("ValueError: night 2024-01-03 has no flats"), first
+    assert second["message"] == "…" + own, second

@@ -9,6 +9,7 @@ from nightshift.api import ranges
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun.plan import plan
 from nightshift.pipelinerun.plantypes import ItemsInfo
+from nightshift.pipelinerun.samples import OWN_LINE_LIMIT
 from tests.bad_pipelineruns import stage
 from tests.unit.test_plan import T0, advance, jobs_of, observe, with_status
 
@@ -46,8 +47,9 @@ def worst_case_status() -> dict[str, Any]:
                            succeeded=N - len(failed), failed=len(failed) * 4,
                            conditions=[{"type": "Complete", "status": "True",
                                         "lastTransitionTime": "2025-03-01T13:00:00Z"}])
+    # Each message as long as a sample keeps one (the runner's own line, whole).
     samples = [{"index": i, "exitCode": 3, "reason": "Error",
-                "message": "x" * 200} for i in failed[:5]]
+                "message": "x" * OWN_LINE_LIMIT} for i in failed[:5]]
     run = advance(run, p)
     p = plan(observe(run, [finished], items=_items("split", "invert"),
                      samples={"split": samples}))

@@ -13,11 +13,25 @@ from typing import Any
 
 from nightshift.api import names
 
+# The runner's and run.sh's own last line: it names the field or path first and the
+# fix last (runner/sidecar.py caps its why at 600 characters), so it is kept whole.
+OWN_LINE_PREFIXES = ("nightshift: ", "stage-in failed (")
+OWN_LINE_LIMIT = 700
+TAIL_LIMIT = 240
+# The most a sample's message holds (the status keeps it as it is).
+MESSAGE_LIMIT = max(OWN_LINE_LIMIT, TAIL_LIMIT)
 
-def message_tail(text: str, limit: int = 240) -> str:
+
+def message_tail(text: str, limit: int = TAIL_LIMIT) -> str:
     """A failure message's end, whole lines where they fit: a log tail's last lines say
-    why a step failed, its first ones rarely do."""
+    why a step failed, its first ones rarely do. A last line of our own is kept whole
+    (up to OWN_LINE_LIMIT), whatever came before it."""
     text = text.strip()
+    last = text.rsplit("\n", 1)[-1]
+    if last.startswith(OWN_LINE_PREFIXES) and len(last) > limit:
+        cut = "…" if last != text else ""
+        return cut + (last if len(last) <= OWN_LINE_LIMIT
+                      else last[:OWN_LINE_LIMIT - 1] + "…")
     if len(text) <= limit:
         return text
     start = len(text) - (limit - 1)

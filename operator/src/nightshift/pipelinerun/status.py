@@ -12,6 +12,7 @@ from typing import Any
 from nightshift.api import conditions as cond
 from nightshift.api import ranges
 from nightshift.pipelinerun import progress as pg
+from nightshift.pipelinerun.samples import MESSAGE_LIMIT as SAMPLE_MESSAGE_LIMIT
 from nightshift.pipelinerun.stalled import STOPPED, run_message
 
 StageRecord = dict[str, Any]
@@ -141,9 +142,12 @@ def _samples(view: pg.StageView, samples: Sequence[Mapping[str, Any]]) -> list[d
             entry["item"] = str(s["item"])[:MESSAGE_CHARS]
         if s.get("exitCode") is not None:
             entry["exitCode"] = int(s["exitCode"])
-        for k in ("reason", "message"):
-            if s.get(k):
-                entry[k] = str(s[k])[:MESSAGE_CHARS]
+        if s.get("reason"):
+            entry["reason"] = str(s["reason"])[:MESSAGE_CHARS]
+        if s.get("message"):
+            # Already cut to its end (samples.message_tail): cutting its head here
+            # would drop the last words, which say why.
+            entry["message"] = str(s["message"])[:SAMPLE_MESSAGE_LIMIT]
         out.append(entry)
     return out
 
