@@ -191,3 +191,21 @@ def test_not_ready_quotes_karpenters_message() -> None:
     ]
     assert not_ready_messages(objs) == [
         "NodePool a is not ready (NodeClassNotReady: NodeClass not found)"]
+
+
+def test_not_ready_quotes_the_failing_condition_karpenter_computed_ready_from() -> None:
+    # Karpenter's Ready only lists the failing dependents; their own conditions say why
+    # (karpenter-provider-aws nodeclass/subnet.go; operatorpkg's root condition).
+    objs = [{"kind": "EC2NodeClass", "metadata": {"name": "physics-general"},
+             "status": {"conditions": [
+                 {"type": "SubnetsReady", "status": "False", "reason": "SubnetsNotFound",
+                  "message": "SubnetSelector did not match any Subnets"},
+                 {"type": "SecurityGroupsReady", "status": "True", "reason": "Ready"},
+                 {"type": "ValidationSucceeded", "status": "False",
+                  "reason": "TagValidationFailed", "message": "tag key is restricted"},
+                 {"type": "Ready", "status": "False", "reason": "UnhealthyDependents",
+                  "message": "SubnetsReady=False, ValidationSucceeded=False"}]}}]
+    assert not_ready_messages(objs) == [
+        "EC2NodeClass physics-general is not ready (SubnetsReady: SubnetsNotFound: "
+        "SubnetSelector did not match any Subnets; check spec.nodeClass.subnetSelectorTerms; "
+        "ValidationSucceeded: TagValidationFailed: tag key is restricted)"]

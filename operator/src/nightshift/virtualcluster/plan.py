@@ -204,14 +204,34 @@ def placement_pools(spec: VirtualClusterSpec | None) -> list[str]:
     return [p.name for p in spec.pools if p.placement == "cluster"] if spec else []
 
 
+# The VirtualCluster field behind each of an EC2NodeClass's conditions that a user's
+# value can fail (karpenter-provider-aws pkg/controllers/nodeclass).
+CONDITION_FIELDS = {
+    "SubnetsReady": "spec.nodeClass.subnetSelectorTerms",
+    "SecurityGroupsReady": "spec.nodeClass.securityGroupSelectorTerms",
+    "AMIsReady": "spec.nodeClass.amiAlias or spec.nodeClass.amiSelectorTerms",
+    "InstanceProfileReady": "spec.nodeClass.role or spec.nodeClass.instanceProfile",
+}
+
+
 def not_ready_messages(objs: Sequence[Obj]) -> list[str]:
-    """Karpenter's own Ready=False messages on our NodePools and node classes."""
+    """Karpenter's own Ready=False messages on our NodePools and node classes. Karpenter
+    computes Ready from the others ("UnhealthyDependents: SubnetsReady=False"), so the
+    failing ones are quoted instead, each with the field that sets it where one does."""
     out = []
     for obj in objs:
-        for c in (obj.get("status") or {}).get("conditions") or []:
-            if c.get("type") == "Ready" and c.get("status") == "False":
-                out.append(f"{obj['kind']} {obj['metadata']['name']} is not ready "
-                           f"({c.get('reason', '')}: {c.get('message', '')})")
+        conds = (obj.get("status") or {}).get("conditions") or []
+        for c in conds:
+            if c.get("type") != "Ready" or c.get("status") != "False":
+                continue
+            failing = [d for d in conds if d.get("type") != "Ready"
+                       and d.get("status") == "False"]
+            said = "; ".join(
+                f"{d.get('type')}: {d.get('reason', '')}: {d.get('message', '')}"
+                + (f"; check {CONDITION_FIELDS[d['type']]}"
+                   if d.get("type") in CONDITION_FIELDS else "")
+                for d in failing) or f"{c.get('reason', '')}: {c.get('message', '')}"
+            out.append(f"{obj['kind']} {obj['metadata']['name']} is not ready ({said})")
     return out
 
 
