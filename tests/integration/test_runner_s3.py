@@ -245,6 +245,32 @@ def test_a_refused_identity_is_named_in_the_steps_last_words(gw: VersityGW,
     print(last)  # what a user sees, for `pytest -s`
 
 
+def test_an_input_that_matches_nothing_fails_stage_in_naming_it(gw: VersityGW,
+                                                                tmp_path: Path) -> None:
+    # A typo in the path, or a night that is not there: the steps would run on nothing.
+    put(gw, "proj/raw/night-1/f.txt", b"night 1\n")
+    cfg = config(gw, [{"storage": "data", "path": "raw/night-1/"},
+                      {"storage": "data", "path": "raws/{item}/"}],
+                 [{"storage": "data", "path": "out/{item}/"}])
+    pod = run_pod(gw, tmp_path / "typo", cfg, [("only", "exit 0")], ["night-1"])
+    assert pod.stage_in_rc == 66
+    rec = get_json(gw, "proj/_nightshift/run1/reduce/0.json")
+    assert rec["phase"] == "stage-in-failed", rec
+    assert rec["error"] == (
+        "missing input: inputs[1].path 'raws/{item}/' matched no file in storage 'data' "
+        f"(s3://{BUCKET}/proj/raws/night-1/): check the path and that the data is there, "
+        "or set inputs[1].optional: true when an item may have no input"), rec["error"]
+    assert keys(gw, "proj/out/") == set()
+    # Optional: nothing staged for it, and the steps run.
+    cfg["inputs"][1]["optional"] = True
+    pod = run_pod(gw, tmp_path / "optional", cfg,
+                  [("only", 'ls "$NIGHTSHIFT_INPUTS" > "$NIGHTSHIFT_OUTPUTS/seen.txt"')],
+                  ["night-1"])
+    assert pod.rc == 0
+    seen = gw.client().get_object(Bucket=BUCKET, Key="proj/out/night-1/seen.txt")
+    assert seen["Body"].read() == b"f.txt\n"
+
+
 @pytest.mark.parametrize("with_sha", [True, False], ids=["sha256-metadata", "md5-etag"])
 def test_corrupted_object_fails_stage_in(gw: VersityGW, tmp_path: Path, with_sha: bool) -> None:
     data = os.urandom(1000)

@@ -118,6 +118,8 @@ class DataConfig:
     gather: str = ""
     # outputs[].required: an item whose steps leave this output empty fails.
     required: bool = False
+    # inputs[].optional: a path that matches no file stages nothing (else exit 66).
+    optional: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"storage": self.storage, "path": self.path, "mode": self.mode,
@@ -129,6 +131,8 @@ class DataConfig:
             out["gather"] = self.gather
         if self.required:
             out["required"] = True
+        if self.optional:
+            out["optional"] = True
         return out
 
     @classmethod
@@ -138,7 +142,8 @@ class DataConfig:
                    mode=raw.get("mode") or default_mode, cache=bool(raw.get("cache", True)),
                    local_path=raw.get("localPath", ""),
                    failed_prefix=raw.get("failedPrefix", DEFAULT_FAILED_PREFIX),
-                   gather=raw.get("gather") or "", required=bool(raw.get("required")))
+                   gather=raw.get("gather") or "", required=bool(raw.get("required")),
+                   optional=bool(raw.get("optional")))
 
 
 def gather_dir(stage: str) -> str:

@@ -109,7 +109,8 @@ def _used(stage: Stage, archive: Archive | None) -> list[str]:
 def _data(d: DataRef, default_mode: str) -> DataConfig:
     return DataConfig(storage=d.storage, path=d.path, mode=d.mode or default_mode,
                       cache=d.cache, local_path=d.local_path, failed_prefix=d.failed_prefix,
-                      gather=d.gather or "", required=d.required)
+                      gather=d.gather or "", required=d.required,
+                      optional=d.optional)
 
 
 def gathered(stage: Stage) -> list[str]:

@@ -95,6 +95,9 @@ class DataRef(Spec):
     # Outputs only: an item whose steps succeed but leave this output empty fails (its
     # retries apply), where by default an empty output commits an empty manifest.
     required: bool = False
+    # Inputs only: a path that matches no file stages nothing, where by default the item
+    # fails at stage-in (exit 66) naming the input.
+    optional: bool = False
 
 
 class Mount(Spec):

@@ -17,6 +17,7 @@ import posixpath
 import re
 import time
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -299,6 +300,7 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
     cache: NodeCache | None = None
     for i, ref in enumerate(cfg.inputs):
         st = cfg.storage(ref.storage)
+        staged, missing = 0, []
         for path, where in _input_places(cfg, paths, item, i, ref):
             if ref.mode == "stream":
                 # The volume is mounted into the step containers; link the item's part.
@@ -311,17 +313,47 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
             store = stores[ref.storage]
             full = st.prefix + path
             log.info("inputs[%d]: staging %s:%s into %s", i, st.name, full, base)
-            if isinstance(store, DirStore):
-                stage_dir(store, full, base, stats)
-                continue
-            use_cache = ref.cache and paths.cache.is_dir()
-            if use_cache and cache is None:
-                cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
-            stage_s3(store, full, base, cache if use_cache else None, stats)
+            before = stats.files
+            try:
+                if isinstance(store, DirStore):
+                    stage_dir(store, full, base, stats)
+                else:
+                    use_cache = ref.cache and paths.cache.is_dir()
+                    if use_cache and cache is None:
+                        cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
+                    stage_s3(store, full, base, cache if use_cache else None, stats)
+            except FileNotFoundError:
+                pass  # a single key that is not there: as a prefix that matches nothing
+            if stats.files > before:
+                staged += 1
+            else:
+                missing.append(_where(store, full))
+        _check_matched(i, ref, st.name, staged, missing)
     if cache:
         stats.cache_hits, stats.cache_misses = cache.stats.hits, cache.stats.misses
     stats.seconds = time.monotonic() - t0
     return stats
+
+
+def _where(store: S3Store | DirStore, full: str) -> str:
+    return (f"s3://{store.bucket}/{full}" if isinstance(store, S3Store)
+            else f"{store.root}/{full}")
+
+
+def _check_matched(i: int, ref: DataConfig, storage: str, staged: int,
+                   missing: Sequence[str]) -> None:
+    """An input that matched no file fails the item (exit 66): a typo in path, or a
+    night that is not there, would run the steps on nothing. Not when the input is
+    optional; a gathered input only when no gathered item has any (one that failed left
+    none)."""
+    if not missing or ref.optional or (ref.gather and staged):
+        return
+    what = (f"for none of the {len(missing)} items of {ref.gather!r} it gathers (first: "
+            f"{missing[0]})" if ref.gather else f"({missing[0]})")
+    raise FileNotFoundError(
+        f"inputs[{i}].path {ref.path!r} matched no file in storage {storage!r} {what}: "
+        f"check the path and that the data is there, or set inputs[{i}].optional: true "
+        "when an item may have no input")
 
 
 def write_stats(paths: Paths, stats: StageStats, extra: dict[str, object]) -> None:
