@@ -58,7 +58,8 @@ def config(gw: VersityGW, inputs: list[dict[str, Any]], outputs: list[dict[str, 
 
 
 def run_pod(gw: VersityGW, root: Path, cfg: dict[str, Any], steps: list[tuple[str, str]],
-            items: list[str], index: int = 0, cache: bool = True) -> Pod:
+            items: list[str], index: int = 0, cache: bool = True,
+            extra_env: dict[str, str] | None = None) -> Pod:
     """Run one item's pod; steps are (name, sh -c script)."""
     (root / "items").mkdir(parents=True, exist_ok=True)
     (root / "items" / "items").write_text("".join(i + "\n" for i in items))
@@ -71,7 +72,7 @@ def run_pod(gw: VersityGW, root: Path, cfg: dict[str, Any], steps: list[tuple[st
            "NIGHTSHIFT_POD_NAME": f"pod-{index}", "NODE_NAME": "node-a",
            "NIGHTSHIFT_LAST_STEP": steps[-1][0],
            "NIGHTSHIFT_INPUTS": str(root / "work" / "inputs"),
-           "NIGHTSHIFT_OUTPUTS": str(root / "work" / "outputs")}
+           "NIGHTSHIFT_OUTPUTS": str(root / "work" / "outputs"), **(extra_env or {})}
     try:
         rc = subprocess.run([str(RUNNER), "stage-in"], env=env, process_group=pause.pid,
                             timeout=300, check=False).returncode
@@ -228,7 +229,7 @@ def test_a_refused_identity_is_named_in_the_steps_last_words(gw: VersityGW,
                                                             tmp_path: Path) -> None:
     """A secret key the server refuses: the step exits 75 and its last line (the pod's
     termination message, so the run's failure sample) gives the server's refusal and
-    the permissions to check, where it said "see the commit log"."""
+    the Secret to check (not the permissions: the keys themselves are wrong)."""
     cfg = config(gw, [], [{"storage": "data", "path": "out/{item}/"}], archive=False)
     real = gw.secret_key
     try:
@@ -240,9 +241,32 @@ def test_a_refused_identity_is_named_in_the_steps_last_words(gw: VersityGW,
     assert pod.step_rcs == [75]
     last = pod.step_out[0].strip().splitlines()[-1]
     assert "storage unreachable: ClientError: An error occurred (" in last, pod.step_out
-    assert "the pod's S3 identity is refused: the outputs need s3:ListBucket" in last, last
+    assert "(SignatureDoesNotMatch)" in last, last
+    assert last.endswith("the store does not accept the pod's S3 keys: check "
+                         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the storage's "
+                         "credentialsSecret (spec.storage[].s3) and its endpoint and region"
+                         ), last
     assert not keys(gw, "proj/out/"), "nothing committed"
     print(last)  # what a user sees, for `pytest -s`
+
+
+def test_an_input_whose_keys_are_refused_names_the_input_and_the_secret(
+        gw: VersityGW, tmp_path: Path) -> None:
+    # The inputs' storage has wrong keys; the archive (the task record) has good ones.
+    put(gw, "proj/raw/x/f.txt", b"x\n")
+    cfg = config(gw, [{"storage": "raw", "path": "raw/{item}/"}], [])
+    cfg["storages"]["raw"] = gw.storage_json("raw", BUCKET, "proj/")
+    bad = {k: ("not-" + v if k.endswith("_SK") else v)
+           for k, v in gw.credentials_env("raw").items()}
+    pod = run_pod(gw, tmp_path, cfg, [("only", "exit 0")], ["x"], extra_env=bad)
+    assert pod.stage_in_rc == 1  # not retried as a moment's fault
+    error = get_json(gw, "proj/_nightshift/run1/reduce/0.json")["error"]
+    assert error.startswith(f"inputs[0] (raw: s3://{BUCKET}/proj/raw/x/): ClientError: "
+                            "An error occurred (SignatureDoesNotMatch)"), error
+    assert error.endswith("the store does not accept the pod's S3 keys: check "
+                          "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the storage's "
+                          "credentialsSecret (spec.storage[].s3) and its endpoint and "
+                          "region"), error
 
 
 def test_an_input_that_matches_nothing_fails_stage_in_naming_it(gw: VersityGW,

@@ -1,16 +1,19 @@
-"""What a failed output commit says in the run's failure sample: the storage's own error,
-and, for the two a user's setup causes, what to check (a pod with no S3 credentials; an
-identity the bucket refuses). A pod with no credentials is not retried within the
-operation: nothing will change before the next try."""
+"""What a failed output commit or stage-in says in the run's failure sample: the
+storage's own error, and, for the three a user's setup causes, what to check (a pod with
+no S3 credentials; keys the store does not accept; an identity the bucket refuses). A
+pod with no credentials is not retried within the operation: nothing will change before
+the next try. Keys a delete refuses one by one are an error too."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
-from nightshift.aws.s3store import is_retryable
-from nightshift.runner.commit import storage_error
+from nightshift.aws.s3store import DeleteRefusedError, S3Store, is_retryable
+from nightshift.runner.config import StorageConfig
+from nightshift.runner.storageerr import INPUTS_NEED, storage_error
 
 
 def _client_error(code: str, status: int, message: str) -> ClientError:
@@ -28,11 +31,37 @@ def test_no_credentials_names_the_two_ways_to_give_them() -> None:
 
 
 def test_a_refused_identity_names_the_permissions_the_outputs_need() -> None:
-    for code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+    said = storage_error(_client_error("AccessDenied", 403, "refused"))
+    assert said == (
+        "ClientError: An error occurred (AccessDenied) when calling the ListMultipartUploads "
+        "operation: refused; the pod's S3 identity is refused: the outputs need "
+        "s3:ListBucket and s3:ListBucketMultipartUploads on the bucket, and s3:GetObject, "
+        "s3:PutObject, s3:DeleteObject and s3:AbortMultipartUpload under their prefix"), said
+    # The inputs need less.
+    said = storage_error(_client_error("AccessDenied", 403, "refused"), INPUTS_NEED)
+    assert said.endswith("the pod's S3 identity is refused: the inputs need s3:ListBucket "
+                         "on the bucket and s3:GetObject under their prefix"), said
+
+
+def test_keys_the_store_does_not_accept_point_at_the_secret_not_at_permissions() -> None:
+    for code in ("InvalidAccessKeyId", "SignatureDoesNotMatch"):
         said = storage_error(_client_error(code, 403, "refused"))
-        assert said.startswith(f"ClientError: An error occurred ({code}) when calling the "
-                               "ListMultipartUploads operation: refused; the pod's S3 "
-                               "identity is refused: the outputs need s3:ListBucket"), said
+        assert said.endswith(
+            "; the store does not accept the pod's S3 keys: check AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY in the storage's credentialsSecret (spec.storage[].s3) "
+            "and its endpoint and region"), said
+        assert "s3:ListBucket" not in said
+
+
+def test_a_delete_the_store_refuses_key_by_key_is_an_error() -> None:
+    # DeleteObjects answers 200 with the keys it refused (Quiet mode lists only those).
+    refused = DeleteRefusedError("b", [{"Key": "p/_SUCCESS", "Code": "AccessDenied",
+                                        "Message": "Access Denied"}], 3)
+    assert str(refused) == ("s3://b: 1 of 3 keys not deleted; the first, p/_SUCCESS: "
+                            "AccessDenied: Access Denied")
+    assert not is_retryable(refused)
+    assert is_retryable(DeleteRefusedError("b", [{"Key": "k", "Code": "SlowDown"}], 1))
+    assert storage_error(refused).endswith("s3:AbortMultipartUpload under their prefix")
 
 
 def test_other_errors_are_the_storages_own_words() -> None:
@@ -44,3 +73,17 @@ def test_other_errors_are_the_storages_own_words() -> None:
     assert said == ('EndpointConnectionError: Could not connect to the endpoint URL: '
                     '"http://s3.local:9000"')
     assert is_retryable(EndpointConnectionError(endpoint_url="http://s3.local:9000"))
+
+
+def test_s3store_delete_raises_what_the_store_refused() -> None:
+    class Refusing:
+        def delete_objects(self, **kw: Any) -> dict[str, Any]:
+            keys = [o["Key"] for o in kw["Delete"]["Objects"]]
+            return {"Errors": [{"Key": keys[0], "Code": "AccessDenied",
+                                "Message": "Access Denied"}]}
+
+    store = S3Store(StorageConfig(name="data", kind="s3", bucket="b", prefix="p/"),
+                    Refusing())  # type: ignore[arg-type]
+    with pytest.raises(DeleteRefusedError, match="1 of 2 keys not deleted; the first, "
+                       "p/_SUCCESS: AccessDenied"):
+        store.delete(["p/_SUCCESS", "p/x"])

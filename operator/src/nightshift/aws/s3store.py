@@ -15,7 +15,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -82,6 +82,8 @@ def client(storage: StorageConfig, env: dict[str, str] | None = None) -> S3Clien
 
 
 def is_retryable(err: BaseException) -> bool:
+    if isinstance(err, DeleteRefusedError):
+        return err.code in RETRYABLE_CODES
     if isinstance(err, ClientError):
         code = str(err.response.get("Error", {}).get("Code", ""))
         status = http_status(err)
@@ -89,6 +91,30 @@ def is_retryable(err: BaseException) -> bool:
     if no_credentials(err):
         return False  # the pod's setup, not a moment's fault: say so at once
     return isinstance(err, BotoCoreError | ConnectionError | TimeoutError | OSError)
+
+
+def error_code(err: BaseException) -> str:
+    """The S3 error code a ClientError (or a refused delete) came with; "" otherwise."""
+    if isinstance(err, DeleteRefusedError):
+        return err.code
+    if not isinstance(err, ClientError):
+        return ""
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+class DeleteRefusedError(Exception):
+    """DeleteObjects answered 200 but refused some keys (each with its own error)."""
+
+    def __init__(self, bucket: str, errors: Sequence[Mapping[str, Any]], asked: int) -> None:
+        first = errors[0]
+        self.code = str(first.get("Code", ""))
+        super().__init__(f"s3://{bucket}: {len(errors)} of {asked} keys not deleted; the "
+                         f"first, {first.get('Key')}: {self.code}: {first.get('Message', '')}")
+
+
+# What a storage operation raises for the storage's own reasons (its answer, the
+# connection, credentials), for callers outside aws/ that add where it happened.
+STORAGE_ERRORS: tuple[type[Exception], ...] = (ClientError, BotoCoreError, DeleteRefusedError)
 
 
 def http_status(err: BaseException) -> int:
@@ -284,9 +310,17 @@ class S3Store:
         self._check(*keys)
         for i in range(0, len(keys), 1000):
             batch = [{"Key": k} for k in keys[i : i + 1000]]
-            retrying(lambda b=batch: self.s3.delete_objects(  # type: ignore[misc]
-                Bucket=self.bucket, Delete={"Objects": b, "Quiet": True}),
-                f"delete {len(batch)} keys in s3://{self.bucket}")
+            retrying(lambda b=batch: self._delete_batch(b),  # type: ignore[misc]
+                     f"delete {len(batch)} keys in s3://{self.bucket}")
+
+    def _delete_batch(self, batch: list[Any]) -> None:
+        # Quiet: the answer lists only the keys it refused (AccessDenied, Object Lock),
+        # in a 200 response; ignoring them would leave a stale manifest or partial
+        # outputs with nothing said.
+        out = self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": batch,
+                                                                 "Quiet": True})
+        if out.get("Errors"):
+            raise DeleteRefusedError(self.bucket, out["Errors"], len(batch))
 
     def abort_uploads(self, prefix: str) -> int:
         """Abort multipart uploads a killed earlier attempt left under the item's prefix."""

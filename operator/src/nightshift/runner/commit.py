@@ -23,8 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nightshift.aws.s3store import S3Store, http_status, no_credentials
+from nightshift.aws.s3store import S3Store
 from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, fill_template
+from nightshift.runner.storageerr import storage_error
 from nightshift.runner.store import DirStore, ObjectInfo, sha256_file, walk_files
 
 log = logging.getLogger(__name__)
@@ -207,22 +208,6 @@ def safe(fn: Callable[[], CommitResult], what: str) -> CommitResult:
     except Exception as e:
         log.exception("%s failed", what)
         return CommitResult(ok=False, error=storage_error(e))
-
-
-def storage_error(e: BaseException) -> str:
-    """An error of the outputs' storage, as the run's failure sample shows it, with what
-    to check for the two a user's setup causes: a pod with no S3 credentials (no
-    credentialsSecret, and no IAM role for its service account) and an identity the
-    bucket refuses."""
-    said = f"{type(e).__name__}: {' '.join(str(e).split())}"
-    if no_credentials(e):
-        return (f"{said}; the pod has no S3 credentials: set the storage's credentialsSecret "
-                "(spec.storage[].s3), or the stage's serviceAccountName with an IAM role")
-    if http_status(e) == 403 or "AccessDenied" in said:
-        return (f"{said}; the pod's S3 identity is refused: the outputs need s3:ListBucket "
-                "on the bucket and s3:GetObject, s3:PutObject, s3:DeleteObject and "
-                "s3:AbortMultipartUpload under their prefix")
-    return said
 
 
 def fifo_signal(path: Path, message: str, stop: float = 3600.0) -> bool:

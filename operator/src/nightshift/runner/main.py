@@ -23,7 +23,7 @@ from nightshift.aws.s3store import S3Store
 from nightshift.runner import config, mounts, record, stepsh
 from nightshift.runner.commit import utcnow
 from nightshift.runner.config import ConfigError, Paths, RunnerConfig
-from nightshift.runner.stagein import stage_in, write_stats
+from nightshift.runner.stagein import InputStorageError, stage_in, write_stats
 from nightshift.runner.store import ChecksumError, DirStore
 
 log = logging.getLogger("nightshift.runner")
@@ -87,6 +87,9 @@ def cmd_stage_in(env: dict[str, str]) -> int:
         rc, error = EX_CONFIG, str(e)
     except mounts.NotMountedError as e:
         rc, error = EX_TEMPFAIL, str(e)
+    except InputStorageError as e:
+        rc = EX_TEMPFAIL if e.__cause__ and s3io.is_retryable(e.__cause__) else 1
+        error = str(e)
     except Exception as e:
         rc = EX_TEMPFAIL if s3io.is_retryable(e) else 1
         error = f"{type(e).__name__}: {e}"

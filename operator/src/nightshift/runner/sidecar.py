@@ -24,11 +24,11 @@ from nightshift.runner.commit import (
     Committer,
     fifo_signal,
     safe,
-    storage_error,
     utcnow,
 )
 from nightshift.runner.config import Item, Paths, RunnerConfig
 from nightshift.runner.stepsh import EX_TEMPFAIL, FIFO, REQUEST
+from nightshift.runner.storageerr import storage_error
 from nightshift.runner.store import DirStore
 
 log = logging.getLogger(__name__)

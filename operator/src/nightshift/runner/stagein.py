@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nightshift.api.itemlookup import DirVolume, all_lines
-from nightshift.aws.s3store import S3Store
+from nightshift.aws.s3store import STORAGE_ERRORS, S3Store
 from nightshift.runner.cache import NodeCache
 from nightshift.runner.config import (
     ConfigError,
@@ -34,6 +34,7 @@ from nightshift.runner.config import (
     as_prefix,
     fill_template,
 )
+from nightshift.runner.storageerr import INPUTS_NEED, storage_error
 from nightshift.runner.store import (
     META_SHA256,
     ChecksumError,
@@ -324,6 +325,10 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
                     stage_s3(store, full, base, cache if use_cache else None, stats)
             except FileNotFoundError:
                 pass  # a single key that is not there: as a prefix that matches nothing
+            except STORAGE_ERRORS as e:
+                raise InputStorageError(
+                    f"inputs[{i}] ({st.name}: {_where(store, full)}): "
+                    f"{storage_error(e, INPUTS_NEED)}") from e
             if stats.files > before:
                 staged += 1
             else:
@@ -333,6 +338,11 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
         stats.cache_hits, stats.cache_misses = cache.stats.hits, cache.stats.misses
     stats.seconds = time.monotonic() - t0
     return stats
+
+
+class InputStorageError(Exception):
+    """Reading an input failed in its storage: the storage's error (its __cause__, which
+    says whether a retry may help), with the input, where, and what to check."""
 
 
 def _where(store: S3Store | DirStore, full: str) -> str:

@@ -1,0 +1,34 @@
+"""What a storage's error says in a failed item's sample: the storage's own words and,
+for the errors a user's setup causes, what to check. Pure."""
+
+from __future__ import annotations
+
+from nightshift.aws.s3store import error_code, http_status, no_credentials
+
+# What each use of a storage needs of the pod's S3 identity (named when it is refused).
+OUTPUTS_NEED = ("the outputs need s3:ListBucket and s3:ListBucketMultipartUploads on the "
+                "bucket, and s3:GetObject, s3:PutObject, s3:DeleteObject and "
+                "s3:AbortMultipartUpload under their prefix")
+INPUTS_NEED = ("the inputs need s3:ListBucket on the bucket and s3:GetObject under their "
+               "prefix")
+# The keys themselves are not accepted: a wrong or stale Secret, not a missing permission.
+BAD_KEYS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidClientTokenId",
+                      "ExpiredToken", "InvalidToken"})
+
+
+def storage_error(e: BaseException, needs: str = OUTPUTS_NEED) -> str:
+    """An error of a storage, as the run's failure sample shows it, with what to check
+    for the three a user's setup causes: a pod with no S3 credentials (no
+    credentialsSecret, and no IAM role for its service account), keys the store does not
+    accept, and an identity the bucket refuses (`needs`: what this use needs)."""
+    said = f"{type(e).__name__}: {' '.join(str(e).split())}"
+    if no_credentials(e):
+        return (f"{said}; the pod has no S3 credentials: set the storage's credentialsSecret "
+                "(spec.storage[].s3), or the stage's serviceAccountName with an IAM role")
+    if error_code(e) in BAD_KEYS:
+        return (f"{said}; the store does not accept the pod's S3 keys: check "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the storage's "
+                "credentialsSecret (spec.storage[].s3) and its endpoint and region")
+    if http_status(e) == 403 or "AccessDenied" in said:
+        return f"{said}; the pod's S3 identity is refused: {needs}"
+    return said
