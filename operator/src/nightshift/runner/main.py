@@ -12,6 +12,7 @@ Job's podFailurePolicy): 75 transient storage trouble (retry), 65 checksum misma
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -93,6 +94,13 @@ def cmd_stage_in(env: dict[str, str]) -> int:
     except Exception as e:
         rc = EX_TEMPFAIL if s3io.is_retryable(e) else 1
         error = f"{type(e).__name__}: {e}"
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            # Retried (EX_TEMPFAIL, an OSError): with scratch.size the next pod lands
+            # where that much disk is free; without it the same may happen again.
+            error += (f"; the disk filled while staging the inputs into {paths.inputs} (the "
+                      f"item's scratch) or the node cache ({paths.cache}): set "
+                      "spec.stages[].scratch.size to what one item's inputs and work need "
+                      "(the pod then asks for that much disk), or turn the input's cache off")
     log.error("stage-in failed (exit %d): %s", rc, error)
     termination_message(f"stage-in failed (exit {rc}): {error}")
     if key and cfg.archive:
