@@ -209,6 +209,33 @@ def test_unreadable_yaml_and_unknown_version(tmp_path: Path,
                         'version "nightshift.io/v1"; use apiVersion nightshift.io/v1alpha1')
 
 
+def test_our_kinds_under_a_group_that_is_not_ours_are_refused_not_skipped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = bad_pipelineruns.run()
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml.safe_dump_all([
+        {**base, "apiVersion": "nightshift/v1alpha1"},
+        {k: v for k, v in base.items() if k != "apiVersion"},
+        # Tekton's PipelineRun is another group's kind of the same name: skipped.
+        {"apiVersion": "tekton.dev/v1", "kind": "PipelineRun", "metadata": {"name": "t"}}]))
+    assert main(["validate", str(typo)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == [
+        f'{typo}:0:PipelineRun/bad: no matches for kind "PipelineRun" in version '
+        '"nightshift/v1alpha1"; use apiVersion nightshift.io/v1alpha1',
+        f"{typo}:1:PipelineRun/bad: apiVersion is missing; use apiVersion "
+        "nightshift.io/v1alpha1"]
+    assert "1 other objects skipped" in captured.err
+
+
+def test_a_directory_with_no_manifests_is_a_finding(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main(["validate", str(tmp_path / "empty")]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{tmp_path / 'empty'}:0:?: no .json, .yaml, .yml files in this directory"]
+
+
 def test_facts_come_from_the_files_and_flags(tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     ss = bad_sharedstorages.good("nfs-dedicated")

@@ -89,11 +89,15 @@ def kubernetes_minor(text: str) -> int:
 
 
 def _expand(paths: Sequence[str]) -> Iterator[str]:
+    """Each file named, and each manifest file under a directory named. A directory with
+    none yields itself, so that reading it says so (a mistyped or empty directory must
+    not pass as "0 problems")."""
     for p in paths:
         path = Path(p)
         if p != "-" and path.is_dir():
-            yield from sorted(str(f) for f in path.rglob("*")
-                              if f.is_file() and f.suffix in SUFFIXES)
+            found = sorted(str(f) for f in path.rglob("*")
+                           if f.is_file() and f.suffix in SUFFIXES)
+            yield from found or [p]
         else:
             yield p
 
@@ -101,6 +105,8 @@ def _expand(paths: Sequence[str]) -> Iterator[str]:
 def read_documents(name: str, stdin: TextIO) -> tuple[list[Any], str | None]:
     import yaml
 
+    if name != "-" and Path(name).is_dir():
+        return [], f"no {', '.join(sorted(SUFFIXES))} files in this directory"
     try:
         text = stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
         docs = list(yaml.safe_load_all(text))
@@ -166,10 +172,20 @@ def check_object(file: str, doc: int, obj: dict[str, Any], namespace: str,
     raw_meta = obj.get("metadata")
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     name = str(meta.get("name") or meta.get("generateName") or "")
+    checked = Checked(file, doc, kind, name, str(meta.get("namespace") or namespace))
     if api_version.split("/", maxsplit=1)[0] != GROUP:
+        # One of our kinds under a group that is not ours but looks meant to be (or
+        # none): the API server would refuse it. Another group's kind of the same name
+        # (Tekton's PipelineRun, tekton.dev) is not ours, and is skipped.
+        served = crds.kinds().get(kind)
+        if served and (not api_version or "nightshift" in api_version.lower()):
+            checked.findings.append(Finding("admission", (
+                f'no matches for kind "{kind}" in version "{api_version}"; use apiVersion '
+                f"{' or '.join(served)}") if api_version else (
+                f"apiVersion is missing; use apiVersion {' or '.join(served)}")))
+            return checked
         return None
     crd = crds.packaged().get((api_version, kind))
-    checked = Checked(file, doc, kind, name, str(meta.get("namespace") or namespace))
     if crd is None:
         served = crds.kinds().get(kind)
         hint = f"; use apiVersion {' or '.join(served)}" if served else ""
