@@ -112,3 +112,23 @@ def test_schema_refuses_unknown_and_unsafe_values() -> None:
                                                                           "class": "cpu"}]}})
     assert "/virtualCluster/spec/pools/0/class" in err
     assert "poolz" in render_error(COLLABORATION, {"virtualCluster.spec": {"poolz": []}})
+
+
+def test_a_role_arn_for_a_service_account_the_chart_does_not_make_is_refused() -> None:
+    arn = "arn:aws:iam::123456789012:role/x"
+    err = render_error(NIGHTSHIFT, {"serviceAccount.irsaRoleArn": arn,
+                                    "serviceAccount.create": False})
+    assert "serviceAccount.irsaRoleArn needs serviceAccount.create" in err, err
+    err = render_error(COLLABORATION, {"pipelines.serviceAccount.irsaRoleArn": arn,
+                                       "pipelines.serviceAccount.create": False})
+    assert "pipelines.serviceAccount.irsaRoleArn needs pipelines.serviceAccount.create" in err
+
+
+def test_the_notes_give_the_collaboration_chart_this_releases_names() -> None:
+    # The collaboration chart's defaults fit only a release named "nightshift".
+    out = helm("install", "ops", str(NIGHTSHIFT), "--namespace", "platform",
+               "--dry-run=client").stdout
+    assert ("--set operator.serviceAccount=ops-nightshift \\\n"
+            "    --set operator.namespace=platform \\\n"
+            "    --set pipelines.nodeReaderClusterRole=ops-nightshift-runner-node-reader"
+            in out), out[out.find("NOTES"):]
