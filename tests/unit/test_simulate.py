@@ -13,7 +13,7 @@ import yaml
 
 from nightshift.cli import simulate as cli
 from nightshift.cli.main import main
-from nightshift.simulate import convert, model, report
+from nightshift.simulate import convert, model, report, variantcheck
 from tests.clusterutil import ROOT
 from tests.golden_util import check_golden
 
@@ -145,6 +145,35 @@ def test_a_variant_naming_no_pool_is_refused() -> None:
         convert.virtual_cluster(vc, m, "ns", {"virtualCluster": {"pools": {"gpu": {}}}})
 
 
+def test_a_variants_misspelled_field_is_named_not_dropped() -> None:
+    run, vc, _ = chiles()
+    good = {"virtualCluster": {"pools": {"*": {"capacity": "on-demand"}}},
+            "pipelineRun": {"stages": {"copy": {"parallelism": 4}}}}
+    variantcheck.check("wider", vc, run, good)
+    variantcheck.check("as-written", vc, run, {})
+    typo = {"pipelineRun": {"stages": {"copy": {"paralellism": 4}}}}
+    with pytest.raises(convert.SimulationError) as err:
+        variantcheck.check("wider", vc, run, typo)
+    assert str(err.value) == ("variant 'wider': the PipelineRun 'chiles-epoch1' it gives is "
+                              'not valid: unknown field "spec.stages[0].paralellism"')
+    bad = {"virtualCluster": {"pools": {"*": {"capacity": "reserved"}}}}
+    with pytest.raises(convert.SimulationError, match=r"variant 'x': the VirtualCluster .* "
+                       r"spec.pools\[0\].capacity"):
+        variantcheck.check("x", vc, run, bad)
+
+
+@pytest.mark.parametrize(("variant", "says"), [
+    ({"virtualCluster": {"pools": [{"name": "imaging", "capacity": "spot"}]}},
+     "virtualCluster.pools: a mapping of pool name"),
+    ({"virtualCluster": "on-demand"}, "virtualCluster: a mapping of the fields to change"),
+    ({"pipelineRun": {"stages": {"copy": 4}}}, "pipelineRun.stages: a mapping of stage name"),
+])
+def test_a_variant_of_the_wrong_shape_is_named(variant: dict[str, Any], says: str) -> None:
+    run, vc, _ = chiles()
+    with pytest.raises(convert.SimulationError, match=f"variant 'v': {says}"):
+        variantcheck.check("v", vc, run, variant)
+
+
 def test_unreadable_item_sources_need_a_count() -> None:
     run = {"apiVersion": "nightshift.io/v1alpha1", "kind": "PipelineRun",
            "metadata": {"name": "r"}, "spec": {"virtualCluster": "vc", "stages": [
@@ -271,3 +300,12 @@ def test_spot_fraction_and_interrupted_spot_by_the_hour() -> None:
     assert report.node_usd(od, m, 9000) == pytest.approx(3 * 1.68)
     with pytest.raises(model.ModelError, match=r"spotFraction: 2 is not a number in \(0, 1\]"):
         model.parse({"stages": {"a": {"fixed": 1}}, "spotFraction": 2})
+
+
+@pytest.mark.parametrize("example", sorted(p.parent.parent.name for p in
+                                           (ROOT / "examples").glob("*/simulate/variants.yaml")))
+def test_the_examples_variants_pass_the_check(example: str) -> None:
+    run, vc = convert.pick(cli.documents([str(ROOT / "examples" / example)]), None)
+    for name, patch in cli.variants(str(ROOT / "examples" / example / "simulate" /
+                                        "variants.yaml"), []):
+        variantcheck.check(name, vc, run, patch)

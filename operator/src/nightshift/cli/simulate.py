@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     from rich.console import Console
 
     from nightshift.kube import Kube, KubeError
-    from nightshift.simulate import convert, model, report, session
+    from nightshift.simulate import convert, model, report, session, variantcheck
 
     out = out or sys.stdout
     err = Console(stderr=True)
@@ -124,6 +124,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             m = dataclasses.replace(m, spot_interruptions_per_hour=args.spot_interruptions)
         run_doc, vc_doc = convert.pick(documents(args.files), args.run)
         chosen = variants(args.compare, args.variant)
+        for name, patch in chosen:  # before the cluster is asked anything
+            variantcheck.check(name, vc_doc, run_doc, patch)
         kube = Kube.for_user(args.kubeconfig)
         runner = session.Runner(kube, m, err, timeout=args.timeout,
                                 prices=session.prices_from_env())
