@@ -309,3 +309,34 @@ def test_the_examples_variants_pass_the_check(example: str) -> None:
     for name, patch in cli.variants(str(ROOT / "examples" / example / "simulate" /
                                         "variants.yaml"), []):
         variantcheck.check(name, vc, run, patch)
+
+
+def test_a_run_no_operator_reconciles_ends_with_that_said(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    # --use-running-operator with none running: the run never gets a status. The watch
+    # says so after a minute instead of waiting out --timeout (30 minutes by default).
+    from io import StringIO
+
+    from rich.console import Console
+
+    from nightshift.simulate import session
+
+    run, vc, m = chiles()
+    sim = session.Simulation("as-written", convert.virtual_cluster(vc, m, "sim-ab12-x"),
+                             convert.pipeline_run(run, m, "sim-ab12-x"), m)
+
+    class NoOperator:
+        def get(self, *args: Any, **kw: Any) -> dict[str, Any]:
+            return {"metadata": {"name": "r"}}  # created, never reconciled: no status
+
+        def list(self, *args: Any, **kw: Any) -> list[dict[str, Any]]:
+            return []
+
+    ticks = iter(range(0, 10_000, 5))
+    monkeypatch.setattr(session.time, "sleep", lambda s: None)
+    runner = session.Runner(NoOperator(), m, Console(file=StringIO()),  # type: ignore[arg-type]
+                            timeout=1800, clock=lambda: float(next(ticks)))
+    out = runner._watch(sim, 0.0, lambda: None)
+    assert out.phase == ("NotReconciled (no operator wrote the run's status in 60 s: is one "
+                         "running, watching namespace sim-ab12-x? Without "
+                         "--use-running-operator the command starts its own)"), out.phase

@@ -49,6 +49,7 @@ from nightshift.virtualcluster.cost import billable
 NODECLAIM = ("karpenter.sh/v1", "NodeClaim")
 TERMINAL = ("Succeeded", "Failed", "Cancelled")
 POLL_SECONDS = 1.0
+UNRECONCILED_SECONDS = 60.0
 DRAIN_TIMEOUT = 300.0
 
 
@@ -188,6 +189,15 @@ class Runner:
                     break
                 if now - created > self.timeout:
                     out.phase = f"TimedOut ({_why(status)})"
+                    break
+                if not status and now - created > UNRECONCILED_SECONDS:
+                    # An operator writes a run's status within a pass: nothing after a
+                    # minute means none watches this namespace (--use-running-operator
+                    # with none running), not a slow run.
+                    out.phase = (f"NotReconciled (no operator wrote the run's status in "
+                                 f"{UNRECONCILED_SECONDS:g} s: is one running, watching "
+                                 f"namespace {sim.namespace}? Without "
+                                 "--use-running-operator the command starts its own)")
                     break
                 time.sleep(POLL_SECONDS)
         out.nodes = list(sim.nodes.values())
