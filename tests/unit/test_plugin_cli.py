@@ -15,7 +15,7 @@ from rich.console import Console
 
 from nightshift.api import names, ranges
 from nightshift.cli import plugin
-from nightshift.kube import KubeError
+from nightshift.kube import Kube, KubeError
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun.plan import plan
 from tests.unit import test_status_size as big
@@ -40,6 +40,8 @@ class FakeKube:
         self.calls: list[tuple[Any, ...]] = []
         self.bytes = 0
         self.conflicts = 0  # answer this many patches with 409, as a concurrent write would
+        self.served = True  # whether the API server serves nightshift.io (discovery)
+        self.refuse: KubeError | None = None  # answer every get with this error
 
     def _answer(self, value: Any) -> Any:
         self.bytes += len(json.dumps(value))
@@ -48,10 +50,16 @@ class FakeKube:
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None
             ) -> dict[str, Any] | None:
         self.calls.append(("get", kind, name))
+        if self.refuse is not None:
+            raise self.refuse
         for o in self.objects:
             if o["kind"] == kind and o["metadata"]["name"] == name:
                 return self._answer(o)  # type: ignore[no-any-return]
         return None
+
+    def serves(self, api_version: str) -> bool:
+        self.calls.append(("serves", api_version))
+        return self.served
 
     def list(self, api_version: str, kind: str, namespace: str | None = None,
              label_selector: str | None = None, field_selector: str | None = None,
@@ -259,3 +267,28 @@ def test_watch_reads_the_run_until_it_ends(cluster: FakeKube, phases: list[str],
     # Off a terminal, Live prints the final view once.
     heads = [x for x in out.splitlines() if x.startswith("PipelineRun ")]
     assert heads and heads[-1].startswith(f"PipelineRun physics/nightly  {phases[-1]}  ")
+
+
+def test_a_cluster_without_nightshift_is_not_a_missing_run(cluster: FakeKube) -> None:
+    cluster.served = False  # the wrong context, or Nightshift not installed
+    code, out = call(cluster, "status", "nightly-x")
+    assert code == 1 and " ".join(out.split()) == (
+        "error: this cluster does not serve nightshift.io/v1alpha1 PipelineRuns: is "
+        "Nightshift installed here (its CRDs), or is another --context the one?"), out
+
+
+def test_credentials_the_api_server_refuses_are_named(cluster: FakeKube) -> None:
+    cluster.refuse = KubeError(401, "Unauthorized", "Unauthorized")
+    code, out = call(cluster, "status", "nightly")
+    assert code == 1 and " ".join(out.split()) == (
+        "error: 401 Unauthorized: Unauthorized; the API server does not accept this "
+        "context's credentials: they expired or are wrong (on EKS: aws eks "
+        "update-kubeconfig, or log in again)"), out
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_named(tmp_path: Any) -> None:
+    bad = tmp_path / "config"
+    bad.write_text("apiVersion: v1\nclusters: [unclosed\n")
+    with pytest.raises(KubeError) as err:
+        Kube.for_user(str(bad))
+    assert err.value.message.startswith(f"kubeconfig {bad}: cannot read it: "), err.value

@@ -11,11 +11,13 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
@@ -128,6 +130,10 @@ class Kube:
         try:
             config.load_kube_config(config_file=kubeconfig, context=context,
                                     client_configuration=cfg)
+        except (yaml.YAMLError, OSError) as e:  # the client reads the file as YAML
+            where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            raise KubeError(0, "BadKubeconfig", f"kubeconfig {where}: cannot read it: "
+                            f"{' '.join(str(e).split())}") from None
         except config.ConfigException as e:
             if kubeconfig or context:
                 raise KubeError(0, "BadKubeconfig", f"kubeconfig {kubeconfig or ''} "
@@ -321,6 +327,17 @@ class Kube:
             raise _error(ApiException(status=resp.status, reason=resp.reason,
                                       body=data.decode(errors="replace")))
         return cast(bytes, data)
+
+    def serves(self, api_version: str) -> bool:
+        """Whether the API server serves `api_version` (discovery: any authenticated
+        user may read it, where reading a CRD needs a ClusterRole)."""
+        try:
+            self._call("GET", _base(api_version))
+        except KubeError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
 
     def crd_exists(self, name: str) -> bool:
         return self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name) is not None

@@ -49,6 +49,12 @@ class Ctx:
     def run(self, name: str) -> dict[str, Any]:
         run = self.kube.get(names.API_VERSION, names.PIPELINERUN, name, self.namespace)
         if run is None:
+            if not self.kube.serves(names.API_VERSION):
+                # The API server's 404 for a kind it does not serve reads the same as a
+                # missing run: a cluster without Nightshift, or the wrong context.
+                raise PluginError(f"this cluster does not serve {names.API_VERSION} "
+                                  "PipelineRuns: is Nightshift installed here (its CRDs), "
+                                  "or is another --context the one?")
             raise PluginError(f"PipelineRun {self.namespace}/{name} not found "
                               "(kubectl get nsruns -n NAMESPACE lists them)")
         return run
@@ -144,8 +150,12 @@ def dispatch(args: argparse.Namespace, kube: Kube | None = None,
     except ops.OpRefusedError as e:
         err.print(f"[red]refused:[/] {escape(str(e))}", highlight=False)
     except KubeError as e:
-        err.print(f"[red]error:[/] {escape(e.message if e.status == 0 else str(e))}",
-                  highlight=False)
+        said = e.message if e.status == 0 else str(e)
+        if e.status == 401:
+            said += ("; the API server does not accept this context's credentials: they "
+                     "expired or are wrong (on EKS: aws eks update-kubeconfig, or log in "
+                     "again)")
+        err.print(f"[red]error:[/] {escape(said)}", highlight=False)
     except urllib3.exceptions.HTTPError as e:
         err.print(f"[red]error:[/] cannot reach the API server: {escape(str(e))}",
                   highlight=False)
