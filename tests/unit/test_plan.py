@@ -367,3 +367,30 @@ def test_unresolved_items_wait_with_a_condition_and_one_event() -> None:
     assert conds["Failed"]["message"] == "stage a: item 3 has a NUL"
     assert (conds["Ready"]["status"], conds["Ready"]["reason"]) == ("False", "Failed")
     assert len(bad.status["conditions"]) == len(conds), "one condition per type"
+
+
+def test_a_failed_stage_fails_the_run_only_once_the_other_branches_end() -> None:
+    # a and b run side by side; c needs both. a fails while b runs: no new stage
+    # starts, b goes on (and costs), and the run says so; Failed once b ends.
+    rng = {"range": {"from": 0, "to": 99}}
+    run = make_run([stage("a", forEach=rng), stage("b", forEach=rng),
+                    stage("c", dependsOn=["a", "b"])])
+    p = plan(observe(run, items=items_for(run, "a", "b")))
+    job_a, job_b = jobs_of(p)
+    run = advance(run, p)
+    p = plan(observe(run, [failed(job_a, "0-2,4-99", "3"), job_b],
+                     items=items_for(run, "a", "b", "c")))
+    assert p.status["phase"] == "Running" and "completionTime" not in p.status
+    assert jobs_of(p) == [] and stage_status(p, "b")["phase"] == "Running"
+    c = condition(p, "Progressing")
+    assert (c["status"], c["reason"]) == ("True", "Failing")
+    assert c["message"] == ("stage a: FailedIndexes, 1 failed items (3); no new stage "
+                            "starts, and the run is Failed once b ends (spec.cancel stops "
+                            "it now)"), c
+    assert condition(p, "Failed")["status"] == "False"
+    run = advance(run, p)
+    p = plan(observe(run, [failed(job_a, "0-2,4-99", "3"), complete(job_b)],
+                     items=items_for(run, "a", "b", "c")))
+    assert p.status["phase"] == "Failed" and p.status["completionTime"]
+    assert condition(p, "Failed")["status"] == "True" and jobs_of(p) == []
+    assert "RunFailed" in [e.reason for e in p.events]

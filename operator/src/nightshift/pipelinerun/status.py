@@ -161,11 +161,14 @@ def run_phase(records: Sequence[StageRecord], invalid: bool, suspend: bool, canc
         return "Succeeded"
     if cancel or old_phase == "Cancelled":
         return "Cancelled"
-    if pg.FAILED in phases:
+    running = any(p in (pg.RUNNING, pg.SUSPENDED) for p in phases)
+    # A failed stage starts no new stage, but the ones running go on to their end (and
+    # cost): the run is Failed, with its completionTime, only once none runs.
+    if pg.FAILED in phases and not running:
         return "Failed"
     if suspend:
         return "Suspended"
-    if any(p in (pg.RUNNING, pg.SUSPENDED) for p in phases):
+    if running:
         return "Running"
     return "Pending"
 
@@ -255,7 +258,16 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
     reason = "ResolvingItems" if resolving and phase == "Pending" else phase
     progressing = cond.condition(cond.PROGRESSING, cond.TRUE if moving else cond.FALSE,
                                  reason, f"run is {phase}", g)
-    if waiting and moving:
+    if failed_stages and phase in ("Running", "Suspended"):
+        running = ", ".join(r["name"] for r in records
+                            if r["phase"] in (pg.RUNNING, pg.SUSPENDED))
+        text = "; ".join(_failure_text(r) for r in failed_stages)
+        progressing = cond.condition(
+            cond.PROGRESSING, cond.TRUE, "Failing",
+            (f"{text}; no new stage starts, and the run is Failed once {running} "
+             f"end{'s' if ',' not in running else ''} (spec.cancel stops "
+             f"{'it' if ',' not in running else 'them'} now)")[:CONDITION_MESSAGE_CHARS], g)
+    elif waiting and moving:
         progressing = cond.condition(
             cond.PROGRESSING, cond.FALSE if phase == "Pending" else cond.TRUE,
             waiting_reason, waiting[:CONDITION_MESSAGE_CHARS], g)
