@@ -333,7 +333,7 @@ def test_a_run_no_operator_reconciles_ends_with_that_said(monkeypatch: pytest.Mo
             return []
 
     ticks = iter(range(0, 10_000, 5))
-    monkeypatch.setattr(session.time, "sleep", lambda s: None)
+    monkeypatch.setattr("nightshift.simulate.session.time.sleep", lambda s: None)
     runner = session.Runner(NoOperator(), m, Console(file=StringIO()),  # type: ignore[arg-type]
                             timeout=1800, clock=lambda: float(next(ticks)))
     out = runner._watch(sim, 0.0, lambda: None)
