@@ -115,3 +115,37 @@ def test_rerun_only_the_failed_items(kube: Kube, kubectl: Kubectl,
     # The first attempt's record is kept.
     assert len(a.get("attempts", [])) == 2, a
     assert get_run(kube, namespace, "again")["status"]["rerunFailed"] == 1
+
+
+def test_a_failed_stage_fails_the_run_once_the_branch_beside_it_ends(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str) -> None:
+    # a fails at once; b, beside it, runs 20 s more: the run is Running (Failing)
+    # meanwhile, then Failed; c, which needs both, never starts. Also: the API server
+    # serves our group, and discovery tells one it does not (the plugin's not-found).
+    assert kube.serves(names.API_VERSION) and not kube.serves("nope.example.io/v1")
+    failing = {"nightshift.io/kwok-exit-codes": "true",
+               "pod-complete.stage.kwok.x-k8s.io/weight": "0",
+               "nightshift.io/kwok-exit-code-0": "1"}
+    slow = {"pod-complete.stage.kwok.x-k8s.io/delay": "20s",
+            "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "20s"}
+    kubectl.apply(pipelinerun("branches", namespace, [
+        stage("a", pool, 1, retries={"perItem": 0}, podAnnotations=failing),
+        stage("b", pool, 2, podAnnotations=slow),
+        stage("c", pool, 1, dependsOn=["a", "b"]),
+    ]))
+
+    def failing_said() -> dict[str, Any] | None:
+        run = get_run(kube, namespace, "branches")
+        prog = next((c for c in (run.get("status") or {}).get("conditions") or []
+                     if c["type"] == "Progressing"), {})
+        return run if prog.get("reason") == "Failing" else None
+
+    run = wait_for("the run Failing while b runs", failing_said, 60)
+    assert run["status"]["phase"] == "Running" and "completionTime" not in run["status"]
+    assert stage_status(run, "b")["phase"] == "Running"
+    run = wait_phase(kube, namespace, "branches", {"Failed"}, 120)
+    assert stage_status(run, "b")["phase"] == "Succeeded"
+    assert stage_status(run, "c")["phase"] == "Pending"
+    assert {j["metadata"]["labels"][names.LABEL_STAGE]
+            for j in jobs(kube, namespace, "branches")} == {"a", "b"}
