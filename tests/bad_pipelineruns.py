@@ -370,6 +370,12 @@ BAD_UPDATES: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
      "spec.rerunFailed can only grow"),
     ("uncancel", updated(BASE, cancel=True), {"cancel": False},
      "spec.cancel cannot be unset once true"),
+    ("runner-image-changed", BASE, {"runnerImage": "example.org/runner:2"},
+     "spec.runnerImage is immutable"),
+    ("node-cache-changed", updated(BASE, nodeCache=False), {"nodeCache": True},
+     "spec.nodeCache is immutable"),
+    ("process-sampling-added", BASE, {"processSampling": True},
+     "spec.processSampling is immutable"),
 ]
 
 # Changes that must be accepted on a created run (the mutable knobs).
@@ -401,4 +407,9 @@ API_SERVER_UPDATE_MESSAGES: dict[str, list[str]] = {
         'spec: Invalid value: "object": spec.cancel cannot be unset once true; a cancelled run '
         "is final, create a new run",
     ],
+    **{case: [f'spec: Invalid value: "object": spec.{field} is immutable after creation (it '
+              "would reach only the stages started later); create a new run"]
+       for case, field in (("runner-image-changed", "runnerImage"),
+                           ("node-cache-changed", "nodeCache"),
+                           ("process-sampling-added", "processSampling"))},
 }

@@ -54,7 +54,10 @@ def test_a_recording_exists_past_the_wording_change_and_covers_every_case() -> N
             assert set(rec["create"][table]) | later == \
                 {c[0] for c in module.BAD if c[2] == "cel"}, (release, table)
             assert not later & set(rec["create"][table]), (release, table)
-        assert set(rec["update"]) == {c[0] for c in bad_pipelineruns.BAD_UPDATES}, release
+        later = set((rec.get("unrecorded") or {}).get("update") or ())
+        assert set(rec["update"]) | later == {c[0] for c in bad_pipelineruns.BAD_UPDATES}, \
+            release
+        assert not later & set(rec["update"]), release
 
 
 @pytest.mark.parametrize(("release", "table", "case", "manifest"), CREATES,
@@ -78,6 +81,9 @@ def test_updates_are_refused_in_the_releases_words(
     old.write_text(yaml.safe_dump(base))
     new = copy.deepcopy(base)
     new["spec"].update(change)
+    if case not in RECORDED[release]["update"]:
+        pytest.skip(f"update case {case} is not recorded on {release}: record it with "
+                    "test_validate_parity.py's recorder on a bed of that release")
     got = admission(tmp_path, capsys, new, "--old", str(old), "--kubernetes-version", release)
     assert got == RECORDED[release]["update"][case]
 
