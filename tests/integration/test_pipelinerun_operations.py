@@ -137,8 +137,8 @@ def test_a_failed_stage_fails_the_run_once_the_branch_beside_it_ends(
 
     def failing_said() -> dict[str, Any] | None:
         run = get_run(kube, namespace, "branches")
-        prog = next((c for c in (run.get("status") or {}).get("conditions") or []
-                     if c["type"] == "Progressing"), {})
+        prog: dict[str, Any] = next((c for c in (run.get("status") or {}).get(
+            "conditions") or [] if c["type"] == "Progressing"), {})
         return run if prog.get("reason") == "Failing" else None
 
     run = wait_for("the run Failing while b runs", failing_said, 60)
