@@ -7,6 +7,7 @@ them; skipped without the real node or its images, as test_real_node.py."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -43,15 +44,17 @@ def _run(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, stage_index: i
 
 
 def _start(kubectl: Kubectl, spec: PipelineRunSpec, namespace: str, stage_index: int,
-           frozen: dict[str, list[str]]) -> str:
-    """Freeze each stage's items, render stage `stage_index`'s Job and create it."""
+           frozen: dict[str, list[str]], items_kept: bool = True) -> str:
+    """Freeze each stage's items, render stage `stage_index`'s Job and create it
+    (`items_kept` False: the items ConfigMaps are not there, as if deleted by hand)."""
     run = it.RunRef(f"r{uuid.uuid4().hex[:5]}", namespace, str(uuid.uuid4()))
     cms: dict[str, list[str]] = {}
     for stage_name, items in frozen.items():
         last = next(s for s in spec.stages if s.name == stage_name).steps[-1].name
         for cm in it.items_configmaps(run, stage_name, items, last_step=last):
             cm["metadata"].pop("ownerReferences", None)
-            kubectl.apply(cm)
+            if items_kept:
+                kubectl.apply(cm)
             cms.setdefault(stage_name, []).append(cm["metadata"]["name"])
     stage = spec.stages[stage_index]
     n = len(frozen[stage.name])
@@ -268,3 +271,30 @@ def test_a_volume_the_kubelet_cannot_mount_is_named_from_the_pods_events(
         assert " waits for its volumes: FailedMount: MountVolume.SetUp failed" in some, some
     finally:
         kubectl("delete", "pv", pv, "--wait=false", check=False)
+
+
+def test_an_items_configmap_deleted_by_hand_is_named_from_the_pods_events(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str) -> None:
+    """The stage's items ConfigMap is gone: the real kubelet cannot set up the items
+    volume, and the status names the ConfigMap and the way out, not the storages."""
+    spec = PipelineRunSpec.model_validate({"stages": [{
+        "name": "calib", "image": RUNNER_IMAGE, "forEach": {"items": ["a"]},
+        "steps": [{"name": "main", "command": ["true"]}]}]})
+    name = _start(kubectl, spec, namespace, 0, {"calib": ["a"]}, items_kept=False)
+
+    def said() -> tuple[str, str] | None:
+        pod = unmounted.first(_pods(kubectl, namespace, name))
+        if pod is None:
+            return None
+        events = kubectl.kube.list("v1", "Event", namespace, field_selector=(
+            f"involvedObject.uid={pod['metadata']['uid']}"))
+        found = unmounted.summary(spec.stages[0], 0, pod, events, datetime.now(UTC))
+        return found if found and "not found" in found[1] else None
+
+    reason, message = wait_for(f"the kubelet's FailedMount for {name}'s pod", said, 120,
+                               interval=1)
+    assert reason == unmounted.WAITING_FOR_VOLUMES
+    print(message)  # what a user sees, for `pytest -s`
+    assert re.search(r"the run's ConfigMap \S+-calib-items-0-\w+ \(its frozen items\) was "
+                     r"deleted, and no pod of this stage starts without it: cancel the run "
+                     r"\(spec.cancel: true\) and create a new one$", message), message

@@ -98,6 +98,24 @@ def test_a_users_volume_is_named_before_the_kubelets_passing_configmap_cache_fai
     assert found is not None and f"FailedMount: {cache};" in found[1], found
 
 
+def test_an_items_configmap_deleted_by_hand_is_named_with_the_way_out() -> None:
+    # The kubelet's words when the volume's ConfigMap is not there: no cache to wait for.
+    gone = ('MountVolume.SetUp failed for volume "nightshift-items" : configmap '
+            '"nightly-calib-items-0-ab12cd" not found')
+    pod = {"metadata": {"name": "nightly-calib-1-x7"}, "status": scheduled(False)}
+    found = unmounted.summary(one_stage().stages[0], 0, pod,
+                              [event("FailedMount", gone, 5)], NOW)
+    assert found is not None and found[1].endswith(
+        "the run's ConfigMap nightly-calib-items-0-ab12cd (its frozen items) was deleted, "
+        "and no pod of this stage starts without it: cancel the run (spec.cancel: true) "
+        "and create a new one"), found
+    # A user's own ConfigMap volume that is missing keeps the storage fix.
+    theirs = ('MountVolume.SetUp failed for volume "calib" : configmap "calib" not found')
+    found = unmounted.summary(one_stage().stages[0], 0, pod,
+                              [event("FailedMount", theirs, 5)], NOW)
+    assert found is not None and "check the storages spec.stages[0]" in found[1], found
+
+
 def test_no_volume_event_or_only_old_ones_say_nothing() -> None:
     pod = {"metadata": {"name": "p"}, "status": scheduled(False)}
     st = one_stage().stages[0]

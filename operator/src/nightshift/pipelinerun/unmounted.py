@@ -50,6 +50,7 @@ _STARTING = frozenset({"ContainerCreating", "PodInitializing"})
 # are mostly its own cache's, and pass ("failed to sync configmap cache: timed out
 # waiting for the condition", seen under load), while another volume's may hold the pod
 # for good: that one is named first.
+_GONE_CONFIGMAP = re.compile(r'configmaps? "([^"]+)" not found')
 _OWN_VOLUME = re.compile('for volume "(?:' + "|".join(re.escape(v) for v in (
     VOLUME_ITEMS, VOLUME_WORK, VOLUME_BIN)) + "|" + re.escape(VOLUME_GATHER_PREFIX) + '[^"]*)"')
 
@@ -118,7 +119,14 @@ def _said(index: int, pod: Mapping[str, Any], events: Sequence[Mapping[str, Any]
         return None
     reason, said = newest.get("reason"), " ".join(refusals.clean(
         str(newest.get("message") or "")).split())
-    if "Multi-Attach" in said:
+    gone = _GONE_CONFIGMAP.search(said) if _OWN_VOLUME.search(said) else None
+    if gone:
+        # Not the kubelet's cache: our items (or a gathered stage's) ConfigMap is not
+        # there, deleted by hand. The items are frozen in it; nothing remakes them.
+        fix = (f"the run's ConfigMap {gone.group(1)} (its frozen items) was deleted, and "
+               "no pod of this stage starts without it: cancel the run (spec.cancel: "
+               "true) and create a new one")
+    elif "Multi-Attach" in said:
         fix = (f"a ReadWriteOnce volume attaches to one node at a time: give "
                f"spec.stages[{index}] a ReadWriteMany storage (an nfs or glusterfs "
                "SharedStorage, EFS) or parallelism 1")
