@@ -31,13 +31,14 @@ def _failed_message(reason: str, samples: list[dict[str, object]] | None = None)
 def test_a_stage_past_its_deadline_names_the_field() -> None:
     message = _failed_message("DeadlineExceeded")
     assert message.startswith("stage reduce: DeadlineExceeded"), message
-    assert ("it ran longer than its activeDeadlineSeconds: raise that, or leave it out for "
-            "no limit") in message, message
+    assert ("it ran longer than its activeDeadlineSeconds: spec.rerunFailed runs its "
+            "unfinished items again, with a fresh deadline; for a longer one, or none, "
+            "create a new run (stages are immutable)") in message, message
 
 
 def test_pods_killed_for_memory_name_the_limit() -> None:
     message = _failed_message("FailedIndexes", [
         {"index": 2, "exitCode": 137, "reason": "OOMKilled", "message": ""}])
-    assert ("its pods were killed for memory (OOMKilled): raise its "
-            "resources.limits.memory") in message, message
+    assert ("its pods were killed for memory (OOMKilled): create a new run with a higher "
+            "resources.limits.memory for this stage (stages are immutable)") in message, message
     assert "activeDeadlineSeconds" not in _failed_message("FailedIndexes")

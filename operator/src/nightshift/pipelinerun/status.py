@@ -287,10 +287,11 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
 # What to change for the failures a stage's own fields cause, beside the Job's reason or
 # a failed pod's (the kubelet's OOMKilled).
 FAILURE_FIXES = {
-    "DeadlineExceeded": "it ran longer than its activeDeadlineSeconds: raise that, or leave "
-                        "it out for no limit",
-    "OOMKilled": "its pods were killed for memory (OOMKilled): raise its "
-                 "resources.limits.memory",
+    "DeadlineExceeded": "it ran longer than its activeDeadlineSeconds: spec.rerunFailed runs "
+                        "its unfinished items again, with a fresh deadline; for a longer "
+                        "one, or none, create a new run (stages are immutable)",
+    "OOMKilled": "its pods were killed for memory (OOMKilled): create a new run with a "
+                 "higher resources.limits.memory for this stage (stages are immutable)",
 }
 
 
