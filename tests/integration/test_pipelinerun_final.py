@@ -134,3 +134,36 @@ def test_a_job_lost_mid_run_reruns_only_the_unrecorded_items(
     warnings = kubectl("get", "events", "-n", namespace, "-o", "json",
                        "--field-selector", "reason=JobLost").stdout
     assert json.loads(warnings)["items"], "no JobLost event"
+
+
+def test_a_lost_jobs_orphaned_pods_are_named_until_they_go(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str) -> None:
+    # The Job deleted with --cascade=orphan: its pods run on, and the replacement waits
+    # for them (no item twice); the run says so, with the delete that frees it.
+    kubectl.apply(pipelinerun("orphans", namespace,
+                              [stage("a", pool, 4, podAnnotations=_duration(600))]))
+    first = it.job_name("orphans", "a", 0)
+    wait_for("the stage's pods running", lambda: (_job(kube, namespace, first) or {}).get(
+        "status", {}).get("ready") == 4, 90)
+    wait_for("the Job recorded", lambda: _stage(kube, namespace, "orphans", "a").get(
+        "jobName") == first, 30)
+    kubectl("delete", "job", first, "-n", namespace, "--cascade=orphan")
+
+    def waiting() -> str | None:
+        conds = (kube.get(names.API_VERSION, names.PIPELINERUN, "orphans", namespace)
+                 or {}).get("status", {}).get("conditions") or []
+        prog = next((c for c in conds if c["type"] == "Progressing"), {})
+        return str(prog["message"]) if prog.get("reason") == "WaitingForLostJobPods" else None
+
+    said = wait_for("the orphaned pods named", waiting, 60)
+    selector = ("nightshift.io/attempt=0,nightshift.io/pipeline-run=orphans,"
+                "nightshift.io/stage=a")
+    assert said == (f"stage a: Job {first} is gone but some of its pods are not; its "
+                    "replacement waits for them, so that no item runs twice (pods left by "
+                    "--cascade=orphan, or on a node that is gone: kubectl delete pods -n "
+                    f"{namespace} -l {selector})"), said
+    assert _job(kube, namespace, it.job_name("orphans", "a", 1)) is None
+    kubectl("delete", "pods", "-n", namespace, "-l", selector, "--wait=false")
+    wait_for("the replacement Job", lambda: _job(kube, namespace,
+                                                 it.job_name("orphans", "a", 1)), 90)

@@ -184,6 +184,15 @@ def test_a_job_lost_mid_run_is_replaced_by_one_for_the_unrecorded_items() -> Non
                       live_pods={ja["metadata"]["name"]: 1}))
     assert p.apply == [] and p.requeue_after is not None
     assert p.status["phase"] == "Running"
+    # ... and says so: pods left by --cascade=orphan, or on a dead node, would hold it.
+    prog = next(c for c in p.status["conditions"] if c["type"] == "Progressing")
+    assert prog["reason"] == "WaitingForLostJobPods", prog
+    assert prog["message"] == (
+        f"stage a: Job {ja['metadata']['name']} is gone but some of its pods are not; its "
+        "replacement waits for them, so that no item runs twice (pods left by "
+        "--cascade=orphan, or on a node that is gone: kubectl delete pods -n physics -l "
+        "nightshift.io/attempt=0,nightshift.io/pipeline-run=nightly,nightshift.io/stage=a)"
+        ), prog
     p = plan(observe(run, [], items=items_for(run, "a"), now=T0 + timedelta(minutes=2)))
     cms = [m for m in p.apply if m["kind"] == "ConfigMap"]
     (repl,) = jobs_of(p)

@@ -64,6 +64,7 @@ class _Planner:
         self.binding = binding.Binding(PipelineRunSpec(stages=[]))
         self.refs = references.References(PipelineRunSpec(stages=[]))
         self.off_pool: dict[str, str] = {}  # binding.off_pool
+        self.lost_waits: list[str] = []  # lost Jobs whose pods a replacement waits for
         self.requeue: float | None = None
         self.problems: list[Problem] = []
         self.records: dict[str, StageRecord] = {}
@@ -187,6 +188,13 @@ class _Planner:
         if self.obs.live_pods.get(lost.name):
             # Its pods are still going (a Job deleted with orphaned or terminating pods).
             self.requeue = sooner(self.requeue, LOST_POD_WAIT)
+            selector = itemsmod.label_selector(itemsmod.attempt_labels(
+                self.ref.name, st.name, lost.attempt))
+            self.lost_waits.append(
+                f"stage {st.name}: Job {lost.name} is gone but some of its pods are not; "
+                "its replacement waits for them, so that no item runs twice (pods left "
+                "by --cascade=orphan, or on a node that is gone: kubectl delete pods -n "
+                f"{self.ref.namespace} -l {selector})")
             return
         self._create(spec, st, v, lost.attempt + 1, rerun)
         latest = v.latest
@@ -338,9 +346,10 @@ class _Planner:
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
             resolving=bool(self.resolve), final=self.final,
             waiting="; ".join([*self.refs.waiting, *self.binding.missing, *off_pool,
-                               *_paused(spec, records)]),
+                               *self.lost_waits, *_paused(spec, records)]),
             waiting_reason=self.refs.reason or (
-                "WaitingForStorage" if self.binding.missing or off_pool else "Paused"),
+                "WaitingForStorage" if self.binding.missing or off_pool
+                else "WaitingForLostJobPods" if self.lost_waits else "Paused"),
             stalled=stuck)
         out_events = [*self.extra_events, *(Event(*e) for e in events)]
         resolve, requeue = self.resolve, self.requeue
