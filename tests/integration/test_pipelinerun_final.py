@@ -153,7 +153,7 @@ def test_a_lost_jobs_orphaned_pods_are_named_until_they_go(
     def waiting() -> str | None:
         conds = (kube.get(names.API_VERSION, names.PIPELINERUN, "orphans", namespace)
                  or {}).get("status", {}).get("conditions") or []
-        prog = next((c for c in conds if c["type"] == "Progressing"), {})
+        prog: dict[str, Any] = next((c for c in conds if c["type"] == "Progressing"), {})
         return str(prog["message"]) if prog.get("reason") == "WaitingForLostJobPods" else None
 
     said = wait_for("the orphaned pods named", waiting, 60)
