@@ -16,12 +16,14 @@ from nightshift.virtualcluster.plan import (
     KARPENTER_GRACE,
     Observed,
     plan,
+    removed_pools,
 )
 from nightshift.virtualcluster.provider import (
     CRD_EC2NODECLASS,
     CRD_KWOKNODECLASS,
     CRD_NODEPOOL,
 )
+from nightshift.virtualcluster.spec import VirtualClusterSpec
 from tests.unit.vcfixtures import POOLS, catalog, vc
 
 KWOK = frozenset({CRD_NODEPOOL, CRD_KWOKNODECLASS})
@@ -269,3 +271,23 @@ def test_objects_karpenter_never_judges_are_named_after_the_grace() -> None:
         {"type": "Ready", "status": "True"}]})))
     assert cond(judged.status or {}, "Ready")["status"] == "True"
     assert judged.requeue_after is None
+
+
+def test_a_pool_removed_while_runs_use_it_is_kept_until_they_end() -> None:
+    both = kwok_vc(POOLS["spot-compute"], POOLS["memory"])
+    served = as_served(rendered(both))
+    one = kwok_vc(POOLS["spot-compute"])
+    gone = POOLS["memory"]["name"]
+    assert removed_pools(VirtualClusterSpec.model_validate(one["spec"]), served) == [gone]
+    p = plan(observed(one, owned=served, running_runs=("night-1", "night-2")))
+    assert p.prune == [] and p.status is not None and p.requeue_after
+    ready = cond(p.status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "RemovedPoolsInUse"), ready
+    assert ready["message"] == (
+        f"pool(s) {gone} removed from spec.pools are kept (their NodePools and nodes) while "
+        "runs use this VirtualCluster: night-1, night-2; they go once those end")
+    # The runs ended: the pool's NodePool goes first, then its node class.
+    p = plan(observed(one, owned=served))
+    pruned = [(r["kind"], r["name"]) for r in p.prune]
+    assert pruned and pruned[0][0] == "NodePool" and all(gone in n for _, n in pruned), pruned
+    assert cond(p.status or {}, "Ready")["reason"] == "NodePoolsApplied"

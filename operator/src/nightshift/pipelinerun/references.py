@@ -372,8 +372,9 @@ def _virtual_cluster(spec: PipelineRunSpec, namespace: str,
         if st.pool is not None and st.pool not in pools:
             waiting.append(
                 f"spec.stages[{i}].pool: VirtualCluster '{vc}' has no pool '{st.pool}' "
-                f"(its pools: {', '.join(pools) or 'none'}): add it to the VirtualCluster "
-                "or name one of its pools; the stage waits until it exists")
+                f"(its pools: {', '.join(pools) or 'none'}): add it to the VirtualCluster's "
+                "spec.pools, or cancel this run and create one that names one of its pools "
+                "(stages are immutable); the stage waits until it exists")
             blocked.add(st.name)
         stages.append(st)
     return References(spec.model_copy(update={"stages": stages}), waiting, frozenset(blocked),

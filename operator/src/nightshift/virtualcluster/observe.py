@@ -31,7 +31,7 @@ from nightshift.virtualcluster.nodepools import (
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
 )
-from nightshift.virtualcluster.plan import Observed
+from nightshift.virtualcluster.plan import Observed, removed_pools
 from nightshift.virtualcluster.provider import (
     CRD_EC2NODECLASS,
     CRD_KWOKNODECLASS,
@@ -135,15 +135,19 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
     price = sources.price_fn(provider)
     prices = {pair: price(*pair)
               for pair in sorted(instance_pairs(node_list) | price_keys(claims))}
+    ours = owned(kube, crds, namespace, name, [NODEPOOL, *NODECLASSES])
+    # The runs matter to a deletion, and to pools removed from the spec whose NodePools
+    # are still there: those stay while runs use this VirtualCluster (plan.retained).
+    removing = spec is not None and bool(removed_pools(spec, ours))
     return Observed(
         vc=vc, crds=crds, catalog=sources.catalog if provider == "kwok" else None,
-        owned=owned(kube, crds, namespace, name, [NODEPOOL, *NODECLASSES]),
+        owned=ours,
         nodeclaims=claims, nodes=node_list,
         pending_cpu=pending_cpu(kube, namespace, [p.name for p in spec.pools]) if spec else {},
         prices=prices,
         price_problem=sources.price_problem(provider,
                                             [k for k, v in prices.items() if v is None]),
-        running_runs=running_runs(kube, namespace, name) if deleting else (),
+        running_runs=running_runs(kube, namespace, name) if deleting or removing else (),
         now=now)
 
 

@@ -64,7 +64,8 @@ class Observed:
     pending_cpu: Mapping[str, float]
     # USD/hour per (instance type, capacity type) of the nodes above; None: unknown.
     prices: Mapping[tuple[str, str], float | None]
-    # PipelineRuns that use this VirtualCluster and have not ended (read when deleting).
+    # PipelineRuns that use this VirtualCluster and have not ended (read when deleting,
+    # or when a pool removed from the spec still has its NodePool).
     running_runs: Sequence[str]
     now: datetime
     # What applying this plan's writes met (refusals, AWS errors), each a sentence naming
@@ -126,6 +127,7 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
     apply: list[dict[str, Any]] = []
     prune: list[dict[str, str]] = []
     groups: tuple[str, ...] = ()
+    retained = ""
     if not problems and not choice.error and not deleting:
         if choice.provider == "aws":
             groups = tuple(placement_pools(spec))
@@ -135,14 +137,24 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
         apply = [m for m in rendered
                  if drifted(m, present.get((m["kind"], m["metadata"]["name"])))]
         wanted = {(m["kind"], m["metadata"]["name"]) for m in rendered}
+        # A pool removed from the spec while runs use this VirtualCluster keeps its
+        # NodePool (and nodes): its running pods would be evicted, and its retried ones
+        # would find no node. It goes once those runs end.
+        kept = set(removed_pools(spec, o.owned)) if o.running_runs else set()
         prune = [_ref(obj) for obj in _nodepools_first(o.owned)
-                 if (obj["kind"], obj["metadata"]["name"]) not in wanted]
+                 if (obj["kind"], obj["metadata"]["name"]) not in wanted
+                 and ((obj["metadata"].get("labels") or {}).get(names.LABEL_POOL)
+                      not in kept)]
+        if kept:
+            retained = (f"pool(s) {', '.join(sorted(kept))} removed from spec.pools are kept "
+                        f"(their NodePools and nodes) while runs use this VirtualCluster: "
+                        f"{', '.join(o.running_runs)}; they go once those end")
         not_ready += not_ready_messages(o.owned)
         not_ready += unanswered(o.owned, o.now)
     status = virtualcluster_status(
         o.vc, choice=choice, nodes=o.nodes, nodeclaims=o.nodeclaims,
         pending_cpu=o.pending_cpu, price=lambda t, c: o.prices.get((t, c)),
-        problems=problems, not_ready=not_ready, now=rfc3339(o.now))
+        problems=problems, not_ready=not_ready, retained=retained, now=rfc3339(o.now))
     status["cost"] = node_cost((o.vc.get("status") or {}).get("cost"), o.nodeclaims,
                                o.prices, spec.billing, o.now, o.gone_at)
     if status["cost"].get("unpricedNodes") and o.price_problem:
@@ -154,7 +166,8 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
     if any(_awaiting(obj) for obj in o.owned) and not deleting:
         # Nothing may come from Karpenter to wake the loop: look again when it is due.
         requeue = min(requeue or KARPENTER_GRACE, KARPENTER_GRACE / 4)
-    if deleting or any(p.get("launching") or p.get("pendingCPU") for p in status["pools"]):
+    if deleting or retained or any(p.get("launching") or p.get("pendingCPU")
+                                   for p in status["pools"]):
         requeue = BUSY_REQUEUE
     if o.errors:
         # The writes this plan asked for met errors: do not repeat them in this pass
@@ -198,6 +211,14 @@ def _status_plan(o: Observed, status: dict[str, Any], requeue: float | None,
                  **kw: Any) -> Plan:
     return Plan(status=status, requeue_after=requeue, events=condition_events(
         (o.vc.get("status") or {}).get("conditions"), status.get("conditions")), **kw)
+
+
+def removed_pools(spec: VirtualClusterSpec, owned: Sequence[Obj]) -> list[str]:
+    """Pools no longer in spec.pools whose NodePools or node classes are still there."""
+    wanted = {p.name for p in spec.pools}
+    return sorted({str(pool) for obj in owned
+                   if (pool := ((obj.get("metadata") or {}).get("labels") or {}).get(
+                       names.LABEL_POOL)) and pool not in wanted})
 
 
 def placement_pools(spec: VirtualClusterSpec | None) -> list[str]:

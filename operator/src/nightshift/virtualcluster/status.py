@@ -193,6 +193,7 @@ def virtualcluster_status(
     price: PriceFn = lambda _t, _c: None,
     problems: Sequence[Problem] = (),
     not_ready: Sequence[str] = (),
+    retained: str = "",
     now: str | None = None,
 ) -> dict[str, Any]:
     """The whole status subresource, conditions merged with the current ones.
@@ -219,7 +220,7 @@ def virtualcluster_status(
             limited.append(why)
         if not p_nodes:
             empty.append(pool.name)
-    conds = _conditions(choice, problems, not_ready, limited, empty, generation)
+    conds = _conditions(choice, problems, not_ready, limited, empty, generation, retained)
     old = (vc.get("status") or {}).get("conditions")
     applied = (generation if not problems and not choice.error
                else (vc.get("status") or {}).get("appliedGeneration"))
@@ -244,6 +245,7 @@ def _conditions(
     limited: list[str],
     empty: list[str],
     gen: int,
+    retained: str = "",
 ) -> list[dict[str, Any]]:
     c = conditions
     if problems:
@@ -263,6 +265,8 @@ def _conditions(
                 f"{', '.join(empty)}: label nodes with "
                 f"kubectl label node <node> {names.LABEL_POOL}=<pool>", gen,
             )
+        elif retained:
+            ready = c.condition(c.READY, c.TRUE, "RemovedPoolsInUse", retained, gen)
         else:
             reason = "Static" if choice.mode == "static" else "NodePoolsApplied"
             ready = c.condition(c.READY, c.TRUE, reason, choice.message, gen)
