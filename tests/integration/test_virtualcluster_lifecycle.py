@@ -68,6 +68,38 @@ def test_deletion_waits_for_running_runs(kube: Kube, kubectl: Kubectl, namespace
     assert not kube.list("v1", "Node", label_selector=sel)
 
 
+def test_a_pool_removed_while_a_run_uses_it_stays_until_the_run_ends(
+        kube: Kube, kubectl: Kubectl, namespace: str, cleanup: list[str]) -> None:
+    """The pool a running stage is on is taken out of spec.pools: its NodePool and node
+    stay (the run's pods are not evicted), Ready says why, and they go once it ends."""
+    u = suffix()
+    keep, drop = f"cpu-{u}", f"old-{u}"
+    pools = [{"name": keep, "class": "compute", "maxCPU": 8},
+             {"name": drop, "class": "compute", "maxCPU": 8, "consolidateAfter": "5s"}]
+    create_vc(kubectl, cleanup, namespace, vc_manifest("shrinks", pools))
+    ready(kube, namespace, "shrinks")
+    kubectl.apply(run_manifest("onold", "shrinks", [stage("s", drop, 1, "1", annotations={
+        "pod-complete.stage.kwok.x-k8s.io/delay": "20s",
+        "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "0s"})]), namespace)
+    wait_for("a node under the run", lambda: pool_objects(kube, "Node", namespace, "shrinks",
+                                                          drop), 60)
+    kubectl.apply(vc_manifest("shrinks", pools[:1]), namespace)
+    said = wait_for("Ready naming the kept pool", lambda: (
+        c := condition(get_vc(kube, namespace, "shrinks"), "Ready")).get(
+            "reason") == "RemovedPoolsInUse" and c, 30)
+    assert said["message"] == (
+        f"pool(s) {drop} removed from spec.pools are kept (their NodePools and nodes) while "
+        "runs use this VirtualCluster: onold; they go once those end"), said
+    assert pool_objects(kube, "NodePool", namespace, "shrinks", drop)
+    wait_for("run onold to finish", lambda: phase(kube, namespace, "onold") in TERMINAL, 90,
+             explain=lambda: str(get_run(kube, namespace, "onold").get("status")))
+    assert phase(kube, namespace, "onold") == "Succeeded", "its pod was never evicted"
+    wait_for("the removed pool's NodePool gone", lambda: not pool_objects(
+        kube, "NodePool", namespace, "shrinks", drop), 90)
+    assert condition(get_vc(kube, namespace, "shrinks"), "Ready")["reason"] != \
+        "RemovedPoolsInUse"
+
+
 def test_force_delete_skips_the_wait(kube: Kube, kubectl: Kubectl, namespace: str,
                                      cleanup: list[str]) -> None:
     pool = f"cpu-{suffix()}"

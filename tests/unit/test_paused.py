@@ -3,7 +3,8 @@ it, on the run's Progressing condition; before, the run read as plain Running.""
 
 from __future__ import annotations
 
-from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plan import _paused, plan
+from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.bad_pipelineruns import stage
 from tests.unit.test_plan import advance, condition, items_for, jobs_of, make_run, observe
 
@@ -35,3 +36,15 @@ def test_a_running_stage_is_not_paused() -> None:
     run = make_run([stage("reduce", forEach={"range": {"from": 0, "to": 3}})])
     got = _progressing(run)
     assert (got["reason"], got["message"]) == ("Running", "run is Running"), got
+
+
+def test_an_mpi_stage_at_parallelism_zero_is_not_called_paused() -> None:
+    # Its MPIJob has workers, not a parallelism the run could hold at 0: it runs on.
+    spec = PipelineRunSpec.model_validate({
+        "parallelism": {"ep": 0, "reduce": 0},
+        "stages": [{"name": "ep", "image": "mpi:dev", "mpi": {"workers": 2},
+                    "steps": [{"name": "run", "command": ["mpirun", "ep"]}]},
+                   stage("reduce", forEach={"range": {"from": 0, "to": 3}})]})
+    records = [{"name": "ep", "phase": "Running"}, {"name": "reduce", "phase": "Running"}]
+    assert [m.split(":")[0] for m in _paused(spec, records)] == [
+        "spec.parallelism.reduce is 0"]

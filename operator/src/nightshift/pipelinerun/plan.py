@@ -381,8 +381,9 @@ def _paused(spec: PipelineRunSpec | None, records: Sequence[StageRecord]) -> lis
     running = {r["name"] for r in records if r["phase"] == pg.RUNNING}
     out = []
     for i, st in enumerate(spec.stages):
-        if st.name not in running or spec.parallelism.get(st.name, st.parallelism) != 0:
-            continue
+        if (st.name not in running or st.mpi is not None
+                or spec.parallelism.get(st.name, st.parallelism) != 0):
+            continue  # an MPI stage's MPIJob has no parallelism to hold: it runs on
         field = (f"spec.parallelism.{st.name}" if st.name in spec.parallelism
                  else f"spec.stages[{i}].parallelism")
         out.append(f"{field} is 0: stage {st.name} is paused (its running pods finish, no "
