@@ -124,3 +124,43 @@ def test_karpenter_provisions_a_real_instance_type(kube: Kube, kubectl: Kubectl,
         assert float(labels["eks-node-viewer/instance-price"]) > 0
     finally:
         kubectl("delete", "nodepool", pool, "--wait=false", check=False)
+
+
+
+def test_a_pod_deleted_before_it_started_ends_failed(kube: Kube, kubectl: Kubectl,
+                                                     namespace: str) -> None:
+    """Our KWOK stage hack/kwok/pod-delete-unstarted.yaml: a pod deleted while Pending,
+    holding a finalizer (a Job's tracking finalizer; the taint-eviction controller racing
+    Karpenter's registration once deleted one), becomes Failed, as a kubelet makes it.
+    KWOK's own stages leave it Pending for ever, and a Job with podReplacementPolicy
+    Failed then waits for it for ever."""
+    node = "kwok-smoke-unstarted"
+    kubectl.apply({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                     "labels": {"type": "kwok", "kubernetes.io/hostname": node}},
+        "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                   "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}},
+    })
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "unstarted", "namespace": namespace,
+                        "finalizers": ["nightshift.io/test-hold"],
+                        # KWOK's pod-create waits: the pod stays Pending meanwhile.
+                        "annotations": {"pod-create.stage.kwok.x-k8s.io/delay": "300s",
+                                        "pod-create.stage.kwok.x-k8s.io/jitter-delay":
+                                        "300s"}},
+           "spec": {"nodeName": node, "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "busybox"}]}}
+    try:
+        kubectl.apply(pod)
+        got = wait_for("the pod", lambda: kube.get("v1", "Pod", "unstarted", namespace), 10)
+        assert (got.get("status") or {}).get("phase") == "Pending", got.get("status")
+        kubectl("delete", "pod", "-n", namespace, "unstarted", "--wait=false")
+        status = wait_for("the deleted pod Failed", lambda: (
+            s := (kube.get("v1", "Pod", "unstarted", namespace) or {}).get("status") or {}
+        ).get("phase") == "Failed" and s, 30)
+        assert status["message"] == ("deleted before it started (KWOK, "
+                                     "nightshift-pod-delete-unstarted)"), status
+    finally:
+        kube.merge_patch("v1", "Pod", "unstarted", namespace, {"metadata": {"finalizers": None}})
+        kubectl("delete", "node", node, "--wait=false", check=False)

@@ -140,7 +140,8 @@ def kwok_stage_files(layout: Layout) -> list[Path]:
     files += sorted((stage / "pod" / "general").glob("pod-*.yaml"))
     files += [layout.root / "hack" / "kwok" / f for f in ("pod-exit-code.yaml",
                                                           "pod-sim-duration.yaml",
-                                                          "pod-image-pull.yaml")]
+                                                          "pod-image-pull.yaml",
+                                                          "pod-delete-unstarted.yaml")]
     return files
 
 
