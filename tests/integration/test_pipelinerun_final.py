@@ -162,7 +162,9 @@ def test_a_lost_jobs_orphaned_pods_are_named_until_they_go(
     assert said == (f"stage a: Job {first} is gone but some of its pods are not; its "
                     "replacement waits for them, so that no item runs twice (pods left by "
                     "--cascade=orphan, or on a node that is gone: kubectl delete pods -n "
-                    f"{namespace} -l {selector})"), said
+                    f"{namespace} -l {selector}; one stuck Terminating on a node that no "
+                    "longer answers needs --grace-period=0 --force, once the node is known "
+                    "to be down)"), said
     assert _job(kube, namespace, it.job_name("orphans", "a", 1)) is None
     kubectl("delete", "pods", "-n", namespace, "-l", selector, "--wait=false")
     wait_for("the replacement Job", lambda: _job(kube, namespace,

@@ -77,9 +77,8 @@ def test_disk_full_during_stage_in_fails_the_item_cleanly(gw: VersityGW, tmp_pat
     assert "No space left on device" in rec["error"], rec
     # ... and what to set, naming where it filled.
     assert rec["error"].endswith(
-        f"the disk filled while staging the inputs into {work}/inputs (the item's scratch) "
-        f"or the node cache ({root}/cache): set spec.stages[].scratch.size to what one "
-        "item's inputs and work need (the pod then asks for that much disk), or turn the "
-        "input's cache off"), rec["error"]
+        f"the item's scratch filled while staging the inputs into {work}/inputs: set "
+        "spec.stages[].scratch.size to what one item's inputs and work need (the pod then "
+        "asks for that much disk)"), rec["error"]
     assert pod.stage_in_rc == 75  # retried: with scratch.size, on a node with room
     assert keys(gw, "proj/out/") == set()  # nothing committed

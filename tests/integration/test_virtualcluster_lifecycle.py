@@ -88,8 +88,8 @@ def test_a_pool_removed_while_a_run_uses_it_stays_until_the_run_ends(
         c := condition(get_vc(kube, namespace, "shrinks"), "Ready")).get(
             "reason") == "RemovedPoolsInUse" and c, 30)
     assert said["message"] == (
-        f"pool(s) {drop} removed from spec.pools are kept (their NodePools and nodes) while "
-        "runs use this VirtualCluster: onold; they go once those end"), said
+        f"pool {drop} removed from spec.pools is kept (NodePool, node class and nodes) while "
+        "runs use this VirtualCluster: onold; it goes once those end"), said
     assert pool_objects(kube, "NodePool", namespace, "shrinks", drop)
     wait_for("run onold to finish", lambda: phase(kube, namespace, "onold") in TERMINAL, 90,
              explain=lambda: str(get_run(kube, namespace, "onold").get("status")))

@@ -70,6 +70,9 @@ def test_the_runners_own_last_line_is_kept_whole_with_its_field_and_its_fix() ->
     # Bounded still: the status keeps at most OWN_LINE_LIMIT of one.
     huge = message_tail("stage-in failed (exit 1): " + "z" * 3000)
     assert len(huge) == 700 and huge.startswith("stage-in failed (exit 1): zz"), huge[:40]
+    # After other lines, the leading "…" counts too: the status keeps all 700.
+    after = message_tail("earlier line\nnightshift: " + "z" * 3000)
+    assert len(after) == 700 and after.startswith("…nightshift: ") and after.endswith("z…")
 
 
 def test_the_status_keeps_the_last_words_of_a_long_log_tail() -> None:

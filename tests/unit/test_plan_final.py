@@ -191,8 +191,9 @@ def test_a_job_lost_mid_run_is_replaced_by_one_for_the_unrecorded_items() -> Non
         f"stage a: Job {ja['metadata']['name']} is gone but some of its pods are not; its "
         "replacement waits for them, so that no item runs twice (pods left by "
         "--cascade=orphan, or on a node that is gone: kubectl delete pods -n physics -l "
-        "nightshift.io/attempt=0,nightshift.io/pipeline-run=nightly,nightshift.io/stage=a)"
-        ), prog
+        "nightshift.io/attempt=0,nightshift.io/pipeline-run=nightly,nightshift.io/stage=a; "
+        "one stuck Terminating on a node that no longer answers needs --grace-period=0 "
+        "--force, once the node is known to be down)"), prog
     p = plan(observe(run, [], items=items_for(run, "a"), now=T0 + timedelta(minutes=2)))
     cms = [m for m in p.apply if m["kind"] == "ConfigMap"]
     (repl,) = jobs_of(p)

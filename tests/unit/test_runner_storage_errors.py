@@ -53,6 +53,14 @@ def test_keys_the_store_does_not_accept_point_at_the_secret_not_at_permissions()
         assert "s3:ListBucket" not in said
 
 
+def test_temporary_credentials_the_store_refuses_point_at_the_role() -> None:
+    # IRSA or Pod Identity: there may be no Secret at all.
+    said = storage_error(_client_error("ExpiredToken", 400, "expired"))
+    assert said.endswith("; the pod's temporary S3 credentials expired or are not valid: "
+                         "check the IAM role of the stage's serviceAccountName (IRSA or Pod "
+                         "Identity)"), said
+
+
 def test_a_delete_the_store_refuses_key_by_key_is_an_error() -> None:
     # DeleteObjects answers 200 with the keys it refused (Quiet mode lists only those).
     refused = DeleteRefusedError("b", [{"Key": "p/_SUCCESS", "Code": "AccessDenied",

@@ -64,5 +64,5 @@ def test_a_gathered_input_fails_only_when_no_gathered_item_has_data(tmp_path: Pa
     with pytest.raises(FileNotFoundError) as err:
         stage_in(cfg, other, Item("x", 0, 0), stores(world))
     assert str(err.value).startswith(
-        "inputs[0].path 'raw/{gather}/' matched no file in storage 'data' for none of the 2 "
+        "inputs[0].path 'raw/{gather}/' matched no file in storage 'data' for any of the 2 "
         f"items of 'split' it gathers (first: {world}/pvc/proj/raw/b/)"), err.value

@@ -284,8 +284,8 @@ def test_a_pool_removed_while_runs_use_it_is_kept_until_they_end() -> None:
     ready = cond(p.status, "Ready")
     assert (ready["status"], ready["reason"]) == ("True", "RemovedPoolsInUse"), ready
     assert ready["message"] == (
-        f"pool(s) {gone} removed from spec.pools are kept (their NodePools and nodes) while "
-        "runs use this VirtualCluster: night-1, night-2; they go once those end")
+        f"pool {gone} removed from spec.pools is kept (NodePool, node class and nodes) while "
+        "runs use this VirtualCluster: night-1, night-2; it goes once those end")
     # The runs ended: the pool's NodePool goes first, then its node class.
     p = plan(observed(one, owned=served))
     pruned = [(r["kind"], r["name"]) for r in p.prune]

@@ -194,7 +194,9 @@ class _Planner:
                 f"stage {st.name}: Job {lost.name} is gone but some of its pods are not; "
                 "its replacement waits for them, so that no item runs twice (pods left "
                 "by --cascade=orphan, or on a node that is gone: kubectl delete pods -n "
-                f"{self.ref.namespace} -l {selector})")
+                f"{self.ref.namespace} -l {selector}; one stuck Terminating on a node that "
+                "no longer answers needs --grace-period=0 --force, once the node is known "
+                "to be down)")
             return
         self._create(spec, st, v, lost.attempt + 1, rerun)
         latest = v.latest

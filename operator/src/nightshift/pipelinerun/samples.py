@@ -30,8 +30,8 @@ def message_tail(text: str, limit: int = TAIL_LIMIT) -> str:
     last = text.rsplit("\n", 1)[-1]
     if last.startswith(OWN_LINE_PREFIXES) and len(last) > limit:
         cut = "…" if last != text else ""
-        return cut + (last if len(last) <= OWN_LINE_LIMIT
-                      else last[:OWN_LINE_LIMIT - 1] + "…")
+        room = OWN_LINE_LIMIT - len(cut)
+        return cut + (last if len(last) <= room else last[:room - 1] + "…")
     if len(text) <= limit:
         return text
     start = len(text) - (limit - 1)

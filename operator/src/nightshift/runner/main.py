@@ -97,10 +97,7 @@ def cmd_stage_in(env: dict[str, str]) -> int:
         if isinstance(e, OSError) and e.errno == errno.ENOSPC:
             # Retried (EX_TEMPFAIL, an OSError): with scratch.size the next pod lands
             # where that much disk is free; without it the same may happen again.
-            error += (f"; the disk filled while staging the inputs into {paths.inputs} (the "
-                      f"item's scratch) or the node cache ({paths.cache}): set "
-                      "spec.stages[].scratch.size to what one item's inputs and work need "
-                      "(the pod then asks for that much disk), or turn the input's cache off")
+            error += "; " + _disk_full(paths, str(e.filename or ""))
     log.error("stage-in failed (exit %d): %s", rc, error)
     termination_message(f"stage-in failed (exit {rc}): {error}")
     if key and cfg.archive:
@@ -112,6 +109,16 @@ def cmd_stage_in(env: dict[str, str]) -> int:
         except Exception:
             log.exception("writing task record %s", key)
     return rc
+
+
+def _disk_full(paths: Paths, filename: str) -> str:
+    """Where a stage-in filled a disk, from the file it was writing, and what to set."""
+    if filename and Path(filename).is_relative_to(paths.cache):
+        return (f"the node cache ({paths.cache}) is full: turn the input's cache off "
+                "(inputs[].cache: false), or give the node more disk")
+    return (f"the item's scratch filled while staging the inputs into {paths.inputs}: set "
+            "spec.stages[].scratch.size to what one item's inputs and work need (the pod "
+            "then asks for that much disk)")
 
 
 def termination_message(text: str, path: Path = Path("/dev/termination-log")) -> None:

@@ -165,7 +165,7 @@ def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | 
     if single:
         one = store.head(prefix_or_key)
         if one is None:
-            raise FileNotFoundError(f"s3://{store.bucket}/{prefix_or_key} does not exist")
+            return  # nothing staged: stage_in says which input matched nothing
         objs = [one]
     else:
         objs = [o for o in store.ls(prefix_or_key) if not o.key.endswith("/")]
@@ -323,8 +323,6 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
                     if use_cache and cache is None:
                         cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
                     stage_s3(store, full, base, cache if use_cache else None, stats)
-            except FileNotFoundError:
-                pass  # a single key that is not there: as a prefix that matches nothing
             except STORAGE_ERRORS as e:
                 raise InputStorageError(
                     f"inputs[{i}] ({st.name}: {_where(store, full)}): "
@@ -358,8 +356,9 @@ def _check_matched(i: int, ref: DataConfig, storage: str, staged: int,
     none)."""
     if not missing or ref.optional or (ref.gather and staged):
         return
-    what = (f"for none of the {len(missing)} items of {ref.gather!r} it gathers (first: "
-            f"{missing[0]})" if ref.gather else f"({missing[0]})")
+    n = len(missing)
+    what = (f"for any of the {n} item{'s' if n != 1 else ''} of {ref.gather!r} it gathers "
+            f"(first: {missing[0]})" if ref.gather else f"({missing[0]})")
     raise FileNotFoundError(
         f"inputs[{i}].path {ref.path!r} matched no file in storage {storage!r} {what}: "
         f"check the path and that the data is there, or set inputs[{i}].optional: true "

@@ -12,8 +12,9 @@ OUTPUTS_NEED = ("the outputs need s3:ListBucket and s3:ListBucketMultipartUpload
 INPUTS_NEED = ("the inputs need s3:ListBucket on the bucket and s3:GetObject under their "
                "prefix")
 # The keys themselves are not accepted: a wrong or stale Secret, not a missing permission.
-BAD_KEYS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidClientTokenId",
-                      "ExpiredToken", "InvalidToken"})
+BAD_KEYS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch"})
+# Temporary credentials (IRSA, Pod Identity) the store no longer accepts.
+BAD_TOKEN = frozenset({"ExpiredToken", "InvalidToken", "InvalidClientTokenId"})
 
 
 def storage_error(e: BaseException, needs: str = OUTPUTS_NEED) -> str:
@@ -29,6 +30,10 @@ def storage_error(e: BaseException, needs: str = OUTPUTS_NEED) -> str:
         return (f"{said}; the store does not accept the pod's S3 keys: check "
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the storage's "
                 "credentialsSecret (spec.storage[].s3) and its endpoint and region")
+    if error_code(e) in BAD_TOKEN:
+        return (f"{said}; the pod's temporary S3 credentials expired or are not valid: "
+                "check the IAM role of the stage's serviceAccountName (IRSA or Pod "
+                "Identity)")
     if http_status(e) == 403 or "AccessDenied" in said:
         return f"{said}; the pod's S3 identity is refused: {needs}"
     return said

@@ -146,9 +146,12 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
                  and ((obj["metadata"].get("labels") or {}).get(names.LABEL_POOL)
                       not in kept)]
         if kept:
-            retained = (f"pool(s) {', '.join(sorted(kept))} removed from spec.pools are kept "
-                        f"(their NodePools and nodes) while runs use this VirtualCluster: "
-                        f"{', '.join(o.running_runs)}; they go once those end")
+            many = len(kept) > 1
+            retained = (f"{'pools' if many else 'pool'} {', '.join(sorted(kept))} removed "
+                        f"from spec.pools {'are' if many else 'is'} kept (NodePool, node "
+                        f"class and nodes) while runs use this VirtualCluster: "
+                        f"{', '.join(o.running_runs)}; {'they go' if many else 'it goes'} "
+                        "once those end")
         not_ready += not_ready_messages(o.owned)
         not_ready += unanswered(o.owned, o.now)
     status = virtualcluster_status(
