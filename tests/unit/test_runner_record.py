@@ -51,14 +51,24 @@ def test_api_errors_leave_nulls(in_cluster: dict[str, str],
         raise kube.KubeError(403, "Forbidden", "nodes is forbidden")
 
     monkeypatch.setattr(kube, "node_labels", forbidden)
-    assert record.node_info(in_cluster) == {"node": NODE, "instanceType": None,
-                                            "capacityType": None, "zone": None, "source": None}
+    info = record.node_info(in_cluster)
+    assert {k: v for k, v in info.items() if k != "sourceError"} == {
+        "node": NODE, "instanceType": None, "capacityType": None, "zone": None,
+        "source": None}
+    # ... and says why, with the binding that gives one.
+    assert str(info["sourceError"]).endswith(
+        "the Node's labels: 403 Forbidden: nodes is forbidden: bind the pod's ServiceAccount "
+        "to the operator chart's node-reader ClusterRole (the collaboration chart's "
+        "pipelines.nodeReaderClusterRole)"), info
 
 
 def test_no_api_call_outside_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kube, "node_labels", lambda *a, **k: pytest.fail("called the API"))
     info = record.node_info({names.ENV_NODE_NAME: NODE, record.ENV_IMDS: ""})
     assert info["source"] is None and info["node"] == NODE
+    assert info["sourceError"] == (
+        "the Node's labels: the pod has no API token: give the stage serviceAccountName "
+        "(the collaboration chart's pipelines account, bound to the node reader)")
 
 
 def test_runner_imports_neither_pydantic_nor_the_kubernetes_client() -> None:

@@ -74,23 +74,40 @@ def _node_labels(node: str) -> dict[str, str | None]:
 
 
 def node_info(env: dict[str, str] | None = None) -> dict[str, str | None]:
-    """Instance and capacity type: IMDS on EC2, else the Node's labels, else nulls."""
+    """Instance and capacity type: IMDS on EC2, else the Node's labels, else nulls with
+    `sourceError` saying why each way failed and what gives one (a record whose
+    instance type is null would otherwise not say why its cost cannot be known)."""
     env = dict(os.environ) if env is None else env
     info: dict[str, str | None] = {"node": env.get(names.ENV_NODE_NAME), "instanceType": None,
                                    "capacityType": None, "zone": None, "source": None}
+    why: list[str] = []
     imds = env.get(ENV_IMDS, IMDS)
     if imds:
         try:
             return info | _imds(imds)
         except Exception as e:  # not on EC2, or the hop limit blocks the pod
             log.debug("IMDS: %s", e)
+            why.append(f"IMDS: {_short(e)}")
     node = info["node"]
     if node and "KUBERNETES_SERVICE_HOST" in env and (SA_DIR / "token").exists():
         try:
             return info | _node_labels(node)
         except Exception as e:  # RBAC may not let the pod read its Node
-            log.debug("node labels: %s", e)
+            log.warning("node labels: %s", e)
+            why.append(f"the Node's labels: {_short(e)}: bind the pod's ServiceAccount to "
+                       "the operator chart's node-reader ClusterRole (the collaboration "
+                       "chart's pipelines.nodeReaderClusterRole)")
+    elif node:
+        why.append("the Node's labels: the pod has no API token: give the stage "
+                   "serviceAccountName (the collaboration chart's pipelines account, bound "
+                   "to the node reader)")
+    if why:
+        info["sourceError"] = "; ".join(why)
     return info
+
+
+def _short(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
 
 
 def previous(store: S3Store | DirStore, key: str) -> dict[str, Any] | None:
