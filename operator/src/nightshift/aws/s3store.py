@@ -82,12 +82,9 @@ def client(storage: StorageConfig, env: dict[str, str] | None = None) -> S3Clien
 
 
 def is_retryable(err: BaseException) -> bool:
-    if isinstance(err, DeleteRefusedError):
-        return err.code in RETRYABLE_CODES
-    if isinstance(err, ClientError):
-        code = str(err.response.get("Error", {}).get("Code", ""))
+    if isinstance(err, ClientError | DeleteRefusedError):
         status = http_status(err)
-        return code in RETRYABLE_CODES or status >= 500 or status == 429
+        return error_code(err) in RETRYABLE_CODES or status >= 500 or status == 429
     if no_credentials(err):
         return False  # the pod's setup, not a moment's fault: say so at once
     return isinstance(err, BotoCoreError | ConnectionError | TimeoutError | OSError)

@@ -172,25 +172,20 @@ def check_object(file: str, doc: int, obj: dict[str, Any], namespace: str,
     raw_meta = obj.get("metadata")
     meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     name = str(meta.get("name") or meta.get("generateName") or "")
-    checked = Checked(file, doc, kind, name, str(meta.get("namespace") or namespace))
-    if api_version.split("/", maxsplit=1)[0] != GROUP:
-        # One of our kinds under a group that is not ours but looks meant to be (or
-        # none): the API server would refuse it. Another group's kind of the same name
-        # (Tekton's PipelineRun, tekton.dev) is not ours, and is skipped.
-        served = crds.kinds().get(kind)
-        if served and (not api_version or "nightshift" in api_version.lower()):
-            checked.findings.append(Finding("admission", (
-                f'no matches for kind "{kind}" in version "{api_version}"; use apiVersion '
-                f"{' or '.join(served)}") if api_version else (
-                f"apiVersion is missing; use apiVersion {' or '.join(served)}")))
-            return checked
+    served = crds.kinds().get(kind)
+    # One of our kinds under a group that is not ours but looks meant to be (or none) is
+    # checked, and refused below as the API server would; another group's kind of the
+    # same name (Tekton's PipelineRun, tekton.dev) is not ours, and is skipped.
+    if api_version.split("/", maxsplit=1)[0] != GROUP and not (
+            served and (not api_version or "nightshift" in api_version.lower())):
         return None
+    checked = Checked(file, doc, kind, name, str(meta.get("namespace") or namespace))
     crd = crds.packaged().get((api_version, kind))
     if crd is None:
-        served = crds.kinds().get(kind)
         hint = f"; use apiVersion {' or '.join(served)}" if served else ""
-        checked.findings.append(Finding("admission", f'no matches for kind "{kind}" in '
-                                        f'version "{api_version}"{hint}'))
+        checked.findings.append(Finding("admission", (
+            f'no matches for kind "{kind}" in version "{api_version}"{hint}'
+            if api_version else f"apiVersion is missing{hint}")))
         return checked
     obj = dict(obj)
     obj["metadata"] = {**meta, "namespace": checked.namespace} if crd.namespaced else meta

@@ -259,14 +259,14 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
     progressing = cond.condition(cond.PROGRESSING, cond.TRUE if moving else cond.FALSE,
                                  reason, f"run is {phase}", g)
     if failed_stages and phase in ("Running", "Suspended"):
-        running = ", ".join(r["name"] for r in records
-                            if r["phase"] in (pg.RUNNING, pg.SUSPENDED))
+        running = [r["name"] for r in records if r["phase"] in (pg.RUNNING, pg.SUSPENDED)]
+        one = len(running) == 1
         text = "; ".join(_failure_text(r) for r in failed_stages)
         progressing = cond.condition(
             cond.PROGRESSING, cond.TRUE, "Failing",
-            (f"{text}; no new stage starts, and the run is Failed once {running} "
-             f"end{'s' if ',' not in running else ''} (spec.cancel stops "
-             f"{'it' if ',' not in running else 'them'} now)")[:CONDITION_MESSAGE_CHARS], g)
+            (f"{text}; no new stage starts, and the run is Failed once {', '.join(running)} "
+             f"end{'s' if one else ''} (spec.cancel stops {'it' if one else 'them'} now)"
+             )[:CONDITION_MESSAGE_CHARS], g)
     elif waiting and moving:
         progressing = cond.condition(
             cond.PROGRESSING, cond.FALSE if phase == "Pending" else cond.TRUE,

@@ -23,14 +23,15 @@ def storage_error(e: BaseException, needs: str = OUTPUTS_NEED) -> str:
     credentialsSecret, and no IAM role for its service account), keys the store does not
     accept, and an identity the bucket refuses (`needs`: what this use needs)."""
     said = f"{type(e).__name__}: {' '.join(str(e).split())}"
+    code = error_code(e)
     if no_credentials(e):
         return (f"{said}; the pod has no S3 credentials: set the storage's credentialsSecret "
                 "(spec.storage[].s3), or the stage's serviceAccountName with an IAM role")
-    if error_code(e) in BAD_KEYS:
+    if code in BAD_KEYS:
         return (f"{said}; the store does not accept the pod's S3 keys: check "
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the storage's "
                 "credentialsSecret (spec.storage[].s3) and its endpoint and region")
-    if error_code(e) in BAD_TOKEN:
+    if code in BAD_TOKEN:
         return (f"{said}; the pod's temporary S3 credentials expired or are not valid: "
                 "check the IAM role of the stage's serviceAccountName (IRSA or Pod "
                 "Identity)")

@@ -21,7 +21,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nightshift.api import names
+from nightshift.api import conditions, names
 from nightshift.sharedstorage import gluster, nfs
 from nightshift.sharedstorage.objects import Storage
 from nightshift.sharedstorage.spec import SharedStorageSpec
@@ -80,14 +80,14 @@ def not_ready(node: Obj) -> str | None:
     """Why a Node is not Ready (its Ready condition's reason and message, and since
     when), or None when it is. A pod pinned to it by nodeName waits there, Pending with
     no container status: nothing else would say why its reclaim does not end."""
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            if c.get("status") == "True":
-                return None
-            said = ": ".join(str(c[k]) for k in ("reason", "message") if c.get(k))
-            since = f" since {c['lastTransitionTime']}" if c.get("lastTransitionTime") else ""
-            return f"{said or 'Ready ' + str(c.get('status'))}{since}"
-    return "it has no Ready condition: no kubelet has reported for it"
+    c = conditions.find((node.get("status") or {}).get("conditions"), conditions.READY)
+    if c is None:
+        return "it has no Ready condition: no kubelet has reported for it"
+    if c.get("status") == conditions.TRUE:
+        return None
+    said = ": ".join(str(c[k]) for k in ("reason", "message") if c.get(k))
+    since = f" since {c['lastTransitionTime']}" if c.get("lastTransitionTime") else ""
+    return f"{said or 'Ready ' + str(c.get('status'))}{since}"
 
 
 def job_name(st: Storage, index: int) -> str:

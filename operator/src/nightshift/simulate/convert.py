@@ -88,32 +88,26 @@ def _duration(text: str, where: str) -> float:
     return total
 
 
-def patched_vc_spec(vc: Mapping[str, Any], variant: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The VirtualCluster's spec as the variant changes it (pools by name)."""
-    spec = copy.deepcopy(dict(vc.get("spec") or {}))
-    patch = dict((variant or {}).get("virtualCluster") or {})
-    pools_patch = patch.pop("pools", None) or {}
-    spec = merge(spec, patch)
-    spec["pools"] = patch_named(spec.get("pools") or [], pools_patch,
-                                "virtualCluster.pools")
-    return spec  # type: ignore[no-any-return]
+# What a variant changes (its key) and, inside that, the list it changes by entry name.
+BY_NAME = {"virtualCluster": "pools", "pipelineRun": "stages"}
 
 
-def patched_run_spec(run: Mapping[str, Any],
-                     variant: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The PipelineRun's spec as the variant changes it (stages by name)."""
-    spec = copy.deepcopy(dict(run.get("spec") or {}))
-    patch = dict((variant or {}).get("pipelineRun") or {})
-    stages_patch = patch.pop("stages", None) or {}
+def patched_spec(doc: Mapping[str, Any], variant: Mapping[str, Any] | None,
+                 key: str) -> dict[str, Any]:
+    """`doc`'s spec as the variant's `key` part changes it: a merge patch, and its
+    BY_NAME list entries patched by name."""
+    spec = copy.deepcopy(dict(doc.get("spec") or {}))
+    patch = dict((variant or {}).get(key) or {})
+    listed = BY_NAME[key]
+    by_name = patch.pop(listed, None) or {}
     spec = merge(spec, patch)
-    spec["stages"] = patch_named(spec.get("stages") or [], stages_patch,
-                                 "pipelineRun.stages")
+    spec[listed] = patch_named(spec.get(listed) or [], by_name, f"{key}.{listed}")
     return spec  # type: ignore[no-any-return]
 
 
 def virtual_cluster(vc: Mapping[str, Any], model: Model, namespace: str,
                     variant: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    spec = patched_vc_spec(vc, variant)
+    spec = patched_spec(vc, variant, "virtualCluster")
     spec["nodeClass"] = {"kwok": {"nodeRegistrationDelay":
                                   _seconds(model.boot_seconds, model)}}
     for i, pool in enumerate(spec["pools"]):
@@ -168,7 +162,7 @@ def stage(raw: Mapping[str, Any], index: int, model: Model) -> dict[str, Any]:
 
 def pipeline_run(run: Mapping[str, Any], model: Model, namespace: str,
                  variant: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    spec = patched_run_spec(run, variant)
+    spec = patched_spec(run, variant, "pipelineRun")
     stages = spec["stages"]
     out: dict[str, Any] = {k: copy.deepcopy(spec[k]) for k in
                            ("virtualCluster", "parallelism") if k in spec}

@@ -16,10 +16,11 @@ from typing import Any
 from nightshift.admission import crds
 from nightshift.admission.admit import admit
 from nightshift.api import names
-from nightshift.simulate.convert import SimulationError, patched_run_spec, patched_vc_spec
+from nightshift.simulate.convert import BY_NAME, SimulationError, patched_spec
 
-# (variant key, the key inside it whose value changes list entries by name, what those are)
-BY_NAME = (("virtualCluster", "pools", "pool"), ("pipelineRun", "stages", "stage"))
+# The variant's parts (convert.BY_NAME), the kind each gives and what its listed entries
+# are.
+PARTS = (("virtualCluster", "VirtualCluster", "pool"), ("pipelineRun", "PipelineRun", "stage"))
 SHOWN = 3  # messages quoted per object
 
 
@@ -27,8 +28,8 @@ def check(name: str, vc: Mapping[str, Any], run: Mapping[str, Any],
           variant: Mapping[str, Any]) -> None:
     """Raise SimulationError naming the variant and what is wrong with it."""
     _shape(name, variant)
-    for kind, doc, spec in (("VirtualCluster", vc, patched_vc_spec(vc, variant)),
-                            ("PipelineRun", run, patched_run_spec(run, variant))):
+    for (key, kind, _), doc in zip(PARTS, (vc, run), strict=True):
+        spec = patched_spec(doc, variant, key)
         api_version = str(doc.get("apiVersion") or names.API_VERSION)
         crd = crds.packaged().get((api_version, kind))
         if crd is None:
@@ -46,7 +47,8 @@ def check(name: str, vc: Mapping[str, Any], run: Mapping[str, Any],
 
 
 def _shape(name: str, variant: Mapping[str, Any]) -> None:
-    for key, listed, what in BY_NAME:
+    for key, _, what in PARTS:
+        listed = BY_NAME[key]
         part = variant.get(key)
         if part is None:
             continue

@@ -245,17 +245,16 @@ def not_ready_messages(objs: Sequence[Obj]) -> list[str]:
     out = []
     for obj in objs:
         conds = (obj.get("status") or {}).get("conditions") or []
-        for c in conds:
-            if c.get("type") != "Ready" or c.get("status") != "False":
-                continue
-            failing = [d for d in conds if d.get("type") != "Ready"
-                       and d.get("status") == "False"]
-            said = "; ".join(
-                f"{d.get('type')}: {d.get('reason', '')}: {d.get('message', '')}"
-                + (f"; check {CONDITION_FIELDS[d['type']]}"
-                   if d.get("type") in CONDITION_FIELDS else "")
-                for d in failing) or f"{c.get('reason', '')}: {c.get('message', '')}"
-            out.append(f"{obj['kind']} {obj['metadata']['name']} is not ready ({said})")
+        c = find(conds, "Ready")
+        if c is None or c.get("status") != "False":
+            continue
+        failing = [d for d in conds if d.get("type") != "Ready" and d.get("status") == "False"]
+        said = "; ".join(
+            f"{d.get('type')}: {d.get('reason', '')}: {d.get('message', '')}"
+            + (f"; check {CONDITION_FIELDS[d['type']]}"
+               if d.get("type") in CONDITION_FIELDS else "")
+            for d in failing) or f"{c.get('reason', '')}: {c.get('message', '')}"
+        out.append(f"{obj['kind']} {obj['metadata']['name']} is not ready ({said})")
     return out
 
 
