@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -209,6 +210,23 @@ def test_an_image_the_node_cannot_get_is_named_with_its_field(
     assert message.endswith("; check spec.stages[0].image"), message
 
 
+def _events(kubectl: Kubectl, namespace: str, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return kubectl.kube.list("v1", "Event", namespace, field_selector=(
+        f"involvedObject.uid={pod['metadata']['uid']}"))
+
+
+def _volume_said(kubectl: Kubectl, namespace: str, job: str, spec: PipelineRunSpec,
+                 part: str) -> tuple[str, str] | None:
+    """The stage's line from its first pod that waits for its volumes, as the operator
+    reads it, once it says `part`."""
+    pod = unmounted.first(_pods(kubectl, namespace, job))
+    if pod is None:
+        return None
+    found = unmounted.summary(spec.stages[0], 0, pod, _events(kubectl, namespace, pod),
+                              datetime.now(UTC))
+    return found if found and part in found[1] else None
+
+
 def test_a_volume_the_kubelet_cannot_mount_is_named_from_the_pods_events(
         real_node: dict[str, Any], kubectl: Kubectl, namespace: str) -> None:
     """A pvc storage whose volume the real kubelet cannot mount (a hostPath PV of type
@@ -232,19 +250,12 @@ def test_a_volume_the_kubelet_cannot_mount_is_named_from_the_pods_events(
                         "steps": [{"name": "main", "command": ["true"]}]}]})
         name = _start(kubectl, spec, namespace, 0, {"calib": ["a"]})
 
-        def said() -> tuple[str, str] | None:
-            pod = unmounted.first(_pods(kubectl, namespace, name))
-            if pod is None:
-                return None
-            events = kubectl.kube.list("v1", "Event", namespace, field_selector=(
-                f"involvedObject.uid={pod['metadata']['uid']}"))
-            found = unmounted.summary(spec.stages[0], 0, pod, events, datetime.now(UTC))
-            # Until the kubelet has tried the hostPath, its newest failure may be another
-            # volume's (under load, "failed to sync configmap cache" for the items).
-            return found if found and f"/nonexistent/{pv}" in found[1] else None
-
-        reason, message = wait_for(f"the kubelet's FailedMount for {name}'s pod", said, 120,
-                                   interval=1)
+        # Until the kubelet has tried the hostPath, its newest failure may be another
+        # volume's (under load, "failed to sync configmap cache" for the items).
+        reason, message = wait_for(
+            f"the kubelet's FailedMount for {name}'s pod",
+            lambda: _volume_said(kubectl, namespace, name, spec, f"/nonexistent/{pv}"), 120,
+            interval=1)
         assert reason == unmounted.WAITING_FOR_VOLUMES
         assert " waits for its volumes: FailedMount: MountVolume.SetUp failed for volume " \
                in message, message
@@ -259,9 +270,8 @@ def test_a_volume_the_kubelet_cannot_mount_is_named_from_the_pods_events(
             pod = unmounted.held(_pods(kubectl, namespace, name), datetime.now(UTC))
             if pod is None:
                 return None
-            events = kubectl.kube.list("v1", "Event", namespace, field_selector=(
-                f"involvedObject.uid={pod['metadata']['uid']}"))
-            return unmounted.some_summary(spec.stages[0], 0, pod, events, datetime.now(UTC))
+            return unmounted.some_summary(spec.stages[0], 0, pod,
+                                          _events(kubectl, namespace, pod), datetime.now(UTC))
 
         reason, some = wait_for(f"{name}'s pod held for {stalled.STALL_SECONDS:g} s", held,
                                 stalled.STALL_SECONDS + 60, interval=1)
@@ -282,17 +292,9 @@ def test_an_items_configmap_deleted_by_hand_is_named_from_the_pods_events(
         "steps": [{"name": "main", "command": ["true"]}]}]})
     name = _start(kubectl, spec, namespace, 0, {"calib": ["a"]}, items_kept=False)
 
-    def said() -> tuple[str, str] | None:
-        pod = unmounted.first(_pods(kubectl, namespace, name))
-        if pod is None:
-            return None
-        events = kubectl.kube.list("v1", "Event", namespace, field_selector=(
-            f"involvedObject.uid={pod['metadata']['uid']}"))
-        found = unmounted.summary(spec.stages[0], 0, pod, events, datetime.now(UTC))
-        return found if found and "not found" in found[1] else None
-
-    reason, message = wait_for(f"the kubelet's FailedMount for {name}'s pod", said, 120,
-                               interval=1)
+    reason, message = wait_for(
+        f"the kubelet's FailedMount for {name}'s pod",
+        lambda: _volume_said(kubectl, namespace, name, spec, "not found"), 120, interval=1)
     assert reason == unmounted.WAITING_FOR_VOLUMES
     print(message)  # what a user sees, for `pytest -s`
     assert re.search(r"the run's ConfigMap \S+-calib-items-0-\w+ \(its frozen items\) was "

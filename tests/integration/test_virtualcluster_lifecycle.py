@@ -29,8 +29,10 @@ from tests.integration.vcutil import (
     pool_objects,
     ready,
     run_manifest,
+    run_on_pool,
     stage,
     static_node,
+    succeeds,
     suffix,
     vc_manifest,
 )
@@ -45,11 +47,7 @@ def test_deletion_waits_for_running_runs(kube: Kube, kubectl: Kubectl, namespace
     create_vc(kubectl, cleanup, namespace, vc_manifest("doomed", [
         {"name": pool, "class": "compute", "maxCPU": 8, "consolidateAfter": "5s"}]))
     ready(kube, namespace, "doomed")
-    kubectl.apply(run_manifest("long", "doomed", [stage("s", pool, 1, "1", annotations={
-        "pod-complete.stage.kwok.x-k8s.io/delay": "10s",
-        "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "0s"})]), namespace)
-    wait_for("a node under the run", lambda: pool_objects(kube, "Node", namespace, "doomed",
-                                                          pool), 60)
+    run_on_pool(kube, kubectl, namespace, "doomed", "long", pool, 10)
     kubectl("delete", "-n", namespace, "virtualcluster", "doomed", "--wait=false")
     kept = wait_for("the Deleting condition naming the run", lambda: (
         c := condition(get_vc(kube, namespace, "doomed"), "Deleting")).get("reason") == "InUse"
@@ -57,9 +55,7 @@ def test_deletion_waits_for_running_runs(kube: Kube, kubectl: Kubectl, namespace
     assert "long" in kept["message"] and "nightshift.io/force-delete" in kept["message"]
     assert phase(kube, namespace, "long") not in TERMINAL
     assert pool_objects(kube, "NodePool", namespace, "doomed", pool)
-    wait_for("run long to finish", lambda: phase(kube, namespace, "long") in TERMINAL, 90,
-             explain=lambda: str(get_run(kube, namespace, "long").get("status")))
-    assert phase(kube, namespace, "long") == "Succeeded"
+    succeeds(kube, namespace, "long")
     wait_for("VirtualCluster doomed to be gone", lambda: get_vc(kube, namespace, "doomed")
              is None, 90)
     sel = owner(namespace, "doomed")
@@ -78,11 +74,7 @@ def test_a_pool_removed_while_a_run_uses_it_stays_until_the_run_ends(
              {"name": drop, "class": "compute", "maxCPU": 8, "consolidateAfter": "5s"}]
     create_vc(kubectl, cleanup, namespace, vc_manifest("shrinks", pools))
     ready(kube, namespace, "shrinks")
-    kubectl.apply(run_manifest("onold", "shrinks", [stage("s", drop, 1, "1", annotations={
-        "pod-complete.stage.kwok.x-k8s.io/delay": "20s",
-        "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "0s"})]), namespace)
-    wait_for("a node under the run", lambda: pool_objects(kube, "Node", namespace, "shrinks",
-                                                          drop), 60)
+    run_on_pool(kube, kubectl, namespace, "shrinks", "onold", drop, 20)
     kubectl.apply(vc_manifest("shrinks", pools[:1]), namespace)
     said = wait_for("Ready naming the kept pool", lambda: (
         c := condition(get_vc(kube, namespace, "shrinks"), "Ready")).get(
@@ -91,9 +83,7 @@ def test_a_pool_removed_while_a_run_uses_it_stays_until_the_run_ends(
         f"pool {drop} removed from spec.pools is kept (NodePool, node class and nodes) while "
         "runs use this VirtualCluster: onold; it goes once those end"), said
     assert pool_objects(kube, "NodePool", namespace, "shrinks", drop)
-    wait_for("run onold to finish", lambda: phase(kube, namespace, "onold") in TERMINAL, 90,
-             explain=lambda: str(get_run(kube, namespace, "onold").get("status")))
-    assert phase(kube, namespace, "onold") == "Succeeded", "its pod was never evicted"
+    succeeds(kube, namespace, "onold", "its pod was never evicted")
     wait_for("the removed pool's NodePool gone", lambda: not pool_objects(
         kube, "NodePool", namespace, "shrinks", drop), 90)
     assert condition(get_vc(kube, namespace, "shrinks"), "Ready")["reason"] != \

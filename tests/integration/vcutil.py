@@ -130,6 +130,22 @@ def ready(kube: Kube, ns: str, name: str) -> dict[str, Any]:
     return dict(vc)
 
 
+def run_on_pool(kube: Kube, kubectl: Kubectl, ns: str, vc: str, run: str, pool: str,
+                seconds: int) -> None:
+    """A one-item run whose task holds a node of `pool` for `seconds`, once it has one."""
+    kubectl.apply(run_manifest(run, vc, [stage("s", pool, 1, "1", annotations={
+        "pod-complete.stage.kwok.x-k8s.io/delay": f"{seconds}s",
+        "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "0s"})]), ns)
+    wait_for("a node under the run", lambda: pool_objects(kube, "Node", ns, vc, pool), 60)
+
+
+def succeeds(kube: Kube, ns: str, run: str, why: str = "") -> None:
+    """Wait until `run` ends, and that it Succeeded."""
+    wait_for(f"run {run} to finish", lambda: phase(kube, ns, run) in TERMINAL, 90,
+             explain=lambda: str(kube.get(names.API_VERSION, names.PIPELINERUN, run, ns)))
+    assert phase(kube, ns, run) == "Succeeded", why
+
+
 @pytest.fixture
 def static_node(kubectl: Kubectl) -> Iterator[tuple[str, str]]:
     """A KWOK node labeled and tainted by hand, as a kind or on-prem admin would."""
