@@ -1,8 +1,9 @@
 """Multipart uploads against moto's S3: a create whose answer is lost leaves no upload.
 
 Seen on versitygw (tests/integration/test_runner_s3.py): the server killed just after it
-made an upload; the runner's retry made a second; the first stayed, billed by S3 for its
-parts until a lifecycle rule or the item's next attempt swept it.
+made an upload; the runner's retry (or botocore's own, inside one call) made a second; the
+first stayed, billed by S3 for its parts until a lifecycle rule or the item's next attempt
+swept it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ class LosesFirstCreateAnswer:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
+
+
+class RetriesLostCreateInside(LosesFirstCreateAnswer):
+    """The same lost answer, retried inside botocore (its retry modes retry a dropped
+    connection): one create call for us, two uploads on the server, RetryAttempts 1."""
+
+    def create_multipart_upload(self, **kw: Any) -> Any:
+        self.creates += 1
+        self.real.create_multipart_upload(**kw)
+        answer = dict(self.real.create_multipart_upload(**kw))
+        answer["ResponseMetadata"] = {**answer.get("ResponseMetadata", {}), "RetryAttempts": 1}
+        return answer
 
 
 @pytest.fixture
@@ -78,3 +91,14 @@ def test_an_upload_of_another_key_is_left_alone(s3: Any, tmp_path: Path) -> None
                                                hashlib.sha256(body).hexdigest())
     left = s3.list_multipart_uploads(Bucket="bkt").get("Uploads", [])
     assert [u["UploadId"] for u in left] == [other["UploadId"]]
+
+
+def test_a_create_botocore_retried_itself_leaves_no_upload_behind(s3: Any,
+                                                                   tmp_path: Path) -> None:
+    body = b"y" * (6 * 2**20)
+    local = tmp_path / "big.bin"
+    local.write_bytes(body)
+    inside = RetriesLostCreateInside(s3)
+    store(inside).put_file(local, "proj/out/x/big.bin", hashlib.sha256(body).hexdigest())
+    assert inside.creates == 1
+    assert s3.list_multipart_uploads(Bucket="bkt").get("Uploads", []) == []

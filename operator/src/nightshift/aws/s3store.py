@@ -264,9 +264,10 @@ class S3Store:
             except Exception as e:  # the next attempt's abort_uploads sweeps it
                 log.warning("abort multipart %s: %s", key, e)
             raise
-        if creates > 1:
+        if creates > 1 or up.get("ResponseMetadata", {}).get("RetryAttempts", 0):
             # A create whose answer was lost (the server died after making it) left an
-            # upload nobody will complete; parts of it would be billed until swept.
+            # upload nobody will complete; parts of it would be billed until swept. The
+            # retry that made a second may be ours or botocore's own (RetryAttempts).
             self._abort_others(key, upload_id)
         return ObjectInfo(key, size, r.get("ETag", "").strip('"'), meta[META_SHA256])
 
