@@ -111,6 +111,11 @@ class _Planner:
             for v in views.values() for a in v.attempts[-1:])
         if not self.problems:
             rerun_handled = self._decide(spec, views, rerun_handled)
+        else:
+            # Invalid once started: nothing new starts, but the Jobs that run still obey
+            # the operating knobs (cancel, suspend, parallelism) until they end.
+            for st in spec.stages:
+                self._patch_existing(spec, st, views[st.name])
         return self._finish(spec, views, rerun_handled)
 
     def _jobs_by_stage(self, spec: PipelineRunSpec) -> dict[str, dict[int, Mapping[str, Any]]]:
@@ -328,9 +333,11 @@ class _Planner:
                     # A finished run's stage whose Job is gone: its record stands.
                     records.append(dict(old))
                     continue
-                records.append(stage_record(
-                    st.name, v, old, self.obs.failure_samples.get(st.name) or [],
-                    self.now, cancelled=spec.cancel))
+                rec = stage_record(st.name, v, old, self.obs.failure_samples.get(st.name) or [],
+                                   self.now, cancelled=spec.cancel)
+                if self.problems and latest is not None and latest.state == pg.LOST:
+                    rec["phase"] = pg.FAILED  # no Job replaces it in an invalid run
+                records.append(rec)
         elif self.final:
             records = [dict(r) for r in self.old.get("stages") or []]
         stuck = [] if self.final else stalledmod.mark(records, self.obs.stalled)

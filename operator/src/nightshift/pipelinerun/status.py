@@ -155,13 +155,16 @@ def _samples(view: pg.StageView, samples: Sequence[Mapping[str, Any]]) -> list[d
 def run_phase(records: Sequence[StageRecord], invalid: bool, suspend: bool, cancel: bool,
               old_phase: str | None) -> str:
     phases = [r["phase"] for r in records]
-    if invalid:
+    running = any(p in (pg.RUNNING, pg.SUSPENDED) for p in phases)
+    # Found invalid once started (an operator that no longer allows its runner image, a
+    # Job the API server refuses): nothing new starts, the running Jobs go on to their
+    # end, then the run is Failed, as with a failed stage.
+    if invalid and not running:
         return "Failed"
-    if phases and all(p == pg.SUCCEEDED for p in phases):
+    if phases and all(p == pg.SUCCEEDED for p in phases) and not invalid:
         return "Succeeded"
     if cancel or old_phase == "Cancelled":
         return "Cancelled"
-    running = any(p in (pg.RUNNING, pg.SUSPENDED) for p in phases)
     # A failed stage starts no new stage, but the ones running go on to their end (and
     # cost): the run is Failed, with its completionTime, only once none runs.
     if pg.FAILED in phases and not running:
@@ -240,7 +243,9 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
     if problems:
         text = "; ".join(problems)[:CONDITION_MESSAGE_CHARS]
         invalid = cond.condition(cond.INVALID, cond.TRUE, "ValidationFailed", text, g)
-        failed = cond.condition(cond.FAILED, cond.TRUE, "Invalid", text, g)
+        failed = (cond.condition(cond.FAILED, cond.TRUE, "Invalid", text, g)
+                  if phase == "Failed" else
+                  cond.condition(cond.FAILED, cond.FALSE, "NoFailure", "", g))
     else:
         invalid = cond.condition(cond.INVALID, cond.FALSE, "Valid", "", g)
         if phase == "Failed" and failed_stages:
@@ -258,12 +263,12 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
     reason = "ResolvingItems" if resolving and phase == "Pending" else phase
     progressing = cond.condition(cond.PROGRESSING, cond.TRUE if moving else cond.FALSE,
                                  reason, f"run is {phase}", g)
-    if failed_stages and phase in ("Running", "Suspended"):
+    if (problems or failed_stages) and phase in ("Running", "Suspended"):
         running = [r["name"] for r in records if r["phase"] in (pg.RUNNING, pg.SUSPENDED)]
         one = len(running) == 1
-        text = "; ".join(_failure_text(r) for r in failed_stages)
+        text = "; ".join(problems or [_failure_text(r) for r in failed_stages])
         progressing = cond.condition(
-            cond.PROGRESSING, cond.TRUE, "Failing",
+            cond.PROGRESSING, cond.TRUE, "Invalid" if problems else "Failing",
             (f"{text}; no new stage starts, and the run is Failed once {', '.join(running)} "
              f"end{'s' if one else ''} (spec.cancel stops {'it' if one else 'them'} now)"
              )[:CONDITION_MESSAGE_CHARS], g)

@@ -1,0 +1,76 @@
+"""A run found invalid after its first stage started (an operator upgrade that no longer
+allows its runner image): the running Job goes on to its end and still obeys the
+operating knobs, nothing new starts, and the run is Failed only once nothing runs."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.plantypes import Observed, Plan
+from tests.unit.test_plan import (
+    T0,
+    advance,
+    complete,
+    condition,
+    items_for,
+    jobs_of,
+    make_run,
+    with_status,
+)
+
+IMAGE = "registry.example/runner:1.1"
+
+
+def _pass(run: dict[str, Any], jobs: list[dict[str, Any]], allowed: tuple[str, ...]) -> Plan:
+    return plan(Observed(run=run, jobs=jobs, items=items_for(run, "a", "b"),
+                         failure_samples={}, now=T0, runner_image="runner:dev",
+                         runner_images=allowed))
+
+
+def test_a_run_found_invalid_while_a_stage_runs_ends_it_then_fails() -> None:
+    run = make_run(runnerImage=IMAGE)
+    first = _pass(run, [], (IMAGE,))
+    (job,) = jobs_of(first)
+    run = advance(run, first)
+    # The operator restarted without the image in NIGHTSHIFT_RUNNER_IMAGES.
+    p = _pass(run, [with_status(job, active=100)], ())
+    assert p.status["phase"] == "Running" and "completionTime" not in p.status
+    assert p.apply == [] and p.resolve_items == []
+    assert condition(p, "Invalid")["status"] == "True"
+    assert condition(p, "Failed")["status"] == "False"
+    prog = condition(p, "Progressing")
+    assert (prog["status"], prog["reason"]) == ("True", "Invalid")
+    assert prog["message"].startswith(f"spec.runnerImage: '{IMAGE}' is not a runner image")
+    assert prog["message"].endswith(
+        "no new stage starts, and the run is Failed once a ends (spec.cancel stops it now)")
+
+    cancelled = copy.deepcopy(run)
+    cancelled["spec"]["cancel"] = True
+    p = _pass(cancelled, [with_status(job, active=100)], ())
+    assert [(x["metadata"]["name"], x["spec"]) for x in p.patch] == [
+        (job["metadata"]["name"], {"suspend": True})]
+
+    p = _pass(run, [complete(job)], ())
+    assert p.status["phase"] == "Failed" and p.status.get("completionTime")
+    assert jobs_of(p) == [] and p.resolve_items == []
+    failed = condition(p, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "Invalid")
+
+
+def test_a_run_invalid_at_creation_fails_at_once() -> None:
+    p = _pass(make_run(runnerImage=IMAGE), [], ())
+    assert p.status["phase"] == "Failed" and p.apply == []
+    assert condition(p, "Failed")["reason"] == "Invalid"
+
+
+def test_an_invalid_run_whose_job_is_lost_fails_instead_of_waiting_for_a_replacement() -> None:
+    run = make_run(runnerImage=IMAGE)
+    first = _pass(run, [], (IMAGE,))
+    (job,) = jobs_of(first)
+    seen = with_status(job, active=100)
+    seen["metadata"]["uid"] = "job-uid"  # recorded: a Job gone after this is lost
+    run = advance(run, _pass(run, [seen], (IMAGE,)))
+    p = _pass(run, [], ())  # the Job deleted by hand, and the image no longer allowed
+    assert p.apply == [] and p.status["phase"] == "Failed", p.status
