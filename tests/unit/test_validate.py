@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from nightshift.pipelinerun import validate
 from nightshift.pipelinerun.spec import PipelineRunSpec
-from tests.bad_pipelineruns import BAD, run, stage
+from tests.bad_pipelineruns import BAD, CEL_ONLY, run, stage
 
 
 def problems(manifest: dict[str, Any]) -> list[str]:
@@ -25,6 +25,9 @@ def problems(manifest: dict[str, Any]) -> list[str]:
 def test_bad_input_is_refused(case_id: str, manifest: dict[str, Any], expected: str,
                               substring: str) -> None:
     found = problems(manifest)
+    if case_id in CEL_ONLY:
+        assert found == [], found
+        return
     assert found, f"{case_id}: the Python side accepted it"
     if expected == "invalid":
         assert any(substring in p for p in found), found
