@@ -45,6 +45,8 @@ def test_a_run_found_invalid_while_a_stage_runs_ends_it_then_fails() -> None:
     assert prog["message"].startswith(f"spec.runnerImage: '{IMAGE}' is not a runner image")
     assert prog["message"].endswith(
         "no new stage starts, and the run is Failed once a ends (spec.cancel stops it now)")
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "Invalid")]
+    invalid_pass = p
 
     cancelled = copy.deepcopy(run)
     cancelled["spec"]["cancel"] = True
@@ -52,8 +54,12 @@ def test_a_run_found_invalid_while_a_stage_runs_ends_it_then_fails() -> None:
     assert [(x["metadata"]["name"], x["spec"]) for x in p.patch] == [
         (job["metadata"]["name"], {"suspend": True})]
 
-    p = _pass(run, [complete(job)], ())
+    again = _pass(advance(run, invalid_pass), [with_status(job, active=90)], ())
+    assert again.events == [] and again.status["phase"] == "Running"
+    p = _pass(advance(run, again), [complete(job)], ())
     assert p.status["phase"] == "Failed" and p.status.get("completionTime")
+    assert [(e.type, e.reason) for e in p.events] == [("Normal", "StageSucceeded"),
+                                                      ("Warning", "RunFailed")]
     assert jobs_of(p) == [] and p.resolve_items == []
     failed = condition(p, "Failed")
     assert (failed["status"], failed["reason"]) == ("True", "Invalid")

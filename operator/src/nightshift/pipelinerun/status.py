@@ -330,10 +330,13 @@ def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
         elif r["phase"] == pg.FAILED:
             events.append(("Warning", "StageFailed", _failure_text(r)))
     old_phase = old.get("phase")
-    if old_phase != phase:
-        if problems:
-            events.append(("Warning", "Invalid", "; ".join(problems)[:CONDITION_MESSAGE_CHARS]))
-        elif phase == "Running" and old_phase == "Suspended":
+    was_invalid = (cond.find(old.get("conditions") or [], cond.INVALID) or {}).get(
+        "status") == cond.TRUE
+    # Said once when found, mid-run too (the phase stays Running until its Jobs end).
+    if problems and not was_invalid:
+        events.append(("Warning", "Invalid", "; ".join(problems)[:CONDITION_MESSAGE_CHARS]))
+    if old_phase != phase and not (problems and not was_invalid):
+        if phase == "Running" and old_phase == "Suspended":
             events.append(("Normal", "RunResumed", "run resumed"))
         elif phase in ("Succeeded", "Failed", "Cancelled", "Suspended"):
             kind = "Warning" if phase == "Failed" else "Normal"
