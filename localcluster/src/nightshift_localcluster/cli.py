@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
                           "karpenter, ...), keep it down, start it again")
     p_rs.add_argument("part", help="a name `status` lists")
     p_rs.add_argument("--down-for", type=float, default=0.0, metavar="SECONDS",
-                      help="how long it stays down (default 0)")
+                      help="how long it stays down, counted from the signal (default 0)")
     p_rs.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM")
     p_rs.add_argument("--revive-for", type=float, default=30.0, metavar="SECONDS",
                       help="afterwards, start again any other part that exits (default 30)")

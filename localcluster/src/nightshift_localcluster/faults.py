@@ -50,11 +50,17 @@ def restart(layout: Layout, name: str, down_for: float = 0.0, kill: bool = False
     # leader lease; in a cluster its Deployment restarts it, here we do).
     others = {p.name: _cmdline(p.pid) for p in state.proc_objs()
               if p.name != name and procs.alive(p)}
+    # Down from the signal on: a part stops serving at SIGTERM (the API server closes its
+    # listener at once), however long its graceful end then takes (procs.stop waits up
+    # to 10 s; the API server's took all of it, still draining).
+    since = time.monotonic()
     if kill:
         os.kill(old.pid, signal.SIGKILL)
     procs.stop(old)
-    say(f"{name} stopped (pid {old.pid}{', SIGKILL' if kill else ''}); down for {down_for:g}s")
-    time.sleep(down_for)
+    stopping = time.monotonic() - since
+    say(f"{name} stopped (pid {old.pid}{', SIGKILL' if kill else ''}) in {stopping:.1f}s; "
+        f"down for {max(down_for, stopping):.1f}s")
+    time.sleep(max(0.0, down_for - stopping))
     # The same environment, not ours: a component's settings (Karpenter's) live there.
     new = procs.start(name, argv, Path(old.log).parent, env)
     new = replace(new, exe=old.exe)
