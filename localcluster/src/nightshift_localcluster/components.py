@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,6 +184,8 @@ def mpi_operator(layout: Layout) -> list[str]:
     """The Kubeflow MPI Operator (MPIJob v2beta1), which runs Nightshift's MPI stages."""
     kc = layout.state / "kubeconfigs" / "mpi-operator.yaml"
     return [
+        # Started again when it exits, as its Deployment would (supervise.py says why).
+        sys.executable, "-m", "nightshift_localcluster.supervise",
         str(layout.bin("mpi-operator", "mpi-operator")),
         f"--kubeConfig={kc}",
         # Its leader-election Lease; the upstream default namespace does not exist here.

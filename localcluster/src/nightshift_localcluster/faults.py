@@ -5,9 +5,10 @@ stops the process `up` started (SIGTERM, or SIGKILL with --kill), waits, and sta
 same command line with the same environment (read from /proc before stopping), then
 records the new PID in state.json so `down` and `status` still know it. For
 `revive_for` seconds after, any other part that exits is started again (a part that
-ends itself on a lost leader lease, as the MPI Operator does, would otherwise stay
-down). The suite's fault tests (tests/integration/test_faults.py) restart the API
-server and etcd under a running stage this way.
+ends itself on a lost leader lease would otherwise stay down; the MPI Operator, which
+does, also runs under supervise.py, which restarts it at any time). The suite's fault
+tests (tests/integration/test_faults.py) restart the API server and etcd under a
+running stage this way.
 """
 
 from __future__ import annotations

@@ -1,0 +1,61 @@
+"""supervise.py: the local cluster's stand-in for a Deployment restarting the MPI Operator."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.clusterutil import wait_for
+
+
+def _supervise(*argv: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "nightshift_localcluster.supervise", *argv],
+                            stderr=subprocess.PIPE)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def test_a_program_that_exits_is_started_again_until_sigterm(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    sup = _supervise("sh", "-c", f'echo $$ >> {runs}; exit 3')
+    wait_for("a second start", lambda: runs.exists() and len(runs.read_text().split()) >= 2,
+             20, interval=0.1)
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(10) == 0
+    assert sup.stderr is not None
+    assert b"sh exited (3); starting it again in 1 s" in sup.stderr.read()
+
+
+def test_sigterm_stops_the_program_and_then_the_supervisor(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    sup = _supervise("sh", "-c", f'echo $$ > {pidfile}; exec sleep 60')
+    wait_for("the program", lambda: pidfile.exists() and pidfile.read_text().strip(), 20,
+             interval=0.1)
+    pid = int(pidfile.read_text())
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(10) == 0
+    wait_for("the program gone", lambda: not _alive(pid), 10, interval=0.1)
+
+
+def test_the_program_does_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    sup = _supervise("sh", "-c", f'echo $$ > {pidfile}; exec sleep 60')
+    wait_for("the program", lambda: pidfile.exists() and pidfile.read_text().strip(), 20,
+             interval=0.1)
+    pid = int(pidfile.read_text())
+    os.kill(sup.pid, signal.SIGKILL)
+    sup.wait(10)
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the program outlived its supervisor"
