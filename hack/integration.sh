@@ -11,19 +11,20 @@
 # pytest's exit code is the script's: 5 (no tests collected) fails make and CI. The
 # `disruptive` tests (tests/integration/test_faults.py) run after the rest, the only
 # tests on the local cluster then.
-# NIGHTSHIFT_TEST_WORKERS (default 8) pytest-xdist workers share the cluster: each has
+# NIGHTSHIFT_TEST_WORKERS (default 6) pytest-xdist workers share the cluster: each has
 # its own operator watching only its own namespaces (conftest.py); a file's tests stay on
 # one worker (--dist loadfile), so a file's order and module fixtures hold. The tests
 # mostly wait on the cluster: on two cores, six workers kept them 72 % busy, eight 86 %
-# and 60-100 s sooner (docs/contributing.md has the runs, and the timing failures eight
-# once caused). Files go out longest first (conftest.py's LONG_FILES_FIRST).
+# and 40-150 s sooner, but eight failed tests on the bed's timing in three of eight
+# fresh-clone runs (docs/contributing.md). Files go out longest first (conftest.py's
+# LONG_FILES_FIRST).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 venv=${VENV:-.venv}
 lc="$venv/bin/nightshift-localcluster"
 
-workers=${NIGHTSHIFT_TEST_WORKERS:-8}
+workers=${NIGHTSHIFT_TEST_WORKERS:-6}
 # -rs: a skipped test names itself and its reason in the summary (CI must show it).
 args=(tests/integration --durations=15 -rs)
 [ "$workers" -gt 1 ] && args+=(-n "$workers" --dist loadfile --no-loadscope-reorder)
