@@ -32,7 +32,7 @@ from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift.sharedstorage import gluster, glustervolume, observe
 from nightshift.sharedstorage import status as ssstatus
 from nightshift.sharedstorage.objects import COMPONENT_GLUSTER_CLIENT, Storage
-from nightshift.sharedstorage.plan import server_pod
+from nightshift.sharedstorage.plantypes import server_pod
 from nightshift_localcluster.nodeconfig import NODE_NAME
 from tests.clusterutil import Kubectl, wait_for
 from tests.integration.realstorage import RUNNER, TAG, need_image, place

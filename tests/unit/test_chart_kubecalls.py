@@ -32,7 +32,7 @@ from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift.sharedstorage import reconcile as sharedstorage
 from nightshift.sharedstorage.observe import Sources as StorageSources
 from nightshift.sharedstorage.observe import SquidSampler
-from nightshift.sharedstorage.plan import NAMESPACED_KINDS
+from nightshift.sharedstorage.plantypes import NAMESPACED_KINDS
 from nightshift.virtualcluster import reconcile as virtualcluster
 from nightshift.virtualcluster.observe import CrdCache, Sources
 from nightshift.virtualcluster.provider import CRD_EC2NODECLASS, CRD_KWOKNODECLASS, CRD_NODEPOOL

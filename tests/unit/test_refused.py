@@ -182,7 +182,7 @@ def test_a_refused_prune_names_what_to_check_and_the_way_around() -> None:
                                 'nightshift:nightshift" cannot delete resource')
             return super()._call(method, path, body, query, content_type, accept)
 
-    from nightshift.sharedstorage.plan import Plan
+    from nightshift.sharedstorage.plantypes import Plan
     errors = sharedstorage._apply(NoDelete(), Plan(prune=[{
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "name": "software-squid", "namespace": NS}]))

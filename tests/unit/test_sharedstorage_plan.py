@@ -13,7 +13,8 @@ import pytest
 
 from nightshift.api import conditions, names, podstate
 from nightshift.sharedstorage import gluster
-from nightshift.sharedstorage.plan import DELETING, Observed, Plan, plan, server_pod
+from nightshift.sharedstorage.plan import DELETING, plan
+from nightshift.sharedstorage.plantypes import Observed, Plan, server_pod
 from nightshift.sharedstorage.status import SquidSample
 from tests.bad_sharedstorages import BAD, FACTS, GOOD
 from tests.golden_util import check_golden

@@ -40,3 +40,12 @@ def lost_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]
             out[str(rec["jobName"])] = itemsmod.attempt_labels(
                 run_name, str(rec.get("name") or ""), int(rec.get("attempt") or 0))
     return out
+
+
+def waiting(stage: str, job: str, namespace: str, selector: str) -> str:
+    """What a stage says while its lost Job's pods hold the replacement back."""
+    return (f"stage {stage}: Job {job} is gone but some of its pods are not; its "
+            "replacement waits for them, so that no item runs twice (pods left by "
+            f"--cascade=orphan, or on a node that is gone: kubectl delete pods -n {namespace} "
+            f"-l {selector}; one stuck Terminating on a node that no longer answers needs "
+            "--grace-period=0 --force, once the node is known to be down)")

@@ -28,10 +28,10 @@ from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun import binding, launch, mpijob, references, runnerparts, validate
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
+from nightshift.pipelinerun import lost as lostmod
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun import stalled as stalledmod
 from nightshift.pipelinerun.items import RunRef
-from nightshift.pipelinerun.lost import LOST_POD_WAIT
 from nightshift.pipelinerun.plantypes import Observed, Plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 from nightshift.pipelinerun.status import StageRecord, build_status, stage_record, unresolved_status
@@ -192,16 +192,11 @@ class _Planner:
         assert lost is not None  # noqa: S101  (invariant for mypy: a lost Job is one we saw)
         if self.obs.live_pods.get(lost.name):
             # Its pods are still going (a Job deleted with orphaned or terminating pods).
-            self.requeue = sooner(self.requeue, LOST_POD_WAIT)
+            self.requeue = sooner(self.requeue, lostmod.LOST_POD_WAIT)
             selector = itemsmod.label_selector(itemsmod.attempt_labels(
                 self.ref.name, st.name, lost.attempt))
-            self.lost_waits.append(
-                f"stage {st.name}: Job {lost.name} is gone but some of its pods are not; "
-                "its replacement waits for them, so that no item runs twice (pods left "
-                "by --cascade=orphan, or on a node that is gone: kubectl delete pods -n "
-                f"{self.ref.namespace} -l {selector}; one stuck Terminating on a node that "
-                "no longer answers needs --grace-period=0 --force, once the node is known "
-                "to be down)")
+            self.lost_waits.append(lostmod.waiting(st.name, lost.name, self.ref.namespace,
+                                                   selector))
             return
         self._create(spec, st, v, lost.attempt + 1, rerun)
         latest = v.latest

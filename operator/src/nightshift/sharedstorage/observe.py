@@ -34,7 +34,7 @@ from nightshift.sharedstorage.objects import (
     Platform,
     Storage,
 )
-from nightshift.sharedstorage.plan import CLUSTER_KINDS, NAMESPACED_KINDS, Observed, server_pod
+from nightshift.sharedstorage.plantypes import CLUSTER_KINDS, NAMESPACED_KINDS, Observed, server_pod
 from nightshift.sharedstorage.spec import SharedStorageSpec
 from nightshift.sharedstorage.status import (
     SquidCounters,

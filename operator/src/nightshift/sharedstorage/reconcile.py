@@ -13,7 +13,8 @@ from nightshift.engine.passes import Owner, finish_pass
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError
 from nightshift.sharedstorage.observe import Sources, observe
-from nightshift.sharedstorage.plan import Plan, plan
+from nightshift.sharedstorage.plan import plan
+from nightshift.sharedstorage.plantypes import Plan
 
 OWNER = Owner(names.API_VERSION, names.SHAREDSTORAGE, names.FINALIZER_SHARED_STORAGE)
 
