@@ -8,13 +8,15 @@ cluster its Deployment starts it again, here nothing did, and every later MPI st
 waited on an MPIJob nobody acted on.
 
 `python -m nightshift_localcluster.supervise PROGRAM ARGS...`: SIGTERM or SIGINT stops
-the program and then the supervisor; the program gets SIGTERM too if the supervisor is
-killed outright (PR_SET_PDEATHSIG), so it never outlives it.
+the program and then the supervisor; the program gets SIGKILL if the supervisor is
+killed outright (PR_SET_PDEATHSIG: `down` kills a part that has not ended in 10 s), so
+it never outlives it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -25,8 +27,10 @@ PR_SET_PDEATHSIG = 1
 RESTART_DELAY = 1.0
 
 
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+def _die_with_parent(parent: int) -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the supervisor died before the line above took hold
+        os._exit(1)
 
 
 def main(argv: list[str]) -> int:
@@ -43,11 +47,12 @@ def main(argv: list[str]) -> int:
         if child is not None and child.poll() is None:
             child.terminate()
 
+    me = os.getpid()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     while not stopping:
         # preexec_fn is unsafe only with threads; this process has one.
-        child = subprocess.Popen(argv, preexec_fn=_die_with_parent)  # noqa: PLW1509
+        child = subprocess.Popen(argv, preexec_fn=lambda: _die_with_parent(me))  # noqa: PLW1509
         if stopping:  # told to stop while it was being started
             child.terminate()
         rc = child.wait()
