@@ -16,7 +16,7 @@
 # one worker (--dist loadfile), so a file's order and module fixtures hold. The tests
 # mostly wait on the cluster: on two cores, six workers kept them 72 % busy, eight 86 %
 # and 40-150 s sooner, but eight failed tests on the bed's timing in three of eight
-# fresh-clone runs (docs/contributing.md). Files go out longest first (conftest.py's
+# runs (docs/contributing.md). Files go out longest first (conftest.py's
 # LONG_FILES_FIRST).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,4 +1,5 @@
-"""A Job the API server refuses fails the run at once, naming the Job (issue 14).
+"""A Job the API server refuses fails the run at once (nothing else runs), naming the Job
+(issue 14).
 
 Every value Nightshift knows the API server refuses is caught before (the CRD, then
 pipelinerun/podvalues.py: tests/bad_pipelinerun_pods.py); what remains is the cluster's

@@ -9,6 +9,7 @@ from typing import Any
 
 from nightshift.pipelinerun.plan import plan
 from nightshift.pipelinerun.plantypes import Observed, Plan
+from tests.bad_pipelineruns import stage
 from tests.unit.test_plan import (
     T0,
     advance,
@@ -23,10 +24,11 @@ from tests.unit.test_plan import (
 IMAGE = "registry.example/runner:1.1"
 
 
-def _pass(run: dict[str, Any], jobs: list[dict[str, Any]], allowed: tuple[str, ...]) -> Plan:
+def _pass(run: dict[str, Any], jobs: list[dict[str, Any]], allowed: tuple[str, ...],
+          refused: tuple[tuple[str, str], ...] = ()) -> Plan:
     return plan(Observed(run=run, jobs=jobs, items=items_for(run, "a", "b"),
                          failure_samples={}, now=T0, runner_image="runner:dev",
-                         runner_images=allowed))
+                         runner_images=allowed, refused=refused))
 
 
 def test_a_run_found_invalid_while_a_stage_runs_ends_it_then_fails() -> None:
@@ -80,3 +82,64 @@ def test_an_invalid_run_whose_job_is_lost_fails_instead_of_waiting_for_a_replace
     run = advance(run, _pass(run, [seen], (IMAGE,)))
     p = _pass(run, [], ())  # the Job deleted by hand, and the image no longer allowed
     assert p.apply == [] and p.status["phase"] == "Failed", p.status
+    (a, _) = p.status["stages"]
+    assert (a["phase"], a["reason"]) == ("Failed", "JobLost"), a
+    assert "an Invalid run starts no replacement" in a["message"]
+
+
+def test_a_job_refused_while_another_runs_is_not_applied_again() -> None:
+    run = make_run([stage("a", forEach={"range": {"from": 0, "to": 99}}), stage("b")])
+    first = _pass(run, [], ())
+    job_a, job_b = jobs_of(first)
+    running = [with_status(job_a, active=10)]
+    run = advance(run, first)
+    # The API server refused b's Job (a policy): seen only in the pass that met it.
+    why = (f"Job {job_b['metadata']['name']}", "422 Invalid: denied by a policy")
+    refused = _pass(run, running, (), refused=(why,))
+    assert refused.status["phase"] == "Running" and refused.apply == []
+    for _ in range(2):
+        run = advance(run, refused)
+        refused = _pass(run, running, ())
+        assert refused.apply == [] and refused.events == [], refused.apply
+        assert condition(refused, "Invalid")["status"] == "True"
+    end = _pass(advance(run, refused), [complete(job_a)], ())
+    assert end.status["phase"] == "Failed" and end.apply == []
+    assert "RunFailed" in [e.reason for e in end.events]
+
+
+def test_invalid_found_as_the_last_job_ends_says_both() -> None:
+    run = make_run(runnerImage=IMAGE)
+    first = _pass(run, [], (IMAGE,))
+    (job,) = jobs_of(first)
+    p = _pass(advance(run, first), [complete(job)], ())  # a done, b may not start
+    assert p.status["phase"] == "Failed"
+    assert [e.reason for e in p.events] == ["StageSucceeded", "Invalid", "RunFailed"]
+
+
+def test_a_finished_run_found_invalid_later_says_nothing_again() -> None:
+    run = make_run([stage("a", forEach={"range": {"from": 0, "to": 99}})], runnerImage=IMAGE)
+    first = _pass(run, [], (IMAGE,))
+    (job,) = jobs_of(first)
+    done = _pass(advance(run, first), [complete(job)], (IMAGE,))
+    assert done.status["phase"] == "Succeeded"
+    run = advance(run, done)
+    for _ in range(2):  # every resync of the finished run, after the upgrade
+        p = _pass(run, [complete(job)], ())
+        assert p.events == [] and p.status["phase"] == "Succeeded"
+        run = advance(run, p)
+
+
+def test_an_invalid_suspended_run_says_what_lets_its_jobs_end() -> None:
+    run = make_run(runnerImage=IMAGE)
+    first = _pass(run, [], (IMAGE,))
+    (job,) = jobs_of(first)
+    run = advance(run, first)
+    run["spec"]["suspend"] = True
+    held = with_status(job, active=0)
+    held["spec"]["suspend"] = True
+    p = _pass(run, [held], ())
+    assert p.status["phase"] == "Suspended"
+    prog = condition(p, "Progressing")
+    assert (prog["status"], prog["reason"]) == ("False", "Invalid")
+    assert prog["message"].endswith("(suspended: set spec.suspend false to let them end, "
+                                    "or spec.cancel)")

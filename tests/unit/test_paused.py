@@ -3,7 +3,8 @@ it, on the run's Progressing condition; before, the run read as plain Running.""
 
 from __future__ import annotations
 
-from nightshift.pipelinerun.plan import _paused, plan
+from nightshift.pipelinerun.launch import paused as _paused
+from nightshift.pipelinerun.plan import plan
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.bad_pipelineruns import stage
 from tests.unit.test_plan import advance, condition, items_for, jobs_of, make_run, observe

@@ -3,8 +3,9 @@
 Before, the pass raised, the engine retried the same write forever with a warning in
 the operator's log, and the run showed no phase and no condition. Now a 4xx on the
 run's Job or ConfigMap (not a conflict, throttling, a full quota or a namespace being
-deleted) fails the run in that pass, naming the object and the API server's message,
-and later passes write nothing more.
+deleted) fails the run in that pass (once any Jobs it runs end: see
+test_invalid_once_started.py), naming the object and the API server's message, and
+later passes do not write it again.
 """
 
 from __future__ import annotations

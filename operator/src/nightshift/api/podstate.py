@@ -2,7 +2,7 @@
 
 The kubelet and the scheduler say it only on the pod: an image that cannot be pulled, a
 container that cannot be created, no node that fits. Each kind turns this into a line on
-its own object, naming the field to check (pipelinerun/stalled.py, sharedstorage/plan.py).
+its own object, naming the field to check (pipelinerun/stalled.py, sharedstorage/plantypes.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Staggered launches (spec.launch.maxPodsPerMinute): how far a stage Job's parallelism
-may be raised by now. Pure: the start time and `now` come in, the value and when to look
-again go out.
+"""A stage's parallelism over time. Staggered launches (spec.launch.maxPodsPerMinute):
+how far a stage Job's parallelism may be raised by now (pure: the start time and `now`
+come in, the value and when to look again go out); and the stages held at 0.
 
 Spot capacity asked for all at once is where partial fulfilment and interruptions
 cluster; raising parallelism in small waves spreads the requests out.
@@ -8,9 +8,13 @@ cluster; raising parallelism in small waves spreads the requests out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from nightshift.api.conditions import parse_rfc3339
+from nightshift.pipelinerun import progress as pg
+from nightshift.pipelinerun.spec import PipelineRunSpec
 
 # Seconds between the parallelism raises of a staggered launch.
 LAUNCH_STEP = 10
@@ -36,3 +40,20 @@ def paced(target: int, rate: int | None, start: str, now: datetime) -> tuple[int
     if allowed < target:
         return allowed, LAUNCH_STEP * steps - elapsed
     return target, None
+
+
+def paused(spec: PipelineRunSpec | None, records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Running stages held at parallelism 0, which otherwise read as plain Running."""
+    if spec is None:
+        return []
+    running = {r["name"] for r in records if r["phase"] == pg.RUNNING}
+    out = []
+    for i, st in enumerate(spec.stages):
+        if (st.name not in running or st.mpi is not None
+                or spec.parallelism.get(st.name, st.parallelism) != 0):
+            continue  # an MPI stage's MPIJob has no parallelism to hold: it runs on
+        field = (f"spec.parallelism.{st.name}" if st.name in spec.parallelism
+                 else f"spec.stages[{i}].parallelism")
+        out.append(f"{field} is 0: stage {st.name} is paused (its running pods finish, no "
+                   "new ones start); set it above 0 to go on")
+    return out

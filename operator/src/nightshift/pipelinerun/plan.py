@@ -13,11 +13,12 @@ new attempt that runs only the items the record does not hold as succeeded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from nightshift.api import conditions as cond
 from nightshift.api import names, ranges
 from nightshift.api.conditions import rfc3339
 from nightshift.api.events import Event
@@ -67,6 +68,7 @@ class _Planner:
         self.lost_waits: list[str] = []  # lost Jobs whose pods a replacement waits for
         self.requeue: float | None = None
         self.problems: list[Problem] = []
+        self.carried: list[str] = []  # an earlier pass's Invalid message, still standing
         self.records: dict[str, StageRecord] = {}
         self.extra_events: list[Event] = []
         # Finished before this pass, and nothing of it runs: the record stands.
@@ -109,7 +111,13 @@ class _Planner:
         self.final = self.old.get("phase") in TERMINAL_PHASES and not any(
             a.state in (pg.RUNNING, pg.SUSPENDED) and a.record is None
             for v in views.values() for a in v.attempts[-1:])
-        if not self.problems:
+        if not self.problems and not self.final:
+            # Found invalid in an earlier pass (a refusal is seen only in the pass that
+            # met it): it stands until the run ends, so the refused write is not retried.
+            said = cond.find(self.old.get("conditions"), cond.INVALID) or {}
+            if said.get("status") == cond.TRUE and said.get("reason") == "ValidationFailed":
+                self.carried = [str(said.get("message") or "")]
+        if not self.problems and not self.carried:
             rerun_handled = self._decide(spec, views, rerun_handled)
         else:
             # Invalid once started: nothing new starts, but the Jobs that run still obey
@@ -330,8 +338,12 @@ class _Planner:
                     continue
                 rec = stage_record(st.name, v, old, self.obs.failure_samples.get(st.name) or [],
                                    self.now, cancelled=spec.cancel)
-                if self.problems and latest is not None and latest.state == pg.LOST:
-                    rec["phase"] = pg.FAILED  # no Job replaces it in an invalid run
+                if ((self.problems or self.carried) and latest is not None
+                        and latest.state == pg.LOST):
+                    # No Job replaces it in an invalid run: the stage ends here.
+                    rec.update(phase=pg.FAILED, reason="JobLost", completionTime=self.now,
+                               message=f"Job {latest.name} is gone and an Invalid run "
+                                       "starts no replacement")
                 records.append(rec)
         elif self.final:
             records = [dict(r) for r in self.old.get("stages") or []]
@@ -345,12 +357,13 @@ class _Planner:
             wait = stalledmod.STALL_SECONDS
             self.requeue = sooner(self.requeue, wait)
         status, events = build_status(
-            old=self.old, records=records, problems=[str(p) for p in self.problems],
+            old=self.old, records=records,
+            problems=[str(p) for p in self.problems] or self.carried,
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
             resolving=bool(self.resolve), final=self.final,
             waiting="; ".join([*self.refs.waiting, *self.binding.missing, *off_pool,
-                               *self.lost_waits, *_paused(spec, records)]),
+                               *self.lost_waits, *launch.paused(spec, records)]),
             waiting_reason=self.refs.reason or (
                 "WaitingForStorage" if self.binding.missing or off_pool
                 else "WaitingForLostJobPods" if self.lost_waits else "Paused"),
@@ -376,23 +389,6 @@ class _Planner:
             requeue_after=requeue,
             patch=self.patch,
         )
-
-
-def _paused(spec: PipelineRunSpec | None, records: Sequence[StageRecord]) -> list[str]:
-    """Running stages held at parallelism 0, which otherwise read as plain Running."""
-    if spec is None:
-        return []
-    running = {r["name"] for r in records if r["phase"] == pg.RUNNING}
-    out = []
-    for i, st in enumerate(spec.stages):
-        if (st.name not in running or st.mpi is not None
-                or spec.parallelism.get(st.name, st.parallelism) != 0):
-            continue  # an MPI stage's MPIJob has no parallelism to hold: it runs on
-        field = (f"spec.parallelism.{st.name}" if st.name in spec.parallelism
-                 else f"spec.stages[{i}].parallelism")
-        out.append(f"{field} is 0: stage {st.name} is paused (its running pods finish, no "
-                   "new ones start); set it above 0 to go on")
-    return out
 
 
 def _stage_state(v: pg.StageView) -> str:

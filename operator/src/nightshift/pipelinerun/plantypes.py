@@ -37,8 +37,9 @@ class Observed:
     # enough). Its replacement waits for none, so two pods never work on one item.
     live_pods: Mapping[str, int] = field(default_factory=dict)
     # What the API server refused of this pass's writes: (object, why), e.g. ("Job x",
-    # "422 Invalid: ..."). Planned once more into an Invalid condition: the run fails at
-    # once, naming the object and the message, rather than retrying the same write.
+    # "422 Invalid: ..."). Planned once more into an Invalid condition naming the object
+    # and the message, which stands until the run ends (Failed once no Job of it runs),
+    # rather than retrying the same write.
     refused: Sequence[tuple[str, str]] = ()
     # The SharedStorages spec.storage names (binding.referenced), by name; None: absent.
     shared_storages: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)

@@ -161,7 +161,7 @@ def run_phase(records: Sequence[StageRecord], invalid: bool, suspend: bool, canc
     # end, then the run is Failed, as with a failed stage.
     if invalid and not running:
         return "Failed"
-    if phases and all(p == pg.SUCCEEDED for p in phases) and not invalid:
+    if phases and all(p == pg.SUCCEEDED for p in phases):
         return "Succeeded"
     if cancel or old_phase == "Cancelled":
         return "Cancelled"
@@ -231,7 +231,7 @@ def build_status(
             old.get("conditions"),
             _conditions(phase, records, problems, generation, resolving, waiting,
                         waiting_reason, stalled), now)
-    return status, _events(old, records, phase, problems)
+    return status, ([] if final else _events(old, records, phase, problems))
 
 
 def _conditions(phase: str, records: list[StageRecord], problems: list[str],
@@ -267,10 +267,15 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
         running = [r["name"] for r in records if r["phase"] in (pg.RUNNING, pg.SUSPENDED)]
         one = len(running) == 1
         text = "; ".join(problems or [_failure_text(r) for r in failed_stages])
+        # Suspended Jobs never end by themselves: say what lets them.
+        held = phase == "Suspended"
         progressing = cond.condition(
-            cond.PROGRESSING, cond.TRUE, "Invalid" if problems else "Failing",
+            cond.PROGRESSING, cond.FALSE if held else cond.TRUE,
+            "Invalid" if problems else "Failing",
             (f"{text}; no new stage starts, and the run is Failed once {', '.join(running)} "
-             f"end{'s' if one else ''} (spec.cancel stops {'it' if one else 'them'} now)"
+             f"end{'s' if one else ''} ("
+             + ("suspended: set spec.suspend false to let them end, or spec.cancel"
+                if held else f"spec.cancel stops {'it' if one else 'them'} now") + ")"
              )[:CONDITION_MESSAGE_CHARS], g)
     elif waiting and moving:
         progressing = cond.condition(
@@ -332,10 +337,12 @@ def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
     old_phase = old.get("phase")
     was_invalid = (cond.find(old.get("conditions") or [], cond.INVALID) or {}).get(
         "status") == cond.TRUE
-    # Said once when found, mid-run too (the phase stays Running until its Jobs end).
-    if problems and not was_invalid:
+    # Said once when found, mid-run too (the phase stays Running until its Jobs end);
+    # for a run that never started it is the only event (no RunFailed beside it).
+    found = bool(problems) and not was_invalid
+    if found:
         events.append(("Warning", "Invalid", "; ".join(problems)[:CONDITION_MESSAGE_CHARS]))
-    if old_phase != phase and not (problems and not was_invalid):
+    if old_phase != phase and not (found and old_phase in (None, "Pending")):
         if phase == "Running" and old_phase == "Suspended":
             events.append(("Normal", "RunResumed", "run resumed"))
         elif phase in ("Succeeded", "Failed", "Cancelled", "Suspended"):
