@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from tests.clusterutil import wait_for
@@ -36,26 +35,25 @@ def test_a_program_that_exits_is_started_again_until_sigterm(tmp_path: Path) -> 
     assert b"sh exited (3); starting it again in 1 s" in sup.stderr.read()
 
 
-def test_sigterm_stops_the_program_and_then_the_supervisor(tmp_path: Path) -> None:
+def _sleeper(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """A supervised program that stays up, and its PID once it runs."""
     pidfile = tmp_path / "pid"
     sup = _supervise("sh", "-c", f'echo $$ > {pidfile}; exec sleep 60')
     wait_for("the program", lambda: pidfile.exists() and pidfile.read_text().strip(), 20,
              interval=0.1)
-    pid = int(pidfile.read_text())
+    return sup, int(pidfile.read_text())
+
+
+def test_sigterm_stops_the_program_and_then_the_supervisor(tmp_path: Path) -> None:
+    sup, pid = _sleeper(tmp_path)
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(10) == 0
     wait_for("the program gone", lambda: not _alive(pid), 10, interval=0.1)
 
 
 def test_the_program_does_not_outlive_a_killed_supervisor(tmp_path: Path) -> None:
-    pidfile = tmp_path / "pid"
-    sup = _supervise("sh", "-c", f'echo $$ > {pidfile}; exec sleep 60')
-    wait_for("the program", lambda: pidfile.exists() and pidfile.read_text().strip(), 20,
-             interval=0.1)
-    pid = int(pidfile.read_text())
+    sup, pid = _sleeper(tmp_path)
     os.kill(sup.pid, signal.SIGKILL)
     sup.wait(10)
-    deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _alive(pid), "the program outlived its supervisor"
+    wait_for("the program to end with its supervisor", lambda: not _alive(pid), 10,
+             interval=0.1)

@@ -269,14 +269,13 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
         text = "; ".join(problems or [_failure_text(r) for r in failed_stages])
         # Suspended Jobs never end by themselves: say what lets them.
         held = phase == "Suspended"
+        how = ("suspended: set spec.suspend false to let them end, or spec.cancel" if held
+               else f"spec.cancel stops {'it' if one else 'them'} now")
         progressing = cond.condition(
             cond.PROGRESSING, cond.FALSE if held else cond.TRUE,
             "Invalid" if problems else "Failing",
             (f"{text}; no new stage starts, and the run is Failed once {', '.join(running)} "
-             f"end{'s' if one else ''} ("
-             + ("suspended: set spec.suspend false to let them end, or spec.cancel"
-                if held else f"spec.cancel stops {'it' if one else 'them'} now") + ")"
-             )[:CONDITION_MESSAGE_CHARS], g)
+             f"end{'s' if one else ''} ({how})")[:CONDITION_MESSAGE_CHARS], g)
     elif waiting and moving:
         progressing = cond.condition(
             cond.PROGRESSING, cond.FALSE if phase == "Pending" else cond.TRUE,
@@ -335,7 +334,7 @@ def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
         elif r["phase"] == pg.FAILED:
             events.append(("Warning", "StageFailed", _failure_text(r)))
     old_phase = old.get("phase")
-    was_invalid = (cond.find(old.get("conditions") or [], cond.INVALID) or {}).get(
+    was_invalid = (cond.find(old.get("conditions"), cond.INVALID) or {}).get(
         "status") == cond.TRUE
     # Said once when found, mid-run too (the phase stays Running until its Jobs end);
     # for a run that never started it is the only event (no RunFailed beside it).
