@@ -1,6 +1,7 @@
 """A run found invalid after its first stage started (an operator upgrade that no longer
-allows its runner image): the running Job goes on to its end and still obeys the
-operating knobs, nothing new starts, and the run is Failed only once nothing runs."""
+allows its runner image, a refused Job, a later stage's invalid items): the running Job
+goes on to its end and still obeys the operating knobs, nothing new starts, and the run
+is Failed only once nothing runs."""
 
 from __future__ import annotations
 
@@ -73,14 +74,23 @@ def test_a_run_invalid_at_creation_fails_at_once() -> None:
     assert condition(p, "Failed")["reason"] == "Invalid"
 
 
-def test_an_invalid_run_whose_job_is_lost_fails_instead_of_waiting_for_a_replacement() -> None:
+def test_an_invalid_run_whose_job_is_lost_fails_once_its_pods_end() -> None:
     run = make_run(runnerImage=IMAGE)
     first = _pass(run, [], (IMAGE,))
     (job,) = jobs_of(first)
     seen = with_status(job, active=100)
     seen["metadata"]["uid"] = "job-uid"  # recorded: a Job gone after this is lost
     run = advance(run, _pass(run, [seen], (IMAGE,)))
-    p = _pass(run, [], ())  # the Job deleted by hand, and the image no longer allowed
+    # The Job deleted by hand (orphaning its pods), and the image no longer allowed:
+    # while its pods run the stage is not over, and nothing replaces it.
+    name = job["metadata"]["name"]
+    p = plan(Observed(run=run, jobs=[], items=items_for(run, "a", "b"), failure_samples={},
+                      now=T0, runner_image="runner:dev", live_pods={name: 3}))
+    assert p.apply == [] and p.status["phase"] == "Running", p.status
+    assert p.status["stages"][0]["phase"] == "Running"
+    assert p.requeue_after is not None and p.requeue_after <= 5.0
+    run = advance(run, p)
+    p = _pass(run, [], ())  # its pods are gone
     assert p.apply == [] and p.status["phase"] == "Failed", p.status
     (a, _) = p.status["stages"]
     assert (a["phase"], a["reason"]) == ("Failed", "JobLost"), a
@@ -143,3 +153,56 @@ def test_an_invalid_suspended_run_says_what_lets_its_jobs_end() -> None:
     assert (prog["status"], prog["reason"]) == ("False", "Invalid")
     assert prog["message"].endswith("(suspended: set spec.suspend false to let them end, "
                                     "or spec.cancel)")
+
+
+def test_items_found_invalid_while_another_stage_runs_fail_the_run_once_it_ends() -> None:
+    # a and b run side by side; c needs a. a is done, b still runs, and c's items turn
+    # out invalid (a listing that finds nothing): b goes on, nothing new starts, and the
+    # run is Failed, reason InvalidItems, once b ends.
+    rng = {"range": {"from": 0, "to": 99}}
+    run = make_run([stage("a", forEach=rng), stage("b", forEach=rng),
+                    stage("c", dependsOn=["a"], forEach={"fromS3": {"storage": "raw"}})],
+                   storage=[{"name": "raw", "s3": {"bucket": "raw"}}])
+    first = plan(Observed(run=run, jobs=[], items=items_for(run, "a", "b"),
+                          failure_samples={}, now=T0, runner_image="runner:dev"))
+    job_a, job_b = jobs_of(first)
+    run = advance(run, first)
+
+    def at(run: dict[str, Any], b: dict[str, Any], **unresolved: tuple[str, bool]) -> Plan:
+        return plan(Observed(run=run, jobs=[complete(job_a), b],
+                             items=items_for(run, "a", "b"), failure_samples={}, now=T0,
+                             runner_image="runner:dev", unresolved=unresolved))
+
+    asks = at(run, with_status(job_b, active=10))
+    assert asks.resolve_items == ["c"]
+    why = "spec.stages[2].forEach.fromS3: s3://raw/* lists no objects"
+    p = at(run, with_status(job_b, active=10), c=(why, True))
+    assert p.status["phase"] == "Running" and p.apply == [] and p.resolve_items == []
+    invalid = condition(p, "Invalid")
+    assert (invalid["status"], invalid["reason"]) == ("True", "InvalidItems")
+    assert invalid["message"] == f"stage c: {why}"
+    prog = condition(p, "Progressing")
+    assert (prog["status"], prog["reason"]) == ("True", "Invalid")
+    assert prog["message"] == (f"stage c: {why}; no new stage starts, and the run is Failed "
+                               "once b ends (spec.cancel stops it now)")
+    assert condition(p, "Failed")["status"] == "False"
+    assert [(e.type, e.reason) for e in p.events] == [("Normal", "StageSucceeded"),
+                                                      ("Warning", "InvalidItems")]
+    # Cancel still reaches b's Job while the run is invalid.
+    cancelled = copy.deepcopy(advance(run, p))
+    cancelled["spec"]["cancel"] = True
+    assert [x["spec"] for x in at(cancelled, with_status(job_b, active=10)).patch] == [
+        {"suspend": True}]
+    # The next pass does not resolve c again: the condition stands.
+    run = advance(run, p)
+    again = at(run, with_status(job_b, active=5))
+    assert again.resolve_items == [] and again.apply == [] and again.events == []
+    assert again.status["phase"] == "Running"
+    assert condition(again, "Invalid")["reason"] == "InvalidItems"
+    end = at(advance(run, again), complete(job_b))
+    assert end.status["phase"] == "Failed" and end.status.get("completionTime")
+    failed = condition(end, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "InvalidItems")
+    assert failed["message"] == f"stage c: {why}"
+    assert [e.reason for e in end.events] == ["StageSucceeded", "RunFailed"]
+    assert end.resolve_items == [] and end.apply == []

@@ -124,6 +124,25 @@ def job_name(run: str, stage: str, attempt: int) -> str:
     return object_name(parts, JOB_NAME_MAX)
 
 
+def jobs_by_stage(jobs: Sequence[Mapping[str, Any]], run: str, stages: set[str]
+                  ) -> dict[str, dict[int, Mapping[str, Any]]]:
+    """The run's stage Jobs by stage and attempt."""
+    out: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for job in jobs:
+        labels = (job.get("metadata") or {}).get("labels") or {}
+        stage = labels.get(names.LABEL_STAGE)
+        try:
+            attempt = int(labels.get(names.LABEL_ATTEMPT, "0"))
+        except ValueError:
+            continue
+        name = (job.get("metadata") or {}).get("name")
+        # Only our own deterministic names count: a look-alike Job is not an attempt.
+        if (stage in stages and labels.get(names.LABEL_RUN) == run
+                and name == job_name(run, stage, attempt)):
+            out.setdefault(stage, {})[attempt] = job
+    return out
+
+
 def items_configmap_name(run: str, stage: str, chunk: int) -> str:
     return object_name([run, stage, "items", str(chunk)])
 

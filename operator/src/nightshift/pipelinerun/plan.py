@@ -37,6 +37,8 @@ from nightshift.pipelinerun.plantypes import Observed, Plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 from nightshift.pipelinerun.status import StageRecord, build_status, stage_record, unresolved_status
 
+# The Invalid condition's reasons that stand until the run ends (status.py writes them).
+INVALID_REASONS = ("ValidationFailed", "InvalidItems")
 # Seconds between looks at a running MPI stage's MPIJob.
 MPI_POLL = 5.0
 # Seconds between looks for a SharedStorage a stage waits for (its creation wakes too).
@@ -69,6 +71,9 @@ class _Planner:
         self.requeue: float | None = None
         self.problems: list[Problem] = []
         self.carried: list[str] = []  # an earlier pass's Invalid message, still standing
+        # The Invalid condition's reason: ValidationFailed (the spec, a refusal, the runner
+        # image) or InvalidItems (a stage's resolved items).
+        self.invalid_reason = "ValidationFailed"
         self.records: dict[str, StageRecord] = {}
         self.extra_events: list[Event] = []
         # Finished before this pass, and nothing of it runs: the record stands.
@@ -94,7 +99,13 @@ class _Planner:
         self.problems += [Problem(where, f"refused by the API server: {why}")
                           for where, why in self.obs.refused]
         self.problems += self._runner_image_problems(spec)
-        by_stage = self._jobs_by_stage(spec)
+        bad_items = [Problem(f"stage {stage}", why)
+                     for stage, (why, invalid) in self.obs.unresolved.items() if invalid]
+        if bad_items and not self.problems:
+            self.invalid_reason = "InvalidItems"
+        self.problems += bad_items
+        by_stage = itemsmod.jobs_by_stage(self.obs.jobs, self.ref.name,
+                                            {st.name for st in spec.stages})
         views: dict[str, pg.StageView] = {}
         for i, st in enumerate(spec.stages):
             info = self.obs.items.get(st.name)
@@ -115,33 +126,18 @@ class _Planner:
             # Found invalid in an earlier pass (a refusal is seen only in the pass that
             # met it): it stands until the run ends, so the refused write is not retried.
             said = cond.find(self.old.get("conditions"), cond.INVALID) or {}
-            if said.get("status") == cond.TRUE and said.get("reason") == "ValidationFailed":
+            if said.get("status") == cond.TRUE and said.get("reason") in INVALID_REASONS:
                 self.carried = [str(said.get("message") or "")]
+                self.invalid_reason = str(said["reason"])
         if not self.problems and not self.carried:
             rerun_handled = self._decide(spec, views, rerun_handled)
         else:
-            # Invalid once started: nothing new starts, but the Jobs that run still obey
-            # the operating knobs (cancel, suspend, parallelism) until they end.
+            # Invalid once started (found now or carried; items found invalid as their
+            # stage was about to start too): nothing new starts, but the Jobs that run
+            # still obey the operating knobs (cancel, suspend, parallelism) until they end.
             for st in spec.stages:
                 self._patch_existing(spec, st, views[st.name])
         return self._finish(spec, views, rerun_handled)
-
-    def _jobs_by_stage(self, spec: PipelineRunSpec) -> dict[str, dict[int, Mapping[str, Any]]]:
-        stages = {st.name for st in spec.stages}
-        out: dict[str, dict[int, Mapping[str, Any]]] = {}
-        for job in self.obs.jobs:
-            labels = (job.get("metadata") or {}).get("labels") or {}
-            stage = labels.get(names.LABEL_STAGE)
-            try:
-                attempt = int(labels.get(names.LABEL_ATTEMPT, "0"))
-            except ValueError:
-                continue
-            name = (job.get("metadata") or {}).get("name")
-            # Only our own deterministic names count: a look-alike Job is not an attempt.
-            if (stage in stages and labels.get(names.LABEL_RUN) == self.ref.name
-                    and name == itemsmod.job_name(self.ref.name, stage, attempt)):
-                out.setdefault(stage, {})[attempt] = job
-        return out
 
     # --- decisions ---------------------------------------------------------------
 
@@ -340,6 +336,12 @@ class _Planner:
                                    self.now, cancelled=spec.cancel)
                 if ((self.problems or self.carried) and latest is not None
                         and latest.state == pg.LOST):
+                    if self.obs.live_pods.get(latest.name):
+                        # Its pods still run (orphaned or terminating): the stage, and
+                        # the run, end when they do, not while they may still write.
+                        self.requeue = sooner(self.requeue, lostmod.LOST_POD_WAIT)
+                        records.append(rec)
+                        continue
                     # No Job replaces it in an invalid run: the stage ends here.
                     rec.update(phase=pg.FAILED, reason="JobLost", completionTime=self.now,
                                message=f"Job {latest.name} is gone and an Invalid run "
@@ -359,6 +361,7 @@ class _Planner:
         status, events = build_status(
             old=self.old, records=records,
             problems=[str(p) for p in self.problems] or self.carried,
+            invalid_reason=self.invalid_reason,
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
             resolving=bool(self.resolve), final=self.final,
@@ -370,14 +373,12 @@ class _Planner:
             stalled=stuck)
         out_events = [*self.extra_events, *(Event(*e) for e in events)]
         resolve, requeue = self.resolve, self.requeue
-        if self.obs.unresolved:
-            status, unresolved = unresolved_status(self.old, status, self.obs.unresolved,
-                                                   self.generation, self.now)
-            if any(invalid for _, invalid in self.obs.unresolved.values()):
-                # The run fails: nothing is written but the status.
-                return Plan(resolve_items=[], apply=[], delete=[], status=status,
-                            events=[Event(*e) for e in unresolved], requeue_after=10.0)
+        waiting_items = {stage: why for stage, (why, invalid) in self.obs.unresolved.items()
+                         if not invalid}
+        if waiting_items and not (self.problems or self.carried):
             # Only the unresolved stages wait: the others start, change and go on.
+            status, unresolved = unresolved_status(self.old, status, waiting_items,
+                                                   self.generation, self.now)
             out_events += [Event(*e) for e in unresolved]
             resolve, requeue = [], sooner(self.requeue, 10.0)
         return Plan(

@@ -191,6 +191,7 @@ def build_status(
     waiting: str = "",
     waiting_reason: str = "WaitingForStorage",
     stalled: Sequence[tuple[str, str]] = (),
+    invalid_reason: str = "ValidationFailed",
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """The run's status and the events of its transitions.
 
@@ -199,6 +200,8 @@ def build_status(
     `waiting`: why stages cannot start yet (SharedStorages, a VirtualCluster or its
     pools that do not exist), or ""; `waiting_reason` the Progressing reason it gives.
     `stalled`: (reason, message) of each running stage whose pods do not start.
+    `invalid_reason`: the Invalid condition's reason when `problems` are given:
+    ValidationFailed (the spec, a refusal) or InvalidItems (a stage's resolved items).
     """
     old_phase = old.get("phase")
     phase = (str(old_phase) if final
@@ -230,20 +233,27 @@ def build_status(
         status["conditions"] = cond.merge(
             old.get("conditions"),
             _conditions(phase, records, problems, generation, resolving, waiting,
-                        waiting_reason, stalled), now)
-    return status, ([] if final else _events(old, records, phase, problems))
+                        waiting_reason, stalled, invalid_reason), now)
+    return status, ([] if final else _events(old, records, phase, problems, invalid_reason))
+
+
+def _failed_reason(invalid_reason: str) -> str:
+    """The Failed condition's and the event's reason for an invalid run."""
+    return "Invalid" if invalid_reason == "ValidationFailed" else invalid_reason
 
 
 def _conditions(phase: str, records: list[StageRecord], problems: list[str],
                 generation: int, resolving: bool, waiting: str = "",
                 waiting_reason: str = "WaitingForStorage",
-                stalled: Sequence[tuple[str, str]] = ()) -> list[dict[str, Any]]:
+                stalled: Sequence[tuple[str, str]] = (),
+                invalid_reason: str = "ValidationFailed") -> list[dict[str, Any]]:
     g = generation
     failed_stages = [r for r in records if r["phase"] == pg.FAILED]
     if problems:
         text = "; ".join(problems)[:CONDITION_MESSAGE_CHARS]
-        invalid = cond.condition(cond.INVALID, cond.TRUE, "ValidationFailed", text, g)
-        failed = (cond.condition(cond.FAILED, cond.TRUE, "Invalid", text, g)
+        invalid = cond.condition(cond.INVALID, cond.TRUE, invalid_reason, text, g)
+        failed = (cond.condition(cond.FAILED, cond.TRUE, _failed_reason(invalid_reason),
+                                 text, g)
                   if phase == "Failed" else
                   cond.condition(cond.FAILED, cond.FALSE, "NoFailure", "", g))
     else:
@@ -314,7 +324,7 @@ def _failure_text(r: StageRecord) -> str:
 
 
 def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
-            problems: list[str]) -> list[tuple[str, str, str]]:
+            problems: list[str], invalid_reason: str) -> list[tuple[str, str, str]]:
     events: list[tuple[str, str, str]] = []
     prior = {s.get("name"): s for s in old.get("stages") or []}
     for r in records:
@@ -340,7 +350,8 @@ def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
     # for a run that never started it is the only event (no RunFailed beside it).
     found = bool(problems) and not was_invalid
     if found:
-        events.append(("Warning", "Invalid", "; ".join(problems)[:CONDITION_MESSAGE_CHARS]))
+        events.append(("Warning", _failed_reason(invalid_reason),
+                       "; ".join(problems)[:CONDITION_MESSAGE_CHARS]))
     if old_phase != phase and not (found and old_phase in (None, "Pending")):
         if phase == "Running" and old_phase == "Suspended":
             events.append(("Normal", "RunResumed", "run resumed"))
@@ -351,35 +362,24 @@ def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
 
 
 def unresolved_status(old: Mapping[str, Any], status: dict[str, Any],
-                      unresolved: Mapping[str, tuple[str, bool]], generation: int,
+                      unresolved: Mapping[str, str], generation: int,
                       now: str) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
-    """The status of a pass whose stages' items could not be resolved, and its events.
+    """The status of a pass whose stages' items could not be resolved yet, and its events.
 
-    `unresolved`: stage -> (why, invalid). Invalid items fail the run (Invalid=True);
-    a source that may still appear keeps the stage waiting (Progressing=False). One
-    Warning event per stage when its message is new.
+    `unresolved`: stage -> why. The stage waits (Progressing=False, ItemsUnresolved) in
+    the phase the others give the run: a pass with such a stage still starts and changes
+    the others (plan.py). Items that can never resolve are a problem of the run instead
+    (InvalidItems, plan.py). One Warning event per stage when its message is new.
     """
     old_conds = old.get("conditions") or []
     conds = list(status.get("conditions") or [])
     events = []
-    for stage, (why, invalid) in unresolved.items():
+    for stage, why in unresolved.items():
         message = f"stage {stage}: {why}"
-        if invalid:
-            new = cond.condition(cond.INVALID, cond.TRUE, "InvalidItems", message, generation)
-            status["phase"] = "Failed"
-            # Failed and Ready agree with the phase, as for a spec the planner refuses.
-            also = [cond.condition(cond.FAILED, cond.TRUE, "InvalidItems", message, generation),
-                    cond.condition(cond.READY, cond.FALSE, "Failed", "run is Failed",
-                                   generation)]
-        else:
-            # The stage waits in the phase the others give the run: a pass with such a
-            # stage still starts and changes the others (plan.py).
-            new = cond.condition(cond.PROGRESSING, cond.FALSE, "ItemsUnresolved", message,
-                                 generation)
-            also = []
-        types = {c["type"] for c in (new, *also)}
-        conds = [*(c for c in conds if c["type"] not in types),
-                 *cond.merge(old_conds, [new, *also], now=now)]
+        new = cond.condition(cond.PROGRESSING, cond.FALSE, "ItemsUnresolved", message,
+                             generation)
+        conds = [*(c for c in conds if c["type"] != new["type"]),
+                 *cond.merge(old_conds, [new], now=now)]
         prior = cond.find(old_conds, new["type"])
         if prior is None or prior.get("message") != message:
             events.append(("Warning", str(new["reason"]), message))
