@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from nightshift_localcluster import supervise
 from tests.clusterutil import wait_for
 
 
@@ -57,3 +58,24 @@ def test_the_program_does_not_outlive_a_killed_supervisor(tmp_path: Path) -> Non
     sup.wait(10)
     wait_for("the program to end with its supervisor", lambda: not _alive(pid), 10,
              interval=0.1)
+
+
+def test_quick_exits_back_off_and_a_steady_run_resets_the_delay() -> None:
+    delays = [supervise.RESTART_DELAY / 2]
+    for _ in range(7):
+        delays.append(supervise.next_delay(delays[-1], uptime=0.5))
+    assert delays[1:] == [1, 2, 4, 8, 16, 30, 30]
+    assert supervise.next_delay(30, uptime=supervise.STEADY_SECONDS) == 1
+
+
+def test_a_program_failing_at_start_is_not_started_every_second(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    sup = _supervise("sh", "-c", f'echo $$ >> {runs}; exit 1')
+    wait_for("a third start", lambda: runs.exists() and len(runs.read_text().split()) >= 3,
+             20, interval=0.1)
+    sup.send_signal(signal.SIGTERM)  # during the 4-s wait before the fourth start
+    assert sup.wait(3) == 0, "a stop during a long delay does not wait it out"
+    assert sup.stderr is not None
+    said = sup.stderr.read()
+    assert b"starting it again in 1 s" in said and b"starting it again in 2 s" in said
+    assert len(runs.read_text().split()) == 3

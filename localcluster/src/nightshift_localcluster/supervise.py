@@ -10,7 +10,9 @@ waited on an MPIJob nobody acted on.
 `python -m nightshift_localcluster.supervise PROGRAM ARGS...`: SIGTERM or SIGINT stops
 the program and then the supervisor; the program gets SIGKILL if the supervisor is
 killed outright (PR_SET_PDEATHSIG: `down` kills a part that has not ended in 10 s), so
-it never outlives it.
+it never outlives it. A program that keeps exiting soon after its start is started
+again after a delay that doubles each time, up to 30 s (the kubelet's CrashLoopBackOff,
+scaled to a test bed), so a binary that cannot start is not run every second.
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ from types import FrameType
 
 PR_SET_PDEATHSIG = 1
 RESTART_DELAY = 1.0
+MAX_RESTART_DELAY = 30.0
+# A run at least this long was healthy: the next restart waits RESTART_DELAY again.
+STEADY_SECONDS = 60.0
+
+
+def next_delay(delay: float, uptime: float) -> float:
+    """The wait before the next start, after a run of `uptime` s that followed `delay`."""
+    if uptime >= STEADY_SECONDS:
+        return RESTART_DELAY
+    return min(delay * 2, MAX_RESTART_DELAY)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -50,7 +62,9 @@ def main(argv: list[str]) -> int:
     me = os.getpid()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    delay = RESTART_DELAY / 2  # the first quick exit waits RESTART_DELAY
     while not stopping:
+        started = time.monotonic()
         # preexec_fn is unsafe only with threads; this process has one.
         child = subprocess.Popen(argv, preexec_fn=lambda: _die_with_parent(me))  # noqa: PLW1509
         if stopping:  # told to stop while it was being started
@@ -58,9 +72,14 @@ def main(argv: list[str]) -> int:
         rc = child.wait()
         if stopping:
             break
+        delay = next_delay(delay, time.monotonic() - started)
         print(f"supervise: {argv[0]} exited ({rc}); starting it again in "
-              f"{RESTART_DELAY:g} s", file=sys.stderr, flush=True)
-        time.sleep(RESTART_DELAY)
+              f"{delay:g} s", file=sys.stderr, flush=True)
+        # In short sleeps, so a stop during a long delay is not kept waiting (`down`
+        # gives a part 10 s).
+        until = time.monotonic() + delay
+        while not stopping and time.monotonic() < until:
+            time.sleep(0.1)
     return 0
 
 
