@@ -14,9 +14,10 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from nightshift.api.events import Event
+from nightshift.api.ownedplan import OwnedPlan
 from nightshift.engine.loop import Outcome
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError
@@ -24,24 +25,7 @@ from nightshift.kube import Kube, KubeError
 log = logging.getLogger("nightshift")
 
 
-class KindPlan(Protocol):
-    """What the pass reads of a kind's plan (its frozen dataclass)."""
-
-    @property
-    def add_finalizer(self) -> bool: ...
-    @property
-    def remove_finalizer(self) -> bool: ...
-    @property
-    def gone(self) -> bool: ...
-    @property
-    def status(self) -> dict[str, Any] | None: ...
-    @property
-    def events(self) -> Sequence[Event]: ...
-    @property
-    def requeue_after(self) -> float | None: ...
-
-
-P = TypeVar("P", bound=KindPlan)
+P = TypeVar("P", bound=OwnedPlan)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from nightshift.api import podstate
-from nightshift.api.events import Event
+from nightshift.api.ownedplan import OwnedPlan
 from nightshift.sharedstorage import gluster
 from nightshift.sharedstorage import status as ssstatus
 from nightshift.sharedstorage.objects import Platform
@@ -81,16 +81,7 @@ class Observed:
 
 
 @dataclass(frozen=True)
-class Plan:
-    add_finalizer: bool = False
-    remove_finalizer: bool = False
-    apply: list[dict[str, Any]] = field(default_factory=list)
-    # References ({apiVersion, kind, name[, namespace]}) of our objects to delete.
-    prune: list[dict[str, str]] = field(default_factory=list)
-    status: dict[str, Any] | None = None
-    events: list[Event] = field(default_factory=list)
-    requeue_after: float | None = None
-    gone: bool = False
+class Plan(OwnedPlan):
     # The VirtualCluster whose first pass (status.mode) this storage waits for: its
     # events wake the storage (handlers.py).
     awaiting_virtual_cluster: str | None = None

@@ -25,7 +25,8 @@ from pydantic import ValidationError
 from nightshift.api import deletion, names
 from nightshift.api.conditions import find, parse_rfc3339, rfc3339
 from nightshift.api.drift import drifted
-from nightshift.api.events import Event, condition_events
+from nightshift.api.events import condition_events
+from nightshift.api.ownedplan import OwnedPlan
 from nightshift.virtualcluster import objectnames
 from nightshift.virtualcluster.catalog import InstanceCatalog
 from nightshift.virtualcluster.cost import node_cost
@@ -78,21 +79,12 @@ class Observed:
 
 
 @dataclass(frozen=True)
-class Plan:
-    add_finalizer: bool = False
-    remove_finalizer: bool = False
+class Plan(OwnedPlan):
     # Pools whose EC2 placement group must exist before the node classes are applied,
-    # and, when deleting, pools whose group goes (after their nodes).
+    # and, when deleting, pools whose group goes (after their nodes). Prune lists
+    # NodePools first.
     ensure_groups: tuple[str, ...] = ()
     delete_groups: tuple[str, ...] = ()
-    apply: list[dict[str, Any]] = field(default_factory=list)
-    # References ({apiVersion, kind, name}) of our objects to delete, NodePools first.
-    prune: list[dict[str, str]] = field(default_factory=list)
-    status: dict[str, Any] | None = None
-    events: list[Event] = field(default_factory=list)
-    requeue_after: float | None = None
-    # Nothing left to do for this object: its loop ends.
-    gone: bool = False
 
 
 def plan(o: Observed) -> Plan:
