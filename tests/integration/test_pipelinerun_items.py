@@ -9,6 +9,8 @@ from nightshift.kube import Kube
 from tests.clusterutil import Kubectl
 from tests.integration.conftest import OperatorProcess
 from tests.integration.prutil import (
+    get_run,
+    jobs,
     pipelinerun,
     stage,
     stage_status,
@@ -105,3 +107,40 @@ def test_missing_service_account_holds_the_stage_naming_it(
     kubectl("create", "serviceaccount", "pipeline", "-n", namespace)
     run = wait_phase(kube, namespace, "nosa", {"Succeeded"}, 90)
     assert stage_status(run, "calib")["total"] == 4
+
+
+def test_items_found_invalid_while_a_branch_runs_fail_the_run_once_it_stops(
+        kube: Kube, kubectl: Kubectl, operator: OperatorProcess, namespace: str,
+        pool: str) -> None:
+    """science's items (a binary key) are invalid when calib is done and slow still runs:
+    slow is not cut off, nothing new starts, and it still obeys spec.cancel."""
+    kubectl.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bad"},
+                   "binaryData": {"items": base64.b64encode(b"\xff\xfe\x00n1\n").decode()}},
+                  namespace)
+    # Ended by the cancel below, not by KWOK (which takes the jitter bound itself when
+    # it is not above the delay).
+    slow = {"pod-complete.stage.kwok.x-k8s.io/delay": "300s",
+            "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "300s"}
+    kubectl.apply(pipelinerun("branch", namespace, [
+        stage("slow", pool, 2, podAnnotations=slow),
+        stage("calib", pool, 1),
+        stage("science", pool, dependsOn=["calib"],
+              forEach={"fromConfigMap": {"name": "bad", "key": "items"}})]))
+    cond = wait_progressing(kube, namespace, "branch", "Invalid", "stage science", 90)
+    assert cond["status"] == "True" and "the run is Failed once slow ends" in cond["message"]
+    run = get_run(kube, namespace, "branch")
+    assert run["status"]["phase"] == "Running", run["status"]
+    invalid = {c["type"]: c for c in run["status"]["conditions"]}["Invalid"]
+    assert (invalid["status"], invalid["reason"]) == ("True", "InvalidItems"), invalid
+    assert "binary data, not UTF-8 text" in invalid["message"]
+    assert stage_status(run, "slow")["phase"] == "Running"
+    assert sorted(j["metadata"]["labels"][names.LABEL_STAGE]
+                  for j in jobs(kube, namespace, "branch")) == ["calib", "slow"]
+    kubectl("patch", "pipelinerun", "branch", "-n", namespace, "--type=merge",
+            "-p", '{"spec": {"cancel": true}}')
+    run = wait_phase(kube, namespace, "branch", {"Failed"}, 60)
+    failed = {c["type"]: c for c in run["status"]["conditions"]}["Failed"]
+    assert (failed["status"], failed["reason"]) == ("True", "InvalidItems"), failed
+    (slow_job,) = [j for j in jobs(kube, namespace, "branch")
+                   if j["metadata"]["labels"][names.LABEL_STAGE] == "slow"]
+    assert slow_job["spec"]["suspend"] is True, "cancel reached the running Job"
