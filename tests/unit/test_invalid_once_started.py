@@ -16,6 +16,7 @@ from tests.unit.test_plan import (
     advance,
     complete,
     condition,
+    failed,
     items_for,
     jobs_of,
     make_run,
@@ -89,6 +90,9 @@ def test_an_invalid_run_whose_job_is_lost_fails_once_its_pods_end() -> None:
     assert p.apply == [] and p.status["phase"] == "Running", p.status
     assert p.status["stages"][0]["phase"] == "Running"
     assert p.requeue_after is not None and p.requeue_after <= 5.0
+    said = condition(p, "Progressing")["message"]
+    assert f"Job {name} is gone but some of its pods are not; the stage ends once they do" in said
+    assert "kubectl delete pods -n physics -l " in said
     run = advance(run, p)
     p = _pass(run, [], ())  # its pods are gone
     assert p.apply == [] and p.status["phase"] == "Failed", p.status
@@ -206,3 +210,87 @@ def test_items_found_invalid_while_another_stage_runs_fail_the_run_once_it_ends(
     assert failed["message"] == f"stage c: {why}"
     assert [e.reason for e in end.events] == ["StageSucceeded", "RunFailed"]
     assert end.resolve_items == [] and end.apply == []
+
+
+def test_a_problem_found_after_invalid_items_is_added_to_the_standing_message() -> None:
+    # c's items were found invalid while b ran; then the operator is upgraded without the
+    # run's runner image. Neither message is lost, on this pass or the next.
+    rng = {"range": {"from": 0, "to": 99}}
+    run = make_run([stage("a", forEach=rng), stage("b", forEach=rng),
+                    stage("c", dependsOn=["a"], forEach={"fromS3": {"storage": "raw"}})],
+                   storage=[{"name": "raw", "s3": {"bucket": "raw"}}], runnerImage=IMAGE)
+    first = plan(Observed(run=run, jobs=[], items=items_for(run, "a", "b"),
+                          failure_samples={}, now=T0, runner_image="runner:dev",
+                          runner_images=(IMAGE,)))
+    job_a, job_b = jobs_of(first)
+    run = advance(run, first)
+
+    def at(run: dict[str, Any], allowed: tuple[str, ...],
+           **unresolved: tuple[str, bool]) -> Plan:
+        return plan(Observed(run=run, jobs=[complete(job_a), with_status(job_b, active=5)],
+                             items=items_for(run, "a", "b"), failure_samples={}, now=T0,
+                             runner_image="runner:dev", runner_images=allowed,
+                             unresolved=unresolved))
+
+    why = "spec.stages[2].forEach.fromS3: s3://raw/* lists no objects"
+    p = at(run, (IMAGE,), c=(why, True))
+    assert condition(p, "Invalid")["reason"] == "InvalidItems"
+    for _ in range(2):
+        run = advance(run, p)
+        p = at(run, ())
+        invalid = condition(p, "Invalid")
+        assert invalid["reason"] == "ValidationFailed", "no longer only the items"
+        assert invalid["message"].startswith(f"stage c: {why}; spec.runnerImage: "), invalid
+        assert invalid["message"].count("stage c:") == 1
+        assert p.status["phase"] == "Running" and p.apply == []
+
+
+def test_items_and_a_count_found_in_one_pass_keep_the_reason_of_both() -> None:
+    # c's items do not resolve and d's are too many for the Job API in the same pass:
+    # the count problem is a problem of the spec (ValidationFailed), now and after.
+    rng = {"range": {"from": 0, "to": 99}}
+    run = make_run([stage("a", forEach=rng), stage("c", dependsOn=["a"],
+                                                   forEach={"fromS3": {"storage": "raw"}}),
+                    stage("d", dependsOn=["a"], forEach={"fromS3": {"storage": "raw"}})],
+                   storage=[{"name": "raw", "s3": {"bucket": "raw"}}])
+    first = plan(Observed(run=run, jobs=[], items=items_for(run, "a"), failure_samples={},
+                          now=T0, runner_image="runner:dev"))
+    (job_a,) = jobs_of(first)
+    run = advance(run, first)
+    items = {**items_for(run, "a"), **items_for(run, "d", count=150_000)}
+    reasons = []
+    for unresolved in ({"c": ("no objects", True)}, {}):
+        p = plan(Observed(run=run, jobs=[complete(job_a)], items=items, failure_samples={},
+                          now=T0, runner_image="runner:dev", unresolved=unresolved))
+        reasons.append(condition(p, "Invalid")["reason"])
+        assert "stage c: no objects" in condition(p, "Invalid")["message"]
+        run = advance(run, p)
+    assert reasons == ["ValidationFailed", "ValidationFailed"]
+    assert p.status["phase"] == "Failed"
+
+
+def test_rerun_failed_does_not_resume_a_run_failed_for_invalid_items() -> None:
+    # b failed an item and c's items were invalid: a rerunFailed request retries
+    # neither (a new run is needed), and c's items are not resolved again.
+    rng = {"range": {"from": 0, "to": 99}}
+    run = make_run([stage("a", forEach=rng), stage("b", forEach=rng),
+                    stage("c", dependsOn=["a"], forEach={"fromS3": {"storage": "raw"}})],
+                   storage=[{"name": "raw", "s3": {"bucket": "raw"}}])
+    first = plan(Observed(run=run, jobs=[], items=items_for(run, "a", "b"),
+                          failure_samples={}, now=T0, runner_image="runner:dev"))
+    job_a, job_b = jobs_of(first)
+    run = advance(run, first)
+
+    def at(run: dict[str, Any], b: dict[str, Any], **unresolved: tuple[str, bool]) -> Plan:
+        return plan(Observed(run=run, jobs=[complete(job_a), b],
+                             items=items_for(run, "a", "b"), failure_samples={}, now=T0,
+                             runner_image="runner:dev", unresolved=unresolved))
+
+    run = advance(run, at(run, with_status(job_b, active=10), c=("no objects", True)))
+    done = at(run, failed(job_b, "0-98", "99"))
+    assert done.status["phase"] == "Failed"
+    run = advance(run, done)
+    run["spec"]["rerunFailed"] = 1
+    p = at(run, failed(job_b, "0-98", "99"))
+    assert p.apply == [] and p.resolve_items == [] and p.events == []
+    assert p.status["phase"] == "Failed" and p.status["rerunFailed"] == 0

@@ -6,7 +6,7 @@ same command line with the same environment (read from /proc before stopping), t
 records the new PID in state.json so `down` and `status` still know it. For
 `revive_for` seconds after, any other part that exits is started again (a part that
 ends itself on a lost leader lease would otherwise stay down; the MPI Operator, which
-does, also runs under supervise.py, which restarts it at any time). The suite's fault
+does, also runs under supervise.py, which restarts it whenever it exits). The suite's fault
 tests (tests/integration/test_faults.py) restart the API server and etcd under a
 running stage this way.
 """

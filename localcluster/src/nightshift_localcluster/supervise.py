@@ -10,9 +10,10 @@ waited on an MPIJob nobody acted on.
 `python -m nightshift_localcluster.supervise PROGRAM ARGS...`: SIGTERM or SIGINT stops
 the program and then the supervisor; the program gets SIGKILL if the supervisor is
 killed outright (PR_SET_PDEATHSIG: `down` kills a part that has not ended in 10 s), so
-it never outlives it. A program that keeps exiting soon after its start is started
+it never outlives it. A program that keeps exiting within 10 s of its start is started
 again after a delay that doubles each time, up to 30 s (the kubelet's CrashLoopBackOff,
-scaled to a test bed), so a binary that cannot start is not run every second.
+scaled to a test bed), so a binary that cannot start is not run every second; one that
+ran longer (the MPI Operator losing its lease under load) comes back after 1 s.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ PR_SET_PDEATHSIG = 1
 RESTART_DELAY = 1.0
 MAX_RESTART_DELAY = 30.0
 # A run at least this long was healthy: the next restart waits RESTART_DELAY again.
-STEADY_SECONDS = 60.0
+STEADY_SECONDS = 10.0
 
 
 def next_delay(delay: float, uptime: float) -> float:

@@ -42,10 +42,13 @@ def lost_jobs(run: Mapping[str, Any], jobs: Sequence[Mapping[str, Any]]
     return out
 
 
-def waiting(stage: str, job: str, namespace: str, selector: str) -> str:
-    """What a stage says while its lost Job's pods hold the replacement back."""
-    return (f"stage {stage}: Job {job} is gone but some of its pods are not; its "
-            "replacement waits for them, so that no item runs twice (pods left by "
+def waiting(stage: str, job: str, namespace: str, selector: str, *,
+            replaced: bool = True) -> str:
+    """What a stage says while its lost Job's pods hold the replacement back (or, in a
+    run that starts no replacement, the stage's end)."""
+    held = ("its replacement waits for them, so that no item runs twice" if replaced
+            else "the stage ends once they do (an Invalid run starts no replacement)")
+    return (f"stage {stage}: Job {job} is gone but some of its pods are not; {held} (pods left by "
             f"--cascade=orphan, or on a node that is gone: kubectl delete pods -n {namespace} "
             f"-l {selector}; one stuck Terminating on a node that no longer answers needs "
             "--grace-period=0 --force, once the node is known to be down)")

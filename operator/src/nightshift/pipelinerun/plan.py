@@ -98,11 +98,10 @@ class _Planner:
         self.problems = validate.validate_spec(spec, self.ref.name) + bound.problems
         self.problems += [Problem(where, f"refused by the API server: {why}")
                           for where, why in self.obs.refused]
-        self.problems += self._runner_image_problems(spec)
+        self.problems += runnerparts.image_problems(
+            spec.runner_image, [self.obs.runner_image, *self.obs.runner_images])
         bad_items = [Problem(f"stage {stage}", why)
                      for stage, (why, invalid) in self.obs.unresolved.items() if invalid]
-        if bad_items and not self.problems:
-            self.invalid_reason = "InvalidItems"
         self.problems += bad_items
         by_stage = itemsmod.jobs_by_stage(self.obs.jobs, self.ref.name,
                                             {st.name for st in spec.stages})
@@ -122,13 +121,18 @@ class _Planner:
         self.final = self.old.get("phase") in TERMINAL_PHASES and not any(
             a.state in (pg.RUNNING, pg.SUSPENDED) and a.record is None
             for v in views.values() for a in v.attempts[-1:])
-        if not self.problems and not self.final:
-            # Found invalid in an earlier pass (a refusal is seen only in the pass that
-            # met it): it stands until the run ends, so the refused write is not retried.
-            said = cond.find(self.old.get("conditions"), cond.INVALID) or {}
-            if said.get("status") == cond.TRUE and said.get("reason") in INVALID_REASONS:
-                self.carried = [str(said.get("message") or "")]
-                self.invalid_reason = str(said["reason"])
+        said = cond.find(self.old.get("conditions"), cond.INVALID) or {}
+        if said.get("status") == cond.TRUE and said.get("reason") in INVALID_REASONS:
+            # Found invalid in an earlier pass (a refusal or invalid items are seen only in
+            # the pass that met them): it stands, so the refused write is not retried, nor
+            # the items resolved again, even for a rerunFailed request (a new run is
+            # needed); problems found since are added to it.
+            message = str(said.get("message") or "")
+            self.carried = [message]
+            self.problems = [p for p in self.problems if str(p) not in message]
+        if ((self.problems or self.carried) and all(p in bad_items for p in self.problems)
+                and (not self.carried or said.get("reason") == "InvalidItems")):
+            self.invalid_reason = "InvalidItems"
         if not self.problems and not self.carried:
             rerun_handled = self._decide(spec, views, rerun_handled)
         else:
@@ -287,15 +291,6 @@ class _Planner:
             latest.parallelism = want_par
             latest.suspended = want_suspend
 
-    def _runner_image_problems(self, spec: PipelineRunSpec) -> list[Problem]:
-        allowed = [self.obs.runner_image, *self.obs.runner_images]
-        if spec.runner_image is None or spec.runner_image in allowed:
-            return []
-        return [Problem("spec.runnerImage", f"{spec.runner_image!r} is not a runner image "
-                        f"this operator allows ({', '.join(allowed)}); remove "
-                        "spec.runnerImage to use the operator's, or ask the cluster admin "
-                        "to add it to NIGHTSHIFT_RUNNER_IMAGES")]
-
     def _runner_image(self, spec: PipelineRunSpec) -> str:
         return spec.runner_image or self.obs.runner_image
 
@@ -336,10 +331,15 @@ class _Planner:
                                    self.now, cancelled=spec.cancel)
                 if ((self.problems or self.carried) and latest is not None
                         and latest.state == pg.LOST):
-                    if self.obs.live_pods.get(latest.name):
+                    if self.obs.live_pods.get(latest.name) and not spec.cancel:
                         # Its pods still run (orphaned or terminating): the stage, and
-                        # the run, end when they do, not while they may still write.
+                        # the run, end when they do, not while they may still write. (A
+                        # cancel ends the run at once, as in a valid run.)
                         self.requeue = sooner(self.requeue, lostmod.LOST_POD_WAIT)
+                        self.lost_waits.append(lostmod.waiting(
+                            st.name, latest.name, self.ref.namespace,
+                            itemsmod.label_selector(itemsmod.attempt_labels(
+                                self.ref.name, st.name, latest.attempt)), replaced=False))
                         records.append(rec)
                         continue
                     # No Job replaces it in an invalid run: the stage ends here.
@@ -360,7 +360,7 @@ class _Planner:
             self.requeue = sooner(self.requeue, wait)
         status, events = build_status(
             old=self.old, records=records,
-            problems=[str(p) for p in self.problems] or self.carried,
+            problems=[*self.carried, *(str(p) for p in self.problems)],
             invalid_reason=self.invalid_reason,
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
@@ -370,7 +370,7 @@ class _Planner:
             waiting_reason=self.refs.reason or (
                 "WaitingForStorage" if self.binding.missing or off_pool
                 else "WaitingForLostJobPods" if self.lost_waits else "Paused"),
-            stalled=stuck)
+            stalled=stuck, ending="; ".join(self.lost_waits))
         out_events = [*self.extra_events, *(Event(*e) for e in events)]
         resolve, requeue = self.resolve, self.requeue
         waiting_items = {stage: why for stage, (why, invalid) in self.obs.unresolved.items()

@@ -54,8 +54,9 @@ class Observed:
     # Whether each claim `pvc` storages name exists (references.claims).
     volume_claims: Mapping[str, bool] = field(default_factory=dict)
     # Stages whose items could not be resolved this pass: stage -> (why, invalid).
-    # Invalid items fail the run; a source that may still appear (a ConfigMap not yet
-    # created) keeps the stage waiting with Progressing=False saying why.
+    # Invalid items make the run Invalid (Failed once its running Jobs end); a source
+    # that may still appear (a ConfigMap not yet created) keeps the stage waiting with
+    # Progressing=False saying why.
     unresolved: Mapping[str, tuple[str, bool]] = field(default_factory=dict)
     # Running stages whose pods do not start: stage -> (reason, message) (stalled.py).
     stalled: Mapping[str, tuple[str, str]] = field(default_factory=dict)

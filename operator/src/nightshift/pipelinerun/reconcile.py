@@ -137,8 +137,8 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
     if p.resolve_items:
         # Nothing is frozen for a stage whose items do not resolve: it waits, the user
         # sees why, and a fix (say, creating the ConfigMap) is picked up on a later
-        # pass. The other stages go on meanwhile (plan.py), unless the items are
-        # invalid, which fails the run.
+        # pass. The other stages go on meanwhile (plan.py); items that are invalid make
+        # the run Invalid: nothing new starts, and it is Failed once its Jobs end.
         for stage in p.resolve_items:
             try:
                 resolve_and_freeze(kube, run, stage, config)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nightshift.api import names
+from nightshift.api.problems import Problem
 from nightshift.api.runnerwire import (
     DEFAULT_CACHE_BYTES,
     INPUT_MODES,
@@ -344,3 +345,13 @@ def runner_parts(
         step_volume_mounts=step_mounts,
         share_process_namespace=share,
     )
+
+
+def image_problems(wanted: str | None, allowed: Sequence[str]) -> list[Problem]:
+    """spec.runnerImage, if set, must be one the operator allows (the admin's list)."""
+    if wanted is None or wanted in allowed:
+        return []
+    return [Problem("spec.runnerImage", f"{wanted!r} is not a runner image this operator "
+                    f"allows ({', '.join(allowed)}); remove spec.runnerImage to use the "
+                    "operator's, or ask the cluster admin to add it to "
+                    "NIGHTSHIFT_RUNNER_IMAGES")]

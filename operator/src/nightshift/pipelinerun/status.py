@@ -192,6 +192,7 @@ def build_status(
     waiting_reason: str = "WaitingForStorage",
     stalled: Sequence[tuple[str, str]] = (),
     invalid_reason: str = "ValidationFailed",
+    ending: str = "",
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """The run's status and the events of its transitions.
 
@@ -202,6 +203,8 @@ def build_status(
     `stalled`: (reason, message) of each running stage whose pods do not start.
     `invalid_reason`: the Invalid condition's reason when `problems` are given:
     ValidationFailed (the spec, a refusal) or InvalidItems (a stage's resolved items).
+    `ending`: what a Failing or Invalid run's end waits for beside its running Jobs (a
+    lost Job's pods), said in its Progressing message.
     """
     old_phase = old.get("phase")
     phase = (str(old_phase) if final
@@ -233,7 +236,7 @@ def build_status(
         status["conditions"] = cond.merge(
             old.get("conditions"),
             _conditions(phase, records, problems, generation, resolving, waiting,
-                        waiting_reason, stalled, invalid_reason), now)
+                        waiting_reason, stalled, invalid_reason, ending), now)
     return status, ([] if final else _events(old, records, phase, problems, invalid_reason))
 
 
@@ -246,7 +249,8 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
                 generation: int, resolving: bool, waiting: str = "",
                 waiting_reason: str = "WaitingForStorage",
                 stalled: Sequence[tuple[str, str]] = (),
-                invalid_reason: str = "ValidationFailed") -> list[dict[str, Any]]:
+                invalid_reason: str = "ValidationFailed",
+                ending: str = "") -> list[dict[str, Any]]:
     g = generation
     failed_stages = [r for r in records if r["phase"] == pg.FAILED]
     if problems:
@@ -285,7 +289,8 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
             cond.PROGRESSING, cond.FALSE if held else cond.TRUE,
             "Invalid" if problems else "Failing",
             (f"{text}; no new stage starts, and the run is Failed once {', '.join(running)} "
-             f"end{'s' if one else ''} ({how})")[:CONDITION_MESSAGE_CHARS], g)
+             f"end{'s' if one else ''} ({how})" + (f"; {ending}" if ending else "")
+             )[:CONDITION_MESSAGE_CHARS], g)
     elif waiting and moving:
         progressing = cond.condition(
             cond.PROGRESSING, cond.FALSE if phase == "Pending" else cond.TRUE,
