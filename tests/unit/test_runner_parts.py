@@ -116,3 +116,27 @@ def test_rendered_config_json_is_the_wire_format() -> None:
                                              "NIGHTSHIFT_S3_0_SECRET_ACCESS_KEY"]
     # What the operator renders, the runner parses back to the same value.
     assert RunnerConfig.loads(cfg.dumps()) == cfg
+
+
+def test_a_mounted_archive_is_mounted_read_write_in_stage_in_too() -> None:
+    """Stage-in reads the item's previous record (its attempt number) from the archive and
+    writes a stage-in failure's record there: without the mount every retry was attempt
+    1, and its failed outputs went to the same attempt-1 prefix."""
+    for inputs in ([], [{"storage": "nfs", "path": "cal/"}]):
+        st = stage(inputs=inputs, outputs=[{"storage": "raw", "path": "out/{item}/"}])
+        parts = runner_parts(run="r", namespace="ns", stage=st, storage=STORAGE,
+                             archive=Archive(storage="nfs"), runner_image="img")
+        assert parts is not None
+        stage_in, commit = parts.init_containers
+        for c in (stage_in, commit):
+            mounts = [m for m in c["volumeMounts"]
+                      if m["mountPath"] == f"{names.MOUNT_STORAGE}/nfs"]
+            assert len(mounts) == 1 and not mounts[0].get("readOnly"), (c["name"], mounts)
+    # An input on a mounted storage that is not the archive stays read-only.
+    st = stage(inputs=[{"storage": "nfs", "path": "cal/"}])
+    parts = runner_parts(run="r", namespace="ns", stage=st, storage=STORAGE,
+                         archive=Archive(storage="raw"), runner_image="img")
+    assert parts is not None
+    (mount,) = [m for m in parts.init_containers[0]["volumeMounts"]
+                if m["mountPath"] == f"{names.MOUNT_STORAGE}/nfs"]
+    assert mount["readOnly"] is True

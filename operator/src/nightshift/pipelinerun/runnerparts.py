@@ -297,8 +297,11 @@ def runner_parts(
     pvc_reads = {d.storage for d in stage.inputs if mounted(d.storage)}
     pvc_streams = {d.storage for d in stage.inputs if mounted(d.storage) and d.mode == "stream"}
     pvc_writes = {d.storage for d in stage.outputs if mounted(d.storage)}
-    if archive and mounted(archive.storage):
-        pvc_writes.add(archive.storage)
+    # A mounted archive is read by stage-in (the item's previous record: its attempt
+    # number and earlier attempts) and written by it (a stage-in failure's record).
+    archive_mounted = archive.storage if archive and mounted(archive.storage) else None
+    if archive_mounted:
+        pvc_writes.add(archive_mounted)
     for name in sorted(pvc_reads | pvc_writes):
         vol = _storage_volume(name)
         volumes.append({"name": vol, **(volume_source(storage[name]) or {})})
@@ -308,7 +311,9 @@ def runner_parts(
             mount["subPath"] = pvc.sub_path
         if prop := mount_propagation(storage[name]):
             mount["mountPropagation"] = prop
-        if name in pvc_reads:
+        if name == archive_mounted:
+            stage_in_mounts.append(dict(mount))
+        elif name in pvc_reads:
             stage_in_mounts.append(mount | {"readOnly": True})
         if name in pvc_streams:
             step_mounts.append(mount | {"readOnly": True})
