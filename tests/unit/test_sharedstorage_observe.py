@@ -146,3 +146,20 @@ def test_facts_read_the_pools_and_the_mode_of_each_virtual_cluster() -> None:
     assert got.virtual_clusters == {"snfactory": ["nfs"], "fresh": ["nfs"]}
     assert got.virtual_cluster_modes == {"snfactory": "karpenter"}  # "fresh": not yet
     assert kube.calls == [("VirtualCluster", "physics"), ("StorageClass", None)]
+    assert got.pool_taints == {"nfs": []}
+
+
+def test_facts_read_the_taints_of_the_storages_own_virtual_cluster_pools() -> None:
+    from nightshift.sharedstorage.observe import facts
+    from nightshift.sharedstorage.spec import SharedStorageSpec
+    from tests.bad_sharedstorages import GOOD
+
+    taint = {"key": "example.org/dedicated", "value": "nfs", "effect": "NoSchedule"}
+    kube = VcKube([
+        {"metadata": {"name": "snfactory"}, "spec": {"pools": [
+            {"name": "nfs", "taints": [taint]}, {"name": "workers"}]}},
+        {"metadata": {"name": "other"}, "spec": {"pools": [
+            {"name": "nfs", "taints": [{"key": "not.ours", "effect": "NoSchedule"}]}]}}])
+    spec = SharedStorageSpec.model_validate(GOOD["nfs-dedicated"]["spec"])
+    got = facts(kube, "physics", spec, [])  # type: ignore[arg-type]
+    assert got.pool_taints == {"nfs": [taint], "workers": []}

@@ -11,6 +11,17 @@ from typing import Any
 from nightshift.api import names
 
 
+def taint_toleration(taint: Mapping[str, Any]) -> dict[str, Any]:
+    """Tolerates a taint a VirtualCluster pool adds to its nodes besides the pool taint
+    (spec.pools[].taints): it keeps other pods off the pool, not the stages and storages
+    that name it, whose pods would otherwise never find a node there."""
+    tol = {"key": str(taint["key"]), "operator": "Equal" if taint.get("value") else "Exists",
+           "effect": str(taint.get("effect") or "NoSchedule")}
+    if taint.get("value"):
+        tol["value"] = str(taint["value"])
+    return tol
+
+
 def virtual_cluster_affinity(vc: str, namespace: str, *, hand_labeled: bool,
                              also: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """Only VirtualCluster `vc`'s nodes, or (`hand_labeled`) hand-labeled ones; every

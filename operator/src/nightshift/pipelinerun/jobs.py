@@ -263,22 +263,11 @@ def placement(spec: PipelineRunSpec, stage: Stage, namespace: str,
         out["nodeSelector"] = {names.LABEL_POOL: stage.pool}
         out["tolerations"] = [{"key": names.TAINT_POOL, "operator": "Equal",
                                "value": stage.pool, "effect": "NoSchedule"},
-                              *map(_toleration, pool.taints)]
+                              *map(nodeaffinity.taint_toleration, pool.taints)]
         if spec.virtual_cluster:
             out["affinity"] = nodeaffinity.virtual_cluster_affinity(
                 spec.virtual_cluster, namespace, hand_labeled=not pool.karpenter)
     return out
-
-
-def _toleration(taint: Mapping[str, Any]) -> dict[str, Any]:
-    """Tolerates a taint a VirtualCluster pool adds to its nodes besides the pool taint
-    (spec.pools[].taints): it keeps other pods off the pool, not the stages that name
-    it, whose pods would otherwise never find a node there."""
-    tol = {"key": str(taint["key"]), "operator": "Equal" if taint.get("value") else "Exists",
-           "effect": str(taint.get("effect") or "NoSchedule")}
-    if taint.get("value"):
-        tol["value"] = str(taint["value"])
-    return tol
 
 
 def pod_metadata(stage: Stage, labels: Mapping[str, str]) -> dict[str, Any]:

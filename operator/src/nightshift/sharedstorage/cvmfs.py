@@ -143,7 +143,7 @@ def render_cvmfs_client(st: Storage) -> list[dict[str, Any]]:
                 "spec": {
                     "containers": [container],
                     "affinity": pool_affinity(pools, st),
-                    "tolerations": pool_tolerations(pools),
+                    "tolerations": pool_tolerations(st, pools),
                     "terminationGracePeriodSeconds": 30,
                     "enableServiceLinks": False,
                     "volumes": [

@@ -258,7 +258,7 @@ def _statefulset(st: Storage) -> dict[str, Any]:
                     "dnsPolicy": "ClusterFirstWithHostNet",
                     "containers": [container],
                     "affinity": affinity,
-                    "tolerations": pool_tolerations([g.pool]),
+                    "tolerations": pool_tolerations(st, [g.pool]),
                     "enableServiceLinks": False,
                     # /var/run/secrets would land in the host runtime directory.
                     "automountServiceAccountToken": False,
@@ -325,7 +325,7 @@ def _clients(st: Storage) -> list[dict[str, Any]]:
                         "dnsPolicy": "ClusterFirstWithHostNet",
                         "containers": [container],
                         "affinity": pool_affinity(pools, st),
-                        "tolerations": pool_tolerations(pools),
+                        "tolerations": pool_tolerations(st, pools),
                         "enableServiceLinks": False,
                         "volumes": [
                             {"name": "script", "configMap": {

@@ -113,7 +113,7 @@ def volume_job(st: Storage, servers: Sequence[ServerPod]) -> dict[str, Any] | No
                     # Not scheduled: it must share the node (and runtime directory) of
                     # server pod 0.
                     "nodeName": first.node,
-                    "tolerations": pool_tolerations([g.pool]),
+                    "tolerations": pool_tolerations(st, [g.pool]),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "containers": [{

@@ -207,7 +207,7 @@ def _deployment(st: Storage, nfs: Nfs, conf: str,
                 "spec": {
                     "containers": [container],
                     "affinity": _placement(st, nfs),
-                    "tolerations": pool_tolerations([nfs.pool]),
+                    "tolerations": pool_tolerations(st, [nfs.pool]),
                     "enableServiceLinks": False,
                     "volumes": [
                         {"name": "config", "configMap": {"name": st.object_name("nfs")}},

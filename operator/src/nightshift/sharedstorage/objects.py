@@ -10,8 +10,8 @@ whose it is.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from nightshift.api import names, nodeaffinity
@@ -47,9 +47,13 @@ class Storage:
     # Karpenter makes spec.virtualCluster's nodes (its status.mode): pool_affinity leaves
     # out the term for hand-labeled nodes.
     karpenter_nodes: bool = False
+    # spec.virtualCluster's pools -> the taints each adds to its nodes besides the pool
+    # taint (its spec.pools[].taints): the storage's pods there tolerate them.
+    pool_taints: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any], *, karpenter_nodes: bool = False) -> Storage:
+    def of(cls, obj: Mapping[str, Any], *, karpenter_nodes: bool = False,
+           pool_taints: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> Storage:
         meta = obj.get("metadata", {})
         return cls(
             name=str(meta["name"]),
@@ -57,6 +61,7 @@ class Storage:
             uid=str(meta.get("uid", "")),
             spec=SharedStorageSpec.model_validate(obj.get("spec", {})),
             karpenter_nodes=karpenter_nodes,
+            pool_taints=dict(pool_taints or {}),
         )
 
     def owner_reference(self) -> dict[str, Any]:
@@ -127,10 +132,19 @@ def pool_affinity(pools: Iterable[str], st: Storage) -> dict[str, Any]:
         also=[pool])
 
 
-def pool_tolerations(pools: Iterable[str]) -> list[dict[str, Any]]:
-    """Tolerate exactly the pools' taints (nightshift.io/pool=<pool>:NoSchedule)."""
-    return [{"key": names.TAINT_POOL, "operator": "Equal", "value": p, "effect": "NoSchedule"}
-            for p in sorted(set(pools))]
+def pool_tolerations(st: Storage, pools: Iterable[str]) -> list[dict[str, Any]]:
+    """Tolerate exactly the pools' taints: nightshift.io/pool=<pool>:NoSchedule, and
+    those the VirtualCluster's pools add (spec.pools[].taints), as stage pods do
+    (pipelinerun/jobs.placement). Without them a client DaemonSet leaves out the
+    pool's nodes and still counts itself complete."""
+    out = [{"key": names.TAINT_POOL, "operator": "Equal", "value": p, "effect": "NoSchedule"}
+           for p in sorted(set(pools))]
+    for p in sorted(set(pools)):
+        for taint in st.pool_taints.get(p, ()):
+            tol = nodeaffinity.taint_toleration(taint)
+            if tol not in out:
+                out.append(tol)
+    return out
 
 
 def config_hash(*texts: str) -> str:

@@ -286,11 +286,15 @@ def facts(kube: Kube, namespace: str, spec: SharedStorageSpec,
     """What validate checks the spec against; only what this spec refers to is read."""
     vcs: dict[str, list[str]] | None = None
     modes: dict[str, str] | None = None
+    taints: dict[str, list[dict[str, Any]]] = {}
     if spec.virtual_cluster:
         vcs, modes = {}, {}
         for vc in kube.list(names.API_VERSION, names.VIRTUALCLUSTER, namespace):
             pools = ((vc.get("spec") or {}).get("pools")) or []
             vcs[str(vc["metadata"]["name"])] = [str(p.get("name")) for p in pools]
+            if vc["metadata"]["name"] == spec.virtual_cluster:
+                taints = {str(p.get("name")): [dict(t) for t in p.get("taints") or []]
+                          for p in pools}
             if mode := (vc.get("status") or {}).get("mode"):
                 modes[str(vc["metadata"]["name"])] = str(mode)
     classes: set[str] | None = None
@@ -303,7 +307,8 @@ def facts(kube: Kube, namespace: str, spec: SharedStorageSpec,
                 default = str(sc["metadata"]["name"])
     return ClusterFacts(virtual_clusters=vcs, virtual_cluster_modes=modes,
                         storage_classes=classes,
-                        default_storage_class=default, cluster_cidrs=list(cluster_cidrs))
+                        default_storage_class=default, cluster_cidrs=list(cluster_cidrs),
+                        pool_taints=taints)
 
 
 def owned(kube: Kube, namespace: str, name: str, type_: str) -> list[Obj]:

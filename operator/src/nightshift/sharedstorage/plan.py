@@ -97,16 +97,19 @@ def _key(obj: Obj) -> tuple[str, str]:
 
 def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
             deleting: bool) -> Plan:
-    st = Storage.of(o.storage)
+    mode, wait = virtual_cluster_mode(spec, o.facts)
+    # The dependents (NFS clients, the Gluster volume Job) are placed like the rest.
+    st = Storage.of(o.storage, karpenter_nodes=mode == names.MODE_KARPENTER,
+                    pool_taints=o.facts.pool_taints)
     problems = validate(spec, st.name, o.facts)
     present = {_key(obj): obj for obj in o.owned}
     apply: list[dict[str, Any]] = []
     prune: list[dict[str, str]] = []
-    mode, wait = virtual_cluster_mode(spec, o.facts)
     if not problems and not deleting and not wait:
         rendered = render.render_storage(o.storage, platform=o.platform,
                                          squid_cidrs=effective_squid_cidrs(spec, o.facts),
-                                         karpenter_nodes=mode == names.MODE_KARPENTER)
+                                         karpenter_nodes=mode == names.MODE_KARPENTER,
+                                         pool_taints=o.facts.pool_taints)
         rendered += _observed_dependents(st, present, o.server_pods)
         rendered = with_images(rendered, o.image_registry, o.image_tag)
         wanted = {_key(m) for m in rendered}

@@ -17,14 +17,17 @@ from nightshift.sharedstorage.objects import Platform, Storage
 
 def render_storage(obj: Mapping[str, Any], *, platform: Platform,
                    squid_cidrs: Sequence[str] = (),
-                   karpenter_nodes: bool = False) -> list[dict[str, Any]]:
+                   karpenter_nodes: bool = False,
+                   pool_taints: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                   ) -> list[dict[str, Any]]:
     """The workloads of a valid SharedStorage: [] for s3, which runs none.
 
     `squid_cidrs` (cvmfs only) is validate.effective_squid_cidrs(...): never empty for
     a storage that passed validation. `karpenter_nodes`: its VirtualCluster's
-    status.mode is karpenter (objects.pool_affinity).
+    status.mode is karpenter (objects.pool_affinity). `pool_taints`: its pools' own
+    taints, which its pods tolerate (objects.pool_tolerations).
     """
-    st = Storage.of(obj, karpenter_nodes=karpenter_nodes)
+    st = Storage.of(obj, karpenter_nodes=karpenter_nodes, pool_taints=pool_taints)
     t = st.spec.type
     if t == "nfs":
         return nfs.render_nfs_server(st)

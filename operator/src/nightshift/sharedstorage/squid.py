@@ -271,7 +271,7 @@ def _deployment(st: Storage, conf: str) -> dict[str, Any]:
     }
     if sq.pool:
         pod_spec["affinity"] |= pool_affinity([sq.pool], st)
-        pod_spec["tolerations"] = pool_tolerations([sq.pool])
+        pod_spec["tolerations"] = pool_tolerations(st, [sq.pool])
     spec: dict[str, Any] = {
         "selector": {"matchLabels": st.selector(COMPONENT_SQUID)},
         "strategy": {"type": "RollingUpdate",

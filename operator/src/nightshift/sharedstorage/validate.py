@@ -13,7 +13,8 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from nightshift.api import buckets
@@ -45,6 +46,8 @@ class ClusterFacts:
     default_storage_class: str | None = None
     # The cluster's pod and node address ranges (VPC CIDRs on EKS).
     cluster_cidrs: Sequence[str] = ()
+    # spec.virtualCluster's pools -> their spec.pools[].taints (objects.Storage).
+    pool_taints: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
 
 def validate(spec: SharedStorageSpec, name: str,
