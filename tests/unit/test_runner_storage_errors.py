@@ -95,3 +95,20 @@ def test_s3store_delete_raises_what_the_store_refused() -> None:
     with pytest.raises(DeleteRefusedError, match="1 of 2 keys not deleted; the first, "
                        "p/_SUCCESS: AccessDenied"):
         store.delete(["p/_SUCCESS", "p/x"])
+
+
+def test_a_mounted_storage_refusing_the_pods_user_names_the_fix_and_is_not_retried() -> None:
+    import errno
+
+    e = PermissionError(errno.EACCES, "Permission denied", "/nightshift/storage/nfs/out")
+    said = storage_error(e)
+    assert said.startswith("PermissionError: [Errno 13] Permission denied: "
+                           "'/nightshift/storage/nfs/out'; the file system refuses the pod's "
+                           "user (the stage's runAsUser and runAsGroup"), said
+    assert "set spec.stages[].runAsUser and runAsGroup to its owner" in said
+    assert not is_retryable(e)
+    ro = OSError(errno.EROFS, "Read-only file system", "/nightshift/storage/nfs/out")
+    assert "a mounted storage is read-only here" in storage_error(ro)
+    assert not is_retryable(ro)
+    # A full disk still is (the next pod may land where there is room).
+    assert is_retryable(OSError(errno.ENOSPC, "No space left on device"))

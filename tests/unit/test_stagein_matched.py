@@ -66,3 +66,22 @@ def test_a_gathered_input_fails_only_when_no_gathered_item_has_data(tmp_path: Pa
     assert str(err.value).startswith(
         "inputs[0].path 'raw/{gather}/' matched no file in storage 'data' for any of the 2 "
         f"items of 'split' it gathers (first: {world}/pvc/proj/raw/b/)"), err.value
+
+
+def test_a_volume_that_refuses_the_pods_user_names_the_input_and_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nightshift.runner.stagein import InputStorageError
+
+    world = make_world(tmp_path)
+    cfg = runner_cfg(world, [{"storage": "data", "path": "raw/a/"}], [])
+
+    def refused(self: DirStore, prefix: str) -> list[object]:
+        raise PermissionError(13, "Permission denied", f"{world}/pvc/proj/raw/a")
+
+    # The tests run as root, whom a mode does not stop: the store refuses instead.
+    monkeypatch.setattr(DirStore, "ls", refused)
+    with pytest.raises(InputStorageError) as err:
+        stage_in(cfg, Paths(world / "pod"), Item("a", 0, 0), stores(world))
+    said = str(err.value)
+    assert said.startswith("inputs[0] (data: "), said
+    assert "Permission denied" in said and "runAsUser and runAsGroup to its owner" in said

@@ -10,6 +10,7 @@ operation (request + body) once more.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import logging
 import os
@@ -81,11 +82,17 @@ def client(storage: StorageConfig, env: dict[str, str] | None = None) -> S3Clien
     return session.client("s3", endpoint_url=storage.endpoint, config=cfg, **kwargs)
 
 
+def denied(err: BaseException) -> bool:
+    """A local file system refused the pod's user (a mounted storage's owner or mode, a
+    read-only mount): its setup, which no retry mends."""
+    return isinstance(err, OSError) and err.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 def is_retryable(err: BaseException) -> bool:
     if isinstance(err, ClientError | DeleteRefusedError):
         status = http_status(err)
         return error_code(err) in RETRYABLE_CODES or status >= 500 or status == 429
-    if no_credentials(err):
+    if no_credentials(err) or denied(err):
         return False  # the pod's setup, not a moment's fault: say so at once
     return isinstance(err, BotoCoreError | ConnectionError | TimeoutError | OSError)
 

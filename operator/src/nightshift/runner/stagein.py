@@ -323,7 +323,7 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
                     if use_cache and cache is None:
                         cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
                     stage_s3(store, full, base, cache if use_cache else None, stats)
-            except STORAGE_ERRORS as e:
+            except INPUT_ERRORS as e:
                 raise InputStorageError(
                     f"inputs[{i}] ({st.name}: {_where(store, full)}): "
                     f"{storage_error(e, INPUTS_NEED)}") from e
@@ -336,6 +336,11 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
         stats.cache_hits, stats.cache_misses = cache.stats.hits, cache.stats.misses
     stats.seconds = time.monotonic() - t0
     return stats
+
+
+# A mounted storage's PermissionError too, named like an S3 refusal (a missing file
+# stays FileNotFoundError: the input is not there).
+INPUT_ERRORS: tuple[type[Exception], ...] = (*STORAGE_ERRORS, PermissionError)
 
 
 class InputStorageError(Exception):

@@ -3,7 +3,9 @@ for the errors a user's setup causes, what to check. Pure."""
 
 from __future__ import annotations
 
-from nightshift.aws.s3store import error_code, http_status, no_credentials
+import errno
+
+from nightshift.aws.s3store import denied, error_code, http_status, no_credentials
 
 # What each use of a storage needs of the pod's S3 identity (named when it is refused).
 OUTPUTS_NEED = ("the outputs need s3:ListBucket and s3:ListBucketMultipartUploads on the "
@@ -37,4 +39,14 @@ def storage_error(e: BaseException, needs: str = OUTPUTS_NEED) -> str:
                 "Identity)")
     if http_status(e) == 403 or "AccessDenied" in said:
         return f"{said}; the pod's S3 identity is refused: {needs}"
+    if denied(e):
+        if isinstance(e, OSError) and e.errno == errno.EROFS:
+            return (f"{said}; a mounted storage is read-only here: mount its claim or "
+                    "export read-write (the PersistentVolume's access mode, the NFS "
+                    "export)")
+        return (f"{said}; the file system refuses the pod's user (the stage's runAsUser "
+                "and runAsGroup, 65532 by default): make the storage's directory "
+                "writable by that group (an EFS access point's uid and gid, chown or "
+                "chmod on the volume), or set spec.stages[].runAsUser and runAsGroup to "
+                "its owner")
     return said
