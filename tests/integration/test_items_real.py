@@ -11,6 +11,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from nightshift.pipelinerun import batch, jobs, stalled, unmounted
@@ -300,3 +301,53 @@ def test_an_items_configmap_deleted_by_hand_is_named_from_the_pods_events(
     assert re.search(r"the run's ConfigMap \S+-calib-items-0-\w+ \(its frozen items\) was "
                      r"deleted, and no pod of this stage starts without it: cancel the run "
                      r"\(spec.cancel: true\) and create a new one$", message), message
+
+
+def test_a_pvc_archive_counts_attempts_and_keeps_each_ones_failed_outputs(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str,
+        tmp_path: Path) -> None:
+    """The task record on a pvc archive: stage-in reads the previous one (it mounts the
+    archive too), so the retry is attempt 2 and the first attempt's failed outputs stay
+    under their own prefix. The real node is this machine: the volume is a directory
+    here (mode 0777: the pods run as 65532)."""
+    root = tmp_path / "archive"
+    root.mkdir()
+    root.chmod(0o777)
+    pv = f"archive-{namespace}"
+    kubectl.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+                   "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                            "storageClassName": "", "persistentVolumeReclaimPolicy": "Retain",
+                            "hostPath": {"path": str(root), "type": "Directory"},
+                            "claimRef": {"namespace": namespace, "name": "results"}}})
+    try:
+        kubectl.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                       "metadata": {"name": "results", "namespace": namespace},
+                       "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                                "volumeName": pv,
+                                "resources": {"requests": {"storage": "1Gi"}}}})
+        # The first try leaves a marker on the volume (mounted read-write in the step)
+        # and fails with an output written; the second finds it and succeeds.
+        script = ('echo "try" > "$NIGHTSHIFT_OUTPUTS/out.txt"; '
+                  'if [ ! -e /results/tried ]; then : > /results/tried; exit 3; fi')
+        spec = PipelineRunSpec.model_validate({
+            "storage": [{"name": "results", "pvc": {"claimName": "results"}}],
+            "archive": {"storage": "results"},
+            "stages": [{"name": "calib", "image": RUNNER_IMAGE, "forEach": {"items": ["a"]},
+                        "retries": {"perItem": 2},
+                        "mounts": [{"storage": "results", "mountPath": "/results",
+                                    "readOnly": False}],
+                        "outputs": [{"storage": "results", "path": "out/{item}/"}],
+                        "steps": [{"name": "main", "command": ["sh", "-c", script]}]}]})
+        name = _run(kubectl, spec, namespace, 0, {"calib": ["a"]})
+        job = json.loads(kubectl("get", "job", name, "-n", namespace, "-o", "json").stdout)
+        assert job["status"].get("succeeded") == 1, job["status"]
+        run = job["metadata"]["labels"]["nightshift.io/pipeline-run"]
+        rec = json.loads((root / "_nightshift" / run / "calib" / "0.json").read_text())
+        assert (rec["attempt"], rec["phase"]) == (2, "succeeded"), rec
+        assert [a["attempt"] for a in rec["previousAttempts"]] == [1], rec
+        assert (root / "out" / "a" / "out.txt").read_text() == "try\n"
+        failed = sorted(str(p.relative_to(root)) for p in (root / "failed").rglob("out.txt"))
+        assert len(failed) == 1 and "attempt-1" in failed[0], failed
+    finally:
+        kubectl("delete", "pvc", "results", "-n", namespace, "--wait=false", check=False)
+        kubectl("delete", "pv", pv, "--wait=false", check=False)
