@@ -110,5 +110,9 @@ def test_a_mounted_storage_refusing_the_pods_user_names_the_fix_and_is_not_retri
     ro = OSError(errno.EROFS, "Read-only file system", "/nightshift/storage/nfs/out")
     assert "a mounted storage is read-only here" in storage_error(ro)
     assert not is_retryable(ro)
+    # The pod's own paths are not a storage's: no storage advice.
+    own = PermissionError(errno.EACCES, "Permission denied", "/nightshift/work/outputs/x")
+    assert storage_error(own) == ("PermissionError: [Errno 13] Permission denied: "
+                                  "'/nightshift/work/outputs/x'")
     # A full disk still is (the next pod may land where there is room).
     assert is_retryable(OSError(errno.ENOSPC, "No space left on device"))

@@ -76,7 +76,7 @@ def test_a_volume_that_refuses_the_pods_user_names_the_input_and_the_fix(
     cfg = runner_cfg(world, [{"storage": "data", "path": "raw/a/"}], [])
 
     def refused(self: DirStore, prefix: str) -> list[object]:
-        raise PermissionError(13, "Permission denied", f"{world}/pvc/proj/raw/a")
+        raise PermissionError(13, "Permission denied", "/nightshift/storage/data/proj/raw/a")
 
     # The tests run as root, whom a mode does not stop: the store refuses instead.
     monkeypatch.setattr(DirStore, "ls", refused)

@@ -64,9 +64,18 @@ def cmd_stage_in(env: dict[str, str]) -> int:
     stepsh.install(paths.bin, paths.state)
     stores = open_stores(cfg, env)
     key = record.record_key(cfg, item)
-    prev = None
-    if key and cfg.archive:
-        prev = record.previous(stores[cfg.archive.storage], key)
+    # FUSE storages first: an archive on one read before its mount came would show no
+    # previous record (attempt 1 again), and a record written there would land on the
+    # node's own disk, under the mount.
+    not_mounted = None
+    try:
+        mounts.wait(cfg, env)
+    except mounts.NotMountedError as e:
+        not_mounted = e
+    archive = cfg.archive.storage if key and cfg.archive else None
+    if archive and not_mounted and cfg.storage(archive).kind == "dir":
+        archive = None  # its volume may be the one not mounted: neither read nor written
+    prev = record.previous(stores[archive], key) if archive and key else None
     attempt = record.next_attempt(prev, env)
     start = utcnow()
     log.info("item %r (index %d), attempt %d", item.value, item.index, attempt)
@@ -74,7 +83,8 @@ def cmd_stage_in(env: dict[str, str]) -> int:
                                 "item": item.value, "index": item.index}
     rc, error = 0, None
     try:
-        mounts.wait(cfg, env)
+        if not_mounted:
+            raise not_mounted
         stats = stage_in(cfg, paths, item, stores)
         write_stats(paths, stats, extra)
         log.info("staged %d files, %d bytes in %.1fs (cache %d hits, %d misses)",
@@ -100,12 +110,12 @@ def cmd_stage_in(env: dict[str, str]) -> int:
             error += "; " + _disk_full(paths, str(e.filename or ""))
     log.error("stage-in failed (exit %d): %s", rc, error)
     termination_message(f"stage-in failed (exit {rc}): {error}")
-    if key and cfg.archive:
+    if archive and key:
         rec = record.build(cfg, item, attempt, previous=prev, pod=env.get(names.ENV_POD_NAME),
                            **record.node_info(env), start=start, end=utcnow(),
                            phase="stage-in-failed", exitCode=rc, error=error)
         try:
-            record.write(stores[cfg.archive.storage], key, rec)
+            record.write(stores[archive], key, rec)
         except Exception:
             log.exception("writing task record %s", key)
     return rc

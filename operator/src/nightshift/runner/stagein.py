@@ -324,6 +324,8 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
                         cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
                     stage_s3(store, full, base, cache if use_cache else None, stats)
             except INPUT_ERRORS as e:
+                if isinstance(e, PermissionError) and not isinstance(store, DirStore):
+                    raise  # the pod's own scratch or cache, not this input's storage
                 raise InputStorageError(
                     f"inputs[{i}] ({st.name}: {_where(store, full)}): "
                     f"{storage_error(e, INPUTS_NEED)}") from e

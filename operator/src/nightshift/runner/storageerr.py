@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 
+from nightshift.api.names import MOUNT_STORAGE
 from nightshift.aws.s3store import denied, error_code, http_status, no_credentials
 
 # What each use of a storage needs of the pod's S3 identity (named when it is refused).
@@ -39,8 +40,10 @@ def storage_error(e: BaseException, needs: str = OUTPUTS_NEED) -> str:
                 "Identity)")
     if http_status(e) == 403 or "AccessDenied" in said:
         return f"{said}; the pod's S3 identity is refused: {needs}"
-    if denied(e):
-        if isinstance(e, OSError) and e.errno == errno.EROFS:
+    if isinstance(e, OSError) and denied(e) and str(e.filename or "").startswith(
+            MOUNT_STORAGE + "/"):
+        # A mounted storage's path (not the pod's own scratch or read-only root).
+        if e.errno == errno.EROFS:
             return (f"{said}; a mounted storage is read-only here: mount its claim or "
                     "export read-write (the PersistentVolume's access mode, the NFS "
                     "export)")

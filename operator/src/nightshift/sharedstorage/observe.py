@@ -293,7 +293,10 @@ def facts(kube: Kube, namespace: str, spec: SharedStorageSpec,
             pools = ((vc.get("spec") or {}).get("pools")) or []
             vcs[str(vc["metadata"]["name"])] = [str(p.get("name")) for p in pools]
             if vc["metadata"]["name"] == spec.virtual_cluster:
-                taints = {str(p.get("name")): [dict(t) for t in p.get("taints") or []]
+                # Only well-formed ones (the CRD requires a key; an object stored
+                # before that rule must not stop the storage's every pass).
+                taints = {str(p.get("name")): [dict(t) for t in p.get("taints") or []
+                                               if isinstance(t, dict) and t.get("key")]
                           for p in pools}
             if mode := (vc.get("status") or {}).get("mode"):
                 modes[str(vc["metadata"]["name"])] = str(mode)
