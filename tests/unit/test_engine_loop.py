@@ -408,3 +408,39 @@ def test_a_reconcile_error_an_earlier_process_left_is_cleared_by_the_first_good_
 
     run(main)
     assert error()["reason"] == "Recovered", error()
+
+
+def test_shutdown_ends_a_loop_whose_wait_swallows_the_cancel() -> None:
+    """Python 3.11's asyncio.wait_for can return instead of raising CancelledError when
+    its wait ends as the cancel lands: the loop must still end (it is also stopped)."""
+    rec = Recorder()
+
+    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
+        rec.enter(name)
+        rec.leave()
+        return Outcome()
+
+    async def main() -> None:
+        loops = make(pass_fn, rec)
+        real_wait = loops.wakeups.wait
+
+        swallowed: list[Any] = []
+
+        async def swallowing(key: Any, timeout: float) -> bool:
+            try:
+                return await real_wait(key, timeout)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed.append(key)
+                return True  # what wait_for does when its wait is done as it is cancelled
+
+        loops.wakeups.wait = swallowing  # type: ignore[method-assign]
+        loops.ensure("ns", "a")
+        await until("the first pass", lambda: len(rec.calls) == 1)
+        await asyncio.sleep(0.05)  # in its wait for the next wake-up
+        # Within 5 s, not a resync (30 s) or never. (The wake shutdown now sends with
+        # its cancel makes the real wait_for swallow it too, as in the hang.)
+        await asyncio.wait_for(loops.shutdown(), 5)
+
+    run(main)

@@ -167,7 +167,16 @@ class Loops(Generic[S]):
             self.wakeups.wake(key, now=True)
 
     async def shutdown(self) -> None:
-        tasks = [lp.task for lp in self._loops.values() if lp.task is not None]
+        tasks = []
+        for key, lp in self._loops.items():
+            # Stopped and woken, not only cancelled: on Python 3.11 asyncio.wait_for
+            # can return instead of raising when the wait it guards ends as the cancel
+            # lands; the loop then went on to wait out a whole resync, and shutdown
+            # with it (test_engine_loop hung about once in fifty runs).
+            lp.stopping = True
+            self.wakeups.wake(key, now=True)
+            if lp.task is not None:
+                tasks.append(lp.task)
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
