@@ -91,9 +91,11 @@ why() {{
 # (observe.not_mounted). The client itself goes on trying every 5 s, so a volume comes
 # back within seconds of its servers, which a crash loop's back-off (up to 5 min) would
 # not.
+# Before every try: a try that failed after FUSE mounted (its volume file not served
+# yet) can leave a dead mount on $dir, which mount.glusterfs then takes for a missing
+# mount point ("Mount point does not exist") on every later try.
 remount() {{
-  unmount
-  until list=$(addresses) && mount -t glusterfs -o "log-file=$log" "$list:/{volume}" "$dir"
+  until unmount; list=$(addresses) && mount -t glusterfs -o "log-file=$log" "$list:/{volume}" "$dir"
   do
     why
     last=$([ -r "$log" ] && grep ' E \\[' "$log" | tail -n 1 | sed -E \\
