@@ -6,6 +6,7 @@ is Failed only once nothing runs."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from nightshift.pipelinerun.plan import plan
@@ -27,10 +28,30 @@ IMAGE = "registry.example/runner:1.1"
 
 
 def _pass(run: dict[str, Any], jobs: list[dict[str, Any]], allowed: tuple[str, ...],
-          refused: tuple[tuple[str, str], ...] = ()) -> Plan:
+          refused: tuple[tuple[str, str], ...] = (),
+          unresolved: Mapping[str, tuple[str, bool]] | None = None) -> Plan:
     return plan(Observed(run=run, jobs=jobs, items=items_for(run, "a", "b"),
                          failure_samples={}, now=T0, runner_image="runner:dev",
-                         runner_images=allowed, refused=refused))
+                         runner_images=allowed, refused=refused,
+                         unresolved=unresolved or {}))
+
+
+def _branches(**spec: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """a and b side by side, c after a with items from an S3 listing (resolved once a is
+    done): the run after its first pass, and a's and b's Jobs."""
+    rng = {"range": {"from": 0, "to": 99}}
+    run = make_run([stage("a", forEach=rng), stage("b", forEach=rng),
+                    stage("c", dependsOn=["a"], forEach={"fromS3": {"storage": "raw"}})],
+                   storage=[{"name": "raw", "s3": {"bucket": "raw"}}], **spec)
+    first = _pass(run, [], (IMAGE,))
+    job_a, job_b = jobs_of(first)
+    return advance(run, first), job_a, job_b
+
+
+def _a_done(run: dict[str, Any], job_a: dict[str, Any], b: dict[str, Any],
+            allowed: tuple[str, ...] = (), **unresolved: tuple[str, bool]) -> Plan:
+    """A pass with a's Job complete and b's as given."""
+    return _pass(run, [complete(job_a), b], allowed, unresolved=unresolved)
 
 
 def test_a_run_found_invalid_while_a_stage_runs_ends_it_then_fails() -> None:
@@ -163,24 +184,11 @@ def test_items_found_invalid_while_another_stage_runs_fail_the_run_once_it_ends(
     # a and b run side by side; c needs a. a is done, b still runs, and c's items turn
     # out invalid (a listing that finds nothing): b goes on, nothing new starts, and the
     # run is Failed, reason InvalidItems, once b ends.
-    rng = {"range": {"from": 0, "to": 99}}
-    run = make_run([stage("a", forEach=rng), stage("b", forEach=rng),
-                    stage("c", dependsOn=["a"], forEach={"fromS3": {"storage": "raw"}})],
-                   storage=[{"name": "raw", "s3": {"bucket": "raw"}}])
-    first = plan(Observed(run=run, jobs=[], items=items_for(run, "a", "b"),
-                          failure_samples={}, now=T0, runner_image="runner:dev"))
-    job_a, job_b = jobs_of(first)
-    run = advance(run, first)
-
-    def at(run: dict[str, Any], b: dict[str, Any], **unresolved: tuple[str, bool]) -> Plan:
-        return plan(Observed(run=run, jobs=[complete(job_a), b],
-                             items=items_for(run, "a", "b"), failure_samples={}, now=T0,
-                             runner_image="runner:dev", unresolved=unresolved))
-
-    asks = at(run, with_status(job_b, active=10))
+    run, job_a, job_b = _branches()
+    asks = _a_done(run, job_a, with_status(job_b, active=10))
     assert asks.resolve_items == ["c"]
     why = "spec.stages[2].forEach.fromS3: s3://raw/* lists no objects"
-    p = at(run, with_status(job_b, active=10), c=(why, True))
+    p = _a_done(run, job_a, with_status(job_b, active=10), c=(why, True))
     assert p.status["phase"] == "Running" and p.apply == [] and p.resolve_items == []
     invalid = condition(p, "Invalid")
     assert (invalid["status"], invalid["reason"]) == ("True", "InvalidItems")
@@ -195,15 +203,15 @@ def test_items_found_invalid_while_another_stage_runs_fail_the_run_once_it_ends(
     # Cancel still reaches b's Job while the run is invalid.
     cancelled = copy.deepcopy(advance(run, p))
     cancelled["spec"]["cancel"] = True
-    assert [x["spec"] for x in at(cancelled, with_status(job_b, active=10)).patch] == [
-        {"suspend": True}]
+    patched = _a_done(cancelled, job_a, with_status(job_b, active=10)).patch
+    assert [x["spec"] for x in patched] == [{"suspend": True}]
     # The next pass does not resolve c again: the condition stands.
     run = advance(run, p)
-    again = at(run, with_status(job_b, active=5))
+    again = _a_done(run, job_a, with_status(job_b, active=5))
     assert again.resolve_items == [] and again.apply == [] and again.events == []
     assert again.status["phase"] == "Running"
     assert condition(again, "Invalid")["reason"] == "InvalidItems"
-    end = at(advance(run, again), complete(job_b))
+    end = _a_done(advance(run, again), job_a, complete(job_b))
     assert end.status["phase"] == "Failed" and end.status.get("completionTime")
     failed = condition(end, "Failed")
     assert (failed["status"], failed["reason"]) == ("True", "InvalidItems")
@@ -215,29 +223,14 @@ def test_items_found_invalid_while_another_stage_runs_fail_the_run_once_it_ends(
 def test_a_problem_found_after_invalid_items_is_added_to_the_standing_message() -> None:
     # c's items were found invalid while b ran; then the operator is upgraded without the
     # run's runner image. Neither message is lost, on this pass or the next.
-    rng = {"range": {"from": 0, "to": 99}}
-    run = make_run([stage("a", forEach=rng), stage("b", forEach=rng),
-                    stage("c", dependsOn=["a"], forEach={"fromS3": {"storage": "raw"}})],
-                   storage=[{"name": "raw", "s3": {"bucket": "raw"}}], runnerImage=IMAGE)
-    first = plan(Observed(run=run, jobs=[], items=items_for(run, "a", "b"),
-                          failure_samples={}, now=T0, runner_image="runner:dev",
-                          runner_images=(IMAGE,)))
-    job_a, job_b = jobs_of(first)
-    run = advance(run, first)
-
-    def at(run: dict[str, Any], allowed: tuple[str, ...],
-           **unresolved: tuple[str, bool]) -> Plan:
-        return plan(Observed(run=run, jobs=[complete(job_a), with_status(job_b, active=5)],
-                             items=items_for(run, "a", "b"), failure_samples={}, now=T0,
-                             runner_image="runner:dev", runner_images=allowed,
-                             unresolved=unresolved))
-
+    run, job_a, job_b = _branches(runnerImage=IMAGE)
+    b = with_status(job_b, active=5)
     why = "spec.stages[2].forEach.fromS3: s3://raw/* lists no objects"
-    p = at(run, (IMAGE,), c=(why, True))
+    p = _a_done(run, job_a, b, (IMAGE,), c=(why, True))
     assert condition(p, "Invalid")["reason"] == "InvalidItems"
     for _ in range(2):
         run = advance(run, p)
-        p = at(run, ())
+        p = _a_done(run, job_a, b)
         invalid = condition(p, "Invalid")
         assert invalid["reason"] == "ValidationFailed", "no longer only the items"
         assert invalid["message"].startswith(f"stage c: {why}; spec.runnerImage: "), invalid
@@ -272,25 +265,12 @@ def test_items_and_a_count_found_in_one_pass_keep_the_reason_of_both() -> None:
 def test_rerun_failed_does_not_resume_a_run_failed_for_invalid_items() -> None:
     # b failed an item and c's items were invalid: a rerunFailed request retries
     # neither (a new run is needed), and c's items are not resolved again.
-    rng = {"range": {"from": 0, "to": 99}}
-    run = make_run([stage("a", forEach=rng), stage("b", forEach=rng),
-                    stage("c", dependsOn=["a"], forEach={"fromS3": {"storage": "raw"}})],
-                   storage=[{"name": "raw", "s3": {"bucket": "raw"}}])
-    first = plan(Observed(run=run, jobs=[], items=items_for(run, "a", "b"),
-                          failure_samples={}, now=T0, runner_image="runner:dev"))
-    job_a, job_b = jobs_of(first)
-    run = advance(run, first)
-
-    def at(run: dict[str, Any], b: dict[str, Any], **unresolved: tuple[str, bool]) -> Plan:
-        return plan(Observed(run=run, jobs=[complete(job_a), b],
-                             items=items_for(run, "a", "b"), failure_samples={}, now=T0,
-                             runner_image="runner:dev", unresolved=unresolved))
-
-    run = advance(run, at(run, with_status(job_b, active=10), c=("no objects", True)))
-    done = at(run, failed(job_b, "0-98", "99"))
+    run, job_a, job_b = _branches()
+    run = advance(run, _a_done(run, job_a, with_status(job_b, active=10), c=("no objects", True)))
+    done = _a_done(run, job_a, failed(job_b, "0-98", "99"))
     assert done.status["phase"] == "Failed"
     run = advance(run, done)
     run["spec"]["rerunFailed"] = 1
-    p = at(run, failed(job_b, "0-98", "99"))
+    p = _a_done(run, job_a, failed(job_b, "0-98", "99"))
     assert p.apply == [] and p.resolve_items == [] and p.events == []
     assert p.status["phase"] == "Failed" and p.status["rerunFailed"] == 0
