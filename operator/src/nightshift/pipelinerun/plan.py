@@ -198,13 +198,7 @@ class _Planner:
                       rerun: int) -> None:
         lost = v.latest
         assert lost is not None  # noqa: S101  (invariant for mypy: a lost Job is one we saw)
-        if self.obs.live_pods.get(lost.name):
-            # Its pods are still going (a Job deleted with orphaned or terminating pods).
-            self.requeue = sooner(self.requeue, lostmod.LOST_POD_WAIT)
-            selector = itemsmod.label_selector(itemsmod.attempt_labels(
-                self.ref.name, st.name, lost.attempt))
-            self.lost_waits.append(lostmod.waiting(st.name, lost.name, self.ref.namespace,
-                                                   selector))
+        if self._held_by_lost_pods(st.name, lost, replaced=True):
             return
         self._create(spec, st, v, lost.attempt + 1, rerun)
         latest = v.latest
@@ -213,6 +207,18 @@ class _Planner:
             "Warning", "JobLost", f"stage {st.name}: Job {lost.name} (attempt "
             f"{lost.attempt}) is gone before the stage finished; attempt {latest.attempt} "
             f"runs the {latest.completions} items not recorded as succeeded"))
+
+    def _held_by_lost_pods(self, stage: str, lost: pg.AttemptView, *, replaced: bool) -> bool:
+        """Whether a lost Job's pods are still going (a Job deleted with orphaned or
+        terminating pods); if so, say so and look again soon."""
+        if not self.obs.live_pods.get(lost.name):
+            return False
+        self.requeue = sooner(self.requeue, lostmod.LOST_POD_WAIT)
+        selector = itemsmod.label_selector(itemsmod.attempt_labels(
+            self.ref.name, stage, lost.attempt))
+        self.lost_waits.append(lostmod.waiting(stage, lost.name, self.ref.namespace, selector,
+                                               replaced=replaced))
+        return True
 
     def _create(self, spec: PipelineRunSpec, st: Any, v: pg.StageView, attempt: int,
                 rerun: int) -> None:
@@ -331,15 +337,11 @@ class _Planner:
                                    self.now, cancelled=spec.cancel)
                 if ((self.problems or self.carried) and latest is not None
                         and latest.state == pg.LOST):
-                    if self.obs.live_pods.get(latest.name) and not spec.cancel:
-                        # Its pods still run (orphaned or terminating): the stage, and
-                        # the run, end when they do, not while they may still write. (A
-                        # cancel ends the run at once, as in a valid run.)
-                        self.requeue = sooner(self.requeue, lostmod.LOST_POD_WAIT)
-                        self.lost_waits.append(lostmod.waiting(
-                            st.name, latest.name, self.ref.namespace,
-                            itemsmod.label_selector(itemsmod.attempt_labels(
-                                self.ref.name, st.name, latest.attempt)), replaced=False))
+                    # Its pods still running, the stage and the run end when they do, not
+                    # while they may still write. (A cancel ends the run at once, as in a
+                    # valid run.)
+                    if not spec.cancel and self._held_by_lost_pods(st.name, latest,
+                                                                   replaced=False):
                         records.append(rec)
                         continue
                     # No Job replaces it in an invalid run: the stage ends here.
