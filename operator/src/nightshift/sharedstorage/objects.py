@@ -137,9 +137,10 @@ def pool_tolerations(st: Storage, pools: Iterable[str]) -> list[dict[str, Any]]:
     those the VirtualCluster's pools add (spec.pools[].taints), as stage pods do
     (pipelinerun/jobs.placement). Without them a client DaemonSet leaves out the
     pool's nodes and still counts itself complete."""
+    named = sorted(set(pools))
     out = [{"key": names.TAINT_POOL, "operator": "Equal", "value": p, "effect": "NoSchedule"}
-           for p in sorted(set(pools))]
-    for p in sorted(set(pools)):
+           for p in named]
+    for p in named:
         for taint in st.pool_taints.get(p, ()):
             tol = nodeaffinity.taint_toleration(taint)
             if tol not in out:

@@ -98,7 +98,8 @@ def _key(obj: Obj) -> tuple[str, str]:
 def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
             deleting: bool) -> Plan:
     mode, wait = virtual_cluster_mode(spec, o.facts)
-    # The dependents (NFS clients, the Gluster volume Job) are placed like the rest.
+    # Parsed once, with its placement facts, for its workloads and its dependents (the
+    # NFS clients, the Gluster volume Job).
     st = Storage.of(o.storage, karpenter_nodes=mode == names.MODE_KARPENTER,
                     pool_taints=o.facts.pool_taints)
     problems = validate(spec, st.name, o.facts)
@@ -106,10 +107,8 @@ def _steady(o: Observed, spec: SharedStorageSpec, *, add_finalizer: bool,
     apply: list[dict[str, Any]] = []
     prune: list[dict[str, str]] = []
     if not problems and not deleting and not wait:
-        rendered = render.render_storage(o.storage, platform=o.platform,
-                                         squid_cidrs=effective_squid_cidrs(spec, o.facts),
-                                         karpenter_nodes=mode == names.MODE_KARPENTER,
-                                         pool_taints=o.facts.pool_taints)
+        rendered = render.render_workloads(st, platform=o.platform,
+                                           squid_cidrs=effective_squid_cidrs(spec, o.facts))
         rendered += _observed_dependents(st, present, o.server_pods)
         rendered = with_images(rendered, o.image_registry, o.image_tag)
         wanted = {_key(m) for m in rendered}

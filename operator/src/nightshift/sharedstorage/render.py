@@ -27,7 +27,14 @@ def render_storage(obj: Mapping[str, Any], *, platform: Platform,
     status.mode is karpenter (objects.pool_affinity). `pool_taints`: its pools' own
     taints, which its pods tolerate (objects.pool_tolerations).
     """
-    st = Storage.of(obj, karpenter_nodes=karpenter_nodes, pool_taints=pool_taints)
+    return render_workloads(Storage.of(obj, karpenter_nodes=karpenter_nodes,
+                                       pool_taints=pool_taints),
+                            platform=platform, squid_cidrs=squid_cidrs)
+
+
+def render_workloads(st: Storage, *, platform: Platform,
+                     squid_cidrs: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """render_storage for a storage already parsed (its placement facts on `st`)."""
     t = st.spec.type
     if t == "nfs":
         return nfs.render_nfs_server(st)
