@@ -10,6 +10,7 @@ $NIGHTSHIFT_CACHE/bin/versitygw-v1.8.0/versitygw (default ~/.cache/nightshift).
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -42,7 +43,7 @@ def binary() -> Path:
 
 class VersityGW:
     def __init__(self, data_dir: Path, log_dir: Path | None = None,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", users: tuple[str, ...] = ()) -> None:
         # host: where it listens; pods on the local cluster's real node need the bridge's
         # gateway address (tests/integration/test_real_node.py).
         self.host = host
@@ -52,6 +53,9 @@ class VersityGW:
         self.access_key = "nightshift"
         self.secret_key = secrets.token_hex(16)
         self.proc: subprocess.Popen[bytes] | None = None
+        # Accounts besides the root one (role "user": only what a bucket policy grants
+        # them), each with its own secret: an identity a policy can refuse, as IAM would.
+        self.users = {u: secrets.token_hex(16) for u in users}
 
     @property
     def endpoint(self) -> str:
@@ -62,10 +66,19 @@ class VersityGW:
         if not exe.exists():
             raise FileNotFoundError(exe)
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        iam: list[str] = []
+        if self.users:
+            # versitygw's internal IAM store (auth/iam_internal.go): accessAccounts by key.
+            iam_dir = self.data_dir.parent / "iam"
+            iam_dir.mkdir(exist_ok=True)
+            (iam_dir / "users.json").write_text(json.dumps({"accessAccounts": {
+                u: {"access": u, "secret": k, "role": "user", "userID": 0, "groupID": 0,
+                    "projectID": 0} for u, k in self.users.items()}}))
+            iam = ["--iam-dir", str(iam_dir)]
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
             [str(exe), "--port", f"{self.host}:{self.port}", "--access", self.access_key,
-             "--secret", self.secret_key, "posix", str(self.data_dir)],
+             "--secret", self.secret_key, *iam, "posix", str(self.data_dir)],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + 30
@@ -99,12 +112,24 @@ class VersityGW:
         self.kill()
         self.start()
 
-    def client(self, **config: Any) -> S3Client:
+    def client(self, user: str | None = None, **config: Any) -> S3Client:
+        """A client as the root account, or as `user` (one of `users`)."""
         cfg = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}, **config)
+        access, secret = (user, self.users[user]) if user else (self.access_key,
+                                                                 self.secret_key)
         return boto3.client(
             "s3", endpoint_url=self.endpoint, region_name="us-east-1",
-            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
-            config=cfg)
+            aws_access_key_id=access, aws_secret_access_key=secret, config=cfg)
+
+    def deny(self, bucket: str, user: str, action: str, prefix: str) -> None:
+        """Let `user` do anything in `bucket` but `action` on keys under `prefix`: an
+        explicit Deny, as an IAM policy missing one grant looks to the pod."""
+        self.client().put_bucket_policy(Bucket=bucket, Policy=json.dumps({
+            "Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Principal": {"AWS": [user]}, "Action": ["s3:*"],
+                 "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]},
+                {"Effect": "Deny", "Principal": {"AWS": [user]}, "Action": [action],
+                 "Resource": [f"arn:aws:s3:::{bucket}/{prefix}*"]}]}))
 
     def storage_json(self, name: str, bucket: str, prefix: str = "") -> dict[str, Any]:
         """A storage entry of NIGHTSHIFT_RUNNER_CONFIG pointing at this server."""
@@ -112,9 +137,10 @@ class VersityGW:
                 "region": "us-east-1", "accessKeyEnv": f"TEST_{name.upper()}_AK",
                 "secretKeyEnv": f"TEST_{name.upper()}_SK"}
 
-    def credentials_env(self, name: str) -> dict[str, str]:
-        return {f"TEST_{name.upper()}_AK": self.access_key,
-                f"TEST_{name.upper()}_SK": self.secret_key}
+    def credentials_env(self, name: str, user: str | None = None) -> dict[str, str]:
+        access, secret = (user, self.users[user]) if user else (self.access_key,
+                                                                 self.secret_key)
+        return {f"TEST_{name.upper()}_AK": access, f"TEST_{name.upper()}_SK": secret}
 
     def object_path(self, bucket: str, key: str) -> Path:
         """Where the posix backend keeps an object's bytes (for corruption tests)."""

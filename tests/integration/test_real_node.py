@@ -190,11 +190,13 @@ def s3_on_gateway(gateway: str) -> Iterator[VersityGW]:
 
 
 def s3_credentials(kubectl: Kubectl, namespace: str, gw: VersityGW,
-                   name: str = "s3-creds") -> None:
-    """The Secret a storage's credentialsSecret names, holding `gw`'s keys."""
+                   name: str = "s3-creds", user: str | None = None) -> None:
+    """The Secret a storage's credentialsSecret names, holding `gw`'s root keys or those
+    of one of its `users`."""
+    access, secret = (user, gw.users[user]) if user else (gw.access_key, gw.secret_key)
     kubectl("create", "secret", "generic", name, "-n", namespace,
-            f"--from-literal={SECRET_ACCESS_KEY_ID}={gw.access_key}",
-            f"--from-literal={SECRET_SECRET_ACCESS_KEY}={gw.secret_key}")
+            f"--from-literal={SECRET_ACCESS_KEY_ID}={access}",
+            f"--from-literal={SECRET_SECRET_ACCESS_KEY}={secret}")
 
 
 def test_runner_stage_in_steps_commit_in_real_pods(

@@ -38,6 +38,7 @@ class Pod:
     # Each step's output, stdout then stderr (the kubelet's log, whose last lines become
     # the termination message with FallbackToLogsOnError).
     step_out: list[str] = field(default_factory=list)
+    stage_in_log: str = ""
 
     @property
     def rc(self) -> int:
@@ -59,8 +60,9 @@ def config(gw: VersityGW, inputs: list[dict[str, Any]], outputs: list[dict[str, 
 
 def run_pod(gw: VersityGW, root: Path, cfg: dict[str, Any], steps: list[tuple[str, str]],
             items: list[str], index: int = 0, cache: bool = True,
-            extra_env: dict[str, str] | None = None) -> Pod:
-    """Run one item's pod; steps are (name, sh -c script)."""
+            extra_env: dict[str, str] | None = None, stage_in_only: bool = False) -> Pod:
+    """Run one item's pod; steps are (name, sh -c script). `stage_in_only`: a pod lost
+    after its stage-in (no step ran, the sidecar wrote nothing)."""
     (root / "items").mkdir(parents=True, exist_ok=True)
     (root / "items" / "items").write_text("".join(i + "\n" for i in items))
     if cache:
@@ -74,10 +76,11 @@ def run_pod(gw: VersityGW, root: Path, cfg: dict[str, Any], steps: list[tuple[st
            "NIGHTSHIFT_INPUTS": str(root / "work" / "inputs"),
            "NIGHTSHIFT_OUTPUTS": str(root / "work" / "outputs"), **(extra_env or {})}
     try:
-        rc = subprocess.run([str(RUNNER), "stage-in"], env=env, process_group=pause.pid,
-                            timeout=300, check=False).returncode
-        if rc:
-            return Pod(rc, [], root)
+        stage_in = subprocess.run([str(RUNNER), "stage-in"], env=env, process_group=pause.pid,
+                                  timeout=300, check=False, capture_output=True, text=True)
+        print(stage_in.stderr, end="")  # the init container's log, for `pytest -s`
+        if stage_in.returncode or stage_in_only:
+            return Pod(stage_in.returncode, [], root, stage_in_log=stage_in.stderr)
         sidecar = subprocess.Popen([str(RUNNER), "commit"], env=env, process_group=pause.pid)
         rcs, outs = [], []
         try:
@@ -93,7 +96,7 @@ def run_pod(gw: VersityGW, root: Path, cfg: dict[str, Any], steps: list[tuple[st
         finally:
             sidecar.terminate()  # the kubelet stops native sidecars after the steps
             assert sidecar.wait(30) == 0
-        return Pod(0, rcs, root, outs)
+        return Pod(0, rcs, root, outs, stage_in.stderr)
     finally:
         pause.kill()
         pause.wait()

@@ -5,13 +5,16 @@ own disk, under the mount."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nightshift.api.names import MOUNT_STORAGE
 from nightshift.runner import main, mounts, record
+from nightshift.runner.store import DirStore
 
 KEY = "_nightshift/run1/reduce/0.json"
 
@@ -60,3 +63,27 @@ def test_a_storage_never_mounted_gets_no_record_under_its_mount_point(
     monkeypatch.setattr(mounts, "wait", not_mounted)
     assert main.cmd_stage_in(env) == main.EX_TEMPFAIL
     assert (vol / KEY).read_text() == before, "written to the node's disk under the mount"
+
+
+def test_a_read_only_archive_fails_stage_in_before_the_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mounted archive the pod cannot write (here the kernel's EROFS, as a claim mounted
+    read-only gives it) fails the item in stage-in, naming the record and the fix, not
+    at its end in the sidecar's log after the work."""
+    env, vol = _env(tmp_path)
+    monkeypatch.setattr(mounts, "wait", lambda cfg, env: None)
+    where = f"{MOUNT_STORAGE}/g/{KEY}"
+
+    def read_only(self: DirStore, key: str, data: bytes) -> None:
+        raise OSError(errno.EROFS, "Read-only file system", where)
+
+    monkeypatch.setattr(DirStore, "put_bytes", read_only)
+    said: list[str] = []
+    monkeypatch.setattr(main, "termination_message", said.append)
+    assert main.cmd_stage_in(env) == 1  # not 75: a retry meets the same mount
+    assert said == [
+        f"stage-in failed (exit 1): archive (g: {vol}/{KEY}): task record not written: "
+        f"OSError: [Errno 30] Read-only file system: '{where}'; a mounted storage is "
+        "read-only here: mount its claim or export read-write (the PersistentVolume's "
+        "access mode, the NFS export)"]
+    assert not (tmp_path / "pod" / "work" / ".nightshift" / "stagein.json").exists()

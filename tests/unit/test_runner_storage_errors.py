@@ -12,8 +12,9 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
 from nightshift.aws.s3store import DeleteRefusedError, S3Store, is_retryable
+from nightshift.pipelinerun.samples import OWN_LINE_LIMIT
 from nightshift.runner.config import StorageConfig
-from nightshift.runner.storageerr import INPUTS_NEED, storage_error
+from nightshift.runner.storageerr import INPUTS_NEED, RECORDS_NEED, SAID_LIMIT, storage_error
 
 
 def _client_error(code: str, status: int, message: str) -> ClientError:
@@ -41,6 +42,23 @@ def test_a_refused_identity_names_the_permissions_the_outputs_need() -> None:
     said = storage_error(_client_error("AccessDenied", 403, "refused"), INPUTS_NEED)
     assert said.endswith("the pod's S3 identity is refused: the inputs need s3:ListBucket "
                          "on the bucket and s3:GetObject under their prefix"), said
+
+
+def test_a_long_refusal_is_cut_before_the_fix_never_after() -> None:
+    """AWS's AccessDenied names the role's ARN and the key: the store's words are cut so
+    that a stage-in line naming a deep key still ends with the grant in the sample."""
+    arn = "arn:aws:sts::123456789012:assumed-role/" + "r" * 64 + "/botocore-session-1"
+    key = f"{'b' * 63}/survey-2026/_nightshift/{'r' * 63}/calibrate/12345.json"
+    words = (f"User: {arn} is not authorized to perform: s3:PutObject on resource: "
+             f"\"arn:aws:s3:::{key}\" because no identity-based policy allows the "
+             "s3:PutObject action")
+    said = storage_error(_client_error("AccessDenied", 403, words), RECORDS_NEED)
+    cut, fix = said.split("; ", 1)
+    assert len(cut) == SAID_LIMIT and cut.endswith("…"), cut
+    assert fix == f"the pod's S3 identity is refused: {RECORDS_NEED}"
+    line = f"stage-in failed (exit 1): archive (data: s3://{key}): task record not " \
+           f"written: {said}"
+    assert len(line) <= OWN_LINE_LIMIT, len(line)
 
 
 def test_keys_the_store_does_not_accept_point_at_the_secret_not_at_permissions() -> None:

@@ -96,11 +96,12 @@ def records(kube: Kube, namespace: str, run: Mapping[str, Any], stages: list[dic
             rows += got
             missing += absent
     if missing:
-        # The sidecar never fails an item for its record (an account, not a result), so
-        # one it could not write shows only here and in its own log.
-        err.print(f"{missing} item(s) have no task record yet: not run, still running, or "
-                  "the record could not be written (the item's pod's log of container "
-                  f"{COMMIT_CONTAINER} says why)", markup=False, highlight=False)
+        # Stage-in writes the first record before any step and fails the item if the
+        # archive refuses it, so an item with none has not started yet.
+        err.print(f"{missing} item(s) have no task record yet: not started (a record at "
+                  "phase running whose item is done means its last write failed: the "
+                  f"pod's log of container {COMMIT_CONTAINER} says why)", markup=False,
+                  highlight=False)
     out = sys.stdout
     if args.output == "json":
         json.dump(rows, out, indent=1)

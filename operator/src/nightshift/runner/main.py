@@ -85,6 +85,10 @@ def cmd_stage_in(env: dict[str, str]) -> int:
     try:
         if not_mounted:
             raise not_mounted
+        if archive and key:
+            record.write_running(stores[archive], archive, key, record.build(
+                cfg, item, attempt, previous=prev, pod=env.get(names.ENV_POD_NAME),
+                node=env.get(names.ENV_NODE_NAME), start=start))
         stats = stage_in(cfg, paths, item, stores)
         write_stats(paths, stats, extra)
         log.info("staged %d files, %d bytes in %.1fs (cache %d hits, %d misses)",
@@ -98,9 +102,11 @@ def cmd_stage_in(env: dict[str, str]) -> int:
         rc, error = EX_CONFIG, str(e)
     except mounts.NotMountedError as e:
         rc, error = EX_TEMPFAIL, str(e)
-    except InputStorageError as e:
+    except (InputStorageError, record.RefusedError) as e:
         rc = EX_TEMPFAIL if e.__cause__ and s3io.is_retryable(e.__cause__) else 1
         error = str(e)
+        if isinstance(e, record.RefusedError):
+            archive = None  # it has just refused this record: not again for the failure's
     except Exception as e:
         rc = EX_TEMPFAIL if s3io.is_retryable(e) else 1
         error = f"{type(e).__name__}: {e}"

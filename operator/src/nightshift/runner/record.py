@@ -18,6 +18,7 @@ from typing import Any
 from nightshift.api import names
 from nightshift.aws.s3store import S3Store
 from nightshift.runner.config import Item, RunnerConfig
+from nightshift.runner.storageerr import RECORDS_NEED, storage_error, url
 from nightshift.runner.store import DirStore
 
 log = logging.getLogger(__name__)
@@ -145,3 +146,25 @@ def build(cfg: RunnerConfig, item: Item, attempt: int, **fields: Any) -> dict[st
 
 def write(store: S3Store | DirStore, key: str, rec: dict[str, Any]) -> None:
     store.put_bytes(key, json.dumps(rec, indent=1, sort_keys=True).encode())
+
+
+class RefusedError(Exception):
+    """The archive did not take the item's first record: what it said, where, and what to
+    check. Its __cause__ is the storage's own error (which says whether a retry may help).
+    """
+
+
+def write_running(store: S3Store | DirStore, storage: str, key: str,
+                  rec: dict[str, Any]) -> None:
+    """Stage-in's record of the attempt it starts (phase "running"), before any step.
+
+    The archive's refusal (a missing s3:PutObject under its prefix, a read-only mount)
+    would otherwise show only at the item's end, in the sidecar's log, after the work.
+    The record also keeps an attempt a lost pod never finished in the next one's
+    `previousAttempts`, and numbers that next attempt after it.
+    """
+    try:
+        write(store, key, rec | {"phase": "running"})
+    except Exception as e:
+        raise RefusedError(f"archive ({storage}: {url(store, key)}): task record not "
+                           f"written: {storage_error(e, RECORDS_NEED)}") from e

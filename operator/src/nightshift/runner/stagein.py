@@ -34,7 +34,7 @@ from nightshift.runner.config import (
     as_prefix,
     fill_template,
 )
-from nightshift.runner.storageerr import INPUTS_NEED, storage_error
+from nightshift.runner.storageerr import INPUTS_NEED, storage_error, url
 from nightshift.runner.store import (
     META_SHA256,
     ChecksumError,
@@ -327,12 +327,12 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
                 if isinstance(e, PermissionError) and not isinstance(store, DirStore):
                     raise  # the pod's own scratch or cache, not this input's storage
                 raise InputStorageError(
-                    f"inputs[{i}] ({st.name}: {_where(store, full)}): "
+                    f"inputs[{i}] ({st.name}: {url(store, full)}): "
                     f"{storage_error(e, INPUTS_NEED)}") from e
             if stats.files > before:
                 staged += 1
             else:
-                missing.append(_where(store, full))
+                missing.append(url(store, full))
         _check_matched(i, ref, st.name, staged, missing)
     if cache:
         stats.cache_hits, stats.cache_misses = cache.stats.hits, cache.stats.misses
@@ -348,11 +348,6 @@ INPUT_ERRORS: tuple[type[Exception], ...] = (*STORAGE_ERRORS, PermissionError)
 class InputStorageError(Exception):
     """Reading an input failed in its storage: the storage's error (its __cause__, which
     says whether a retry may help), with the input, where, and what to check."""
-
-
-def _where(store: S3Store | DirStore, full: str) -> str:
-    return (f"s3://{store.bucket}/{full}" if isinstance(store, S3Store)
-            else f"{store.root}/{full}")
 
 
 def _check_matched(i: int, ref: DataConfig, storage: str, staged: int,

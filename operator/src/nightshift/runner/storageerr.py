@@ -6,7 +6,8 @@ from __future__ import annotations
 import errno
 
 from nightshift.api.names import MOUNT_STORAGE
-from nightshift.aws.s3store import denied, error_code, http_status, no_credentials
+from nightshift.aws.s3store import S3Store, denied, error_code, http_status, no_credentials
+from nightshift.runner.store import DirStore
 
 # What each use of a storage needs of the pod's S3 identity (named when it is refused).
 OUTPUTS_NEED = ("the outputs need s3:ListBucket and s3:ListBucketMultipartUploads on the "
@@ -14,6 +15,9 @@ OUTPUTS_NEED = ("the outputs need s3:ListBucket and s3:ListBucketMultipartUpload
                 "s3:AbortMultipartUpload under their prefix")
 INPUTS_NEED = ("the inputs need s3:ListBucket on the bucket and s3:GetObject under their "
                "prefix")
+RECORDS_NEED = ("the task records need s3:GetObject and s3:PutObject under the archive's "
+                "prefix (spec.archive.prefix)")
+SAID_LIMIT = 300
 # The keys themselves are not accepted: a wrong or stale Secret, not a missing permission.
 BAD_KEYS = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch"})
 # Temporary credentials (IRSA, Pod Identity) the store no longer accepts.
@@ -26,6 +30,10 @@ def storage_error(e: BaseException, needs: str = OUTPUTS_NEED) -> str:
     credentialsSecret, and no IAM role for its service account), keys the store does not
     accept, and an identity the bucket refuses (`needs`: what this use needs)."""
     said = f"{type(e).__name__}: {' '.join(str(e).split())}"
+    if len(said) > SAID_LIMIT:
+        # AWS's AccessDenied repeats the key and the role's ARN: cut its words, never the
+        # fix after them (the run's failure sample keeps 700 characters of the line).
+        said = said[:SAID_LIMIT - 1] + "…"
     code = error_code(e)
     if no_credentials(e):
         return (f"{said}; the pod has no S3 credentials: set the storage's credentialsSecret "
@@ -53,3 +61,9 @@ def storage_error(e: BaseException, needs: str = OUTPUTS_NEED) -> str:
                 "chmod on the volume), or set spec.stages[].runAsUser and runAsGroup to "
                 "its owner")
     return said
+
+
+def url(store: S3Store | DirStore, full: str) -> str:
+    """A key of a storage as a user finds it: an s3:// URL, or the path in the pod."""
+    return (f"s3://{store.bucket}/{full}" if isinstance(store, S3Store)
+            else f"{store.root}/{full}")
