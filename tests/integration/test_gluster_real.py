@@ -175,13 +175,21 @@ def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st:
     # A PipelineRun's stage Job (rendered as the operator renders it, the storage entry
     # naming this SharedStorage): its non-root pods commit outputs through the volume,
     # and its step writes to the volume itself (stages[].mounts), once run.sh saw the
-    # FUSE mount there (pipelinerun/fusewait.py).
+    # FUSE mount there (pipelinerun/fusewait.py). The task records go there too
+    # (spec.archive): stage-in's first one, read-write through its own FUSE wait, then
+    # the sidecar's.
     spec = binding.bind(write_stage(name, "sh", "-c", 'echo "$NIGHTSHIFT_ITEM" > '
                                     '"$NIGHTSHIFT_OUTPUTS/item.txt" && echo "$NIGHTSHIFT_ITEM"'
-                                    ' > "/shared/seen-$NIGHTSHIFT_ITEM"'),
+                                    ' > "/shared/seen-$NIGHTSHIFT_ITEM"', archive=True),
                         {name: obj}, namespace).spec
     run_stage(kubectl, spec, namespace, "rg", ["a", "b"])
     bricks = [brick_root / f"{namespace}-{name}" / f"brick{b}" for b in (0, 1)]
+    for index, item in enumerate(("a", "b")):
+        records = [json.loads(p.read_text()) for b in bricks
+                   for p in (b / "_nightshift" / "rg" / "write").glob(f"{index}.json")
+                   if p.stat().st_size > 0]
+        assert [(r["item"], r["attempt"], r["phase"], r["previousAttempts"])
+                for r in records] == [(item, 1, "succeeded", [])], records
     for item in ("a", "b"):
         committed = [p for b in bricks for p in (b / "out" / item).glob("item.txt")
                      if p.stat().st_size > 0]
@@ -207,10 +215,13 @@ def gluster_volume_and_pod_io(kubectl: Kubectl, namespace: str, layout: str, st:
         client_gone_items_fail_instead_of_writing_to_the_node(kubectl, namespace, name, obj)
 
 
-def write_stage(storage: str, *command: str, **stage: Any) -> PipelineRunSpec:
-    """One stage of two items that commits outputs to `storage` and sees it at /shared."""
+def write_stage(storage: str, *command: str, archive: bool = False,
+                **stage: Any) -> PipelineRunSpec:
+    """One stage of two items that commits outputs to `storage` and sees it at /shared
+    (`archive`: its task records there too)."""
     return PipelineRunSpec.model_validate({
         "storage": [{"name": "scratch", "sharedStorage": storage}],
+        **({"archive": {"storage": "scratch"}} if archive else {}),
         "stages": [{"name": "write", "image": RUNNER, "forEach": {"items": ["a", "b"]},
                     "outputs": [{"storage": "scratch", "path": "out/{item}/"}],
                     "mounts": [{"storage": "scratch", "mountPath": "/shared",
