@@ -16,7 +16,9 @@ import pytest
 
 from nightshift.runner.storageerr import RECORDS_NEED
 from tests.integration.test_runner_s3 import BUCKET, config, get_json, keys, run_pod
-from tests.s3server import VersityGW, binary
+from tests.s3server import VersityGW, binary, s3server
+
+__all__ = ["s3server"]  # the fixture, imported explicitly (no shared conftest edits)
 
 USER = "pipeline"
 RECORD = "proj/_nightshift/run1/reduce/0.json"
@@ -60,8 +62,9 @@ def test_an_archive_that_refuses_the_record_fails_the_item_before_its_steps(
 
 
 def test_an_attempt_lost_after_stage_in_stays_in_the_next_ones_history(
-        limited: VersityGW, tmp_path: Path) -> None:
-    gw = limited
+        s3server: VersityGW, tmp_path: Path) -> None:
+    gw = s3server
+    gw.client().create_bucket(Bucket=BUCKET)
     cfg = config(gw, [], [{"storage": "data", "path": "out/{item}/"}])
     lost = run_pod(gw, tmp_path / "lost", cfg, [("only", "exit 0")], ["a"], cache=False,
                    stage_in_only=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ def test_a_read_only_archive_fails_stage_in_before_the_steps(
     at its end in the sidecar's log after the work."""
     env, vol = _env(tmp_path)
     monkeypatch.setattr(mounts, "wait", lambda cfg, env: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 65532)  # the pod's user, not root
     where = f"{MOUNT_STORAGE}/g/{KEY}"
 
     def read_only(self: DirStore, key: str, data: bytes) -> None:
@@ -87,3 +89,45 @@ def test_a_read_only_archive_fails_stage_in_before_the_steps(
         "read-only here: mount its claim or export read-write (the PersistentVolume's "
         "access mode, the NFS export)"]
     assert not (tmp_path / "pod" / "work" / ".nightshift" / "stagein.json").exists()
+
+
+def test_a_moments_fault_writing_the_first_record_is_retried(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env, _ = _env(tmp_path)
+    monkeypatch.setattr(mounts, "wait", lambda cfg, env: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 65532)
+
+    def io_error(self: DirStore, key: str, data: bytes) -> None:
+        raise OSError(errno.EIO, "Input/output error", f"{MOUNT_STORAGE}/g/{key}")
+
+    monkeypatch.setattr(DirStore, "put_bytes", io_error)
+    assert main.cmd_stage_in(env) == main.EX_TEMPFAIL
+
+
+def test_an_archive_prefix_outside_its_storage_is_a_configuration_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Containment refuses the key (exit 78, as for an item's path), and nothing is
+    written beside the storage's root."""
+    env, vol = _env(tmp_path)
+    cfg = json.loads(env["NIGHTSHIFT_RUNNER_CONFIG"])
+    cfg["archive"]["prefix"] = "../escape"
+    env["NIGHTSHIFT_RUNNER_CONFIG"] = json.dumps(cfg)
+    monkeypatch.setattr(mounts, "wait", lambda cfg, env: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 65532)
+    assert main.cmd_stage_in(env) == main.EX_CONFIG
+    assert not (vol.parent / "escape").exists()
+
+
+def test_a_root_stage_in_leaves_a_mounted_archive_to_the_sidecar(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stage-in runs as root only to fill the node cache: a record (or folder) it made
+    in a mounted archive would be root's, and the sidecar, as the pod's user, could write
+    none of the stage's records after it. It still reads the previous one."""
+    env, vol = _env(tmp_path)
+    before = (vol / KEY).read_text()
+    monkeypatch.setattr(mounts, "wait", lambda cfg, env: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert main.cmd_stage_in(env) == 0
+    assert (vol / KEY).read_text() == before
+    stats = json.loads((tmp_path / "pod" / "work" / ".nightshift" / "stagein.json").read_text())
+    assert stats["attempt"] == 2

@@ -57,7 +57,7 @@ def test_a_long_refusal_is_cut_before_the_fix_never_after() -> None:
     assert len(cut) == SAID_LIMIT and cut.endswith("…"), cut
     assert fix == f"the pod's S3 identity is refused: {RECORDS_NEED}"
     line = f"stage-in failed (exit 1): archive (data: s3://{key}): task record not " \
-           f"written: {said}"
+           f"written: {said}"  # key: the bucket (63 characters, S3's most) and the key
     assert len(line) <= OWN_LINE_LIMIT, len(line)
 
 
@@ -88,6 +88,12 @@ def test_a_delete_the_store_refuses_key_by_key_is_an_error() -> None:
     assert not is_retryable(refused)
     assert is_retryable(DeleteRefusedError("b", [{"Key": "k", "Code": "SlowDown"}], 1))
     assert storage_error(refused).endswith("s3:AbortMultipartUpload under their prefix")
+    # A key long enough to push the code past the cut of the store's words: still named.
+    long_key = "p/" + "k" * 400
+    said = storage_error(DeleteRefusedError("b", [{"Key": long_key, "Code": "AccessDenied",
+                                                   "Message": "Access Denied"}], 1))
+    assert said.endswith("s3:AbortMultipartUpload under their prefix"), said
+    assert said.split("; the pod's S3 identity", 1)[0].endswith("…"), said
 
 
 def test_other_errors_are_the_storages_own_words() -> None:

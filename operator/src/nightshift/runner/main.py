@@ -76,6 +76,13 @@ def cmd_stage_in(env: dict[str, str]) -> int:
     if archive and not_mounted and cfg.storage(archive).kind == "dir":
         archive = None  # its volume may be the one not mounted: neither read nor written
     prev = record.previous(stores[archive], key) if archive and key else None
+    if archive and cfg.storage(archive).kind == "dir" and os.geteuid() == 0:
+        # Stage-in runs as root only to fill the node cache (runnerparts.CACHE_WRITER).
+        # A record or folder it made in a mounted archive would be root's, and the
+        # sidecar, as the pod's user, could then write none of the stage's records.
+        log.info("archive %s: no record from stage-in (it runs as root for the node "
+                 "cache); the sidecar writes the item's record", archive)
+        archive = None
     attempt = record.next_attempt(prev, env)
     start = utcnow()
     log.info("item %r (index %d), attempt %d", item.value, item.index, attempt)

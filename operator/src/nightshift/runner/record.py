@@ -17,7 +17,7 @@ from typing import Any
 
 from nightshift.api import names
 from nightshift.aws.s3store import S3Store
-from nightshift.runner.config import Item, RunnerConfig
+from nightshift.runner.config import ConfigError, Item, RunnerConfig
 from nightshift.runner.storageerr import RECORDS_NEED, storage_error, url
 from nightshift.runner.store import DirStore
 
@@ -165,6 +165,8 @@ def write_running(store: S3Store | DirStore, storage: str, key: str,
     """
     try:
         write(store, key, rec | {"phase": "running"})
+    except ConfigError:
+        raise  # a key outside the archive's root (store.ContainmentError): exit 78
     except Exception as e:
         raise RefusedError(f"archive ({storage}: {url(store, key)}): task record not "
                            f"written: {storage_error(e, RECORDS_NEED)}") from e

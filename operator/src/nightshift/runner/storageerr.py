@@ -29,11 +29,11 @@ def storage_error(e: BaseException, needs: str = OUTPUTS_NEED) -> str:
     for the three a user's setup causes: a pod with no S3 credentials (no
     credentialsSecret, and no IAM role for its service account), keys the store does not
     accept, and an identity the bucket refuses (`needs`: what this use needs)."""
-    said = f"{type(e).__name__}: {' '.join(str(e).split())}"
-    if len(said) > SAID_LIMIT:
-        # AWS's AccessDenied repeats the key and the role's ARN: cut its words, never the
-        # fix after them (the run's failure sample keeps 700 characters of the line).
-        said = said[:SAID_LIMIT - 1] + "…"
+    words = f"{type(e).__name__}: {' '.join(str(e).split())}"
+    # AWS's AccessDenied repeats the key and the role's ARN: its words are cut, never the
+    # fix after them (the run's failure sample keeps 700 characters of the line). The
+    # fix is chosen on the whole words: a refused delete names its code after the key.
+    said = words if len(words) <= SAID_LIMIT else words[:SAID_LIMIT - 1] + "…"
     code = error_code(e)
     if no_credentials(e):
         return (f"{said}; the pod has no S3 credentials: set the storage's credentialsSecret "
@@ -46,7 +46,7 @@ def storage_error(e: BaseException, needs: str = OUTPUTS_NEED) -> str:
         return (f"{said}; the pod's temporary S3 credentials expired or are not valid: "
                 "check the IAM role of the stage's serviceAccountName (IRSA or Pod "
                 "Identity)")
-    if http_status(e) == 403 or "AccessDenied" in said:
+    if http_status(e) == 403 or "AccessDenied" in words:
         return f"{said}; the pod's S3 identity is refused: {needs}"
     if isinstance(e, OSError) and denied(e) and str(e.filename or "").startswith(
             MOUNT_STORAGE + "/"):
