@@ -248,3 +248,24 @@ def test_servers_left_on_a_node_that_is_not_ready_name_it() -> None:
         "(reclaimPolicy Delete); node n1 is not Ready (NodeStatusUnknown): its server pod "
         "ends when the node's kubelet is back; if the node is gone for good, delete it "
         "(kubectl delete node n1) and its data goes with its disk"), c
+
+
+def test_a_reclaim_policy_change_reaches_the_data_claims_owner() -> None:
+    """Delete -> Retain takes the storage's owner off the nfs data claim (the garbage
+    collector would otherwise still delete it, and its volume, with the storage);
+    Retain -> Delete puts it back."""
+    def claim(objs: list[Obj]) -> Obj:
+        return next(o for o in objs if o["kind"] == "PersistentVolumeClaim"
+                    and o["metadata"]["name"].endswith("-nfs-data"))
+
+    deleting_kind = storage("nfs-dedicated")
+    deleting_kind["spec"]["reclaimPolicy"] = "Delete"
+    held, _ = converge(deleting_kind)
+    assert [r["kind"] for r in claim(held)["metadata"]["ownerReferences"]] == ["SharedStorage"]
+    retained = storage("nfs-dedicated")
+    retained["spec"]["reclaimPolicy"] = "Retain"
+    p = plan(observed(retained, held))
+    assert "ownerReferences" not in claim(p.apply)["metadata"], keys(p.apply)
+    held, _ = converge(retained)
+    p = plan(observed(deleting_kind, held))
+    assert claim(p.apply)["metadata"]["ownerReferences"], keys(p.apply)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nightshift.api import names
+
 # Top-level keys that are not the object's payload: identity, metadata (compared
 # separately, labels and annotations only) and what the server writes.
 _NOT_PAYLOAD = frozenset({"apiVersion", "kind", "metadata", "status"})
@@ -17,17 +19,30 @@ _NOT_PAYLOAD = frozenset({"apiVersion", "kind", "metadata", "status"})
 
 def drifted(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> bool:
     """True when the API server's object lacks something we render: it is missing, or a
-    label, an annotation or a field of its payload (spec, or a ConfigMap's data)
-    differs. Fields the server or another controller added (defaults, status) are not
-    drift."""
+    label, an annotation, its owners of ours, or a field of its payload (spec, or a
+    ConfigMap's data) differs. Fields the server or another controller added (defaults,
+    status) are not drift."""
     if observed is None:
         return True
     dm, om = desired.get("metadata") or {}, observed.get("metadata") or {}
     if not (contains(om.get("labels") or {}, dm.get("labels") or {})
             and contains(om.get("annotations") or {}, dm.get("annotations") or {})):
         return True
+    if _owners(dm, dm) != _owners(om, dm):
+        return True
     return not all(contains(observed.get(k), v) for k, v in desired.items()
                    if k not in _NOT_PAYLOAD)
+
+
+def _owners(meta: Mapping[str, Any], desired: Mapping[str, Any]) -> set[str]:
+    """The owners' UIDs that are ours to set: those we render, and any of our own kinds.
+    An owner we no longer render is drift too: a claim whose storage went from
+    reclaimPolicy Delete to Retain must lose its owner, or deleting the storage would
+    still delete it (and its volume) through the garbage collector."""
+    rendered = {str(r.get("uid")) for r in desired.get("ownerReferences") or []}
+    return {str(r.get("uid")) for r in meta.get("ownerReferences") or []
+            if r.get("uid") in rendered
+            or str(r.get("apiVersion", "")).startswith(f"{names.GROUP}/")}
 
 
 def contains(have: Any, want: Any) -> bool:
