@@ -111,6 +111,44 @@ def test_a_removed_label_or_requirement_is_drift_an_added_one_is_not() -> None:
     assert drifted(desired, None)
 
 
+def test_a_field_we_applied_and_no_longer_render_is_drift() -> None:
+    """The server's managedFields say what our apply owns: a pool's maxCPU removed leaves
+    limits.cpu there, and only our own fields count (another manager's are not ours to
+    remove). tests/integration/test_drift_live.py has the server's own copies."""
+    obj = kwok_vc(POOLS["spot-compute"])
+    desired = next(m for m in rendered(obj) if m["kind"] == "NodePool")
+    desired["spec"].pop("limits", None)
+    served = as_served([desired])[0]
+    served["spec"]["limits"] = {"cpu": "64"}
+    owned: dict[str, Any] = {"f:spec": {"f:limits": {"f:cpu": {}}}}
+    served["metadata"]["managedFields"] = [{"manager": "someone-else", "operation": "Apply",
+                                            "fieldsV1": owned}]
+    assert not drifted(desired, served)
+    served["metadata"]["managedFields"].append(
+        {"manager": names.FIELD_MANAGER, "operation": "Apply", "fieldsV1": owned})
+    assert drifted(desired, served)
+    # An atomic map (one field to the server) holding a key we no longer render.
+    labels = served["spec"]["template"]["metadata"].setdefault("labels", {})
+    served["spec"].pop("limits")
+    served["metadata"]["managedFields"] = [{
+        "manager": names.FIELD_MANAGER, "operation": "Apply",
+        "fieldsV1": {"f:spec": {"f:template": {"f:metadata": {"f:labels": {}}}}}}]
+    assert not drifted(desired, served)
+    assert desired["spec"]["template"]["metadata"]["labels"], "the pool's node labels"
+    labels["gone"] = "x"
+    assert drifted(desired, served)
+
+
+def test_a_zero_value_the_server_does_not_keep_is_not_drift() -> None:
+    desired: dict[str, Any] = {"kind": "PersistentVolume", "metadata": {"name": "pv"},
+                               "spec": {"storageClassName": "", "capacity": {"storage": "1Gi"}}}
+    served: dict[str, Any] = {"kind": "PersistentVolume", "metadata": {"name": "pv"},
+              "spec": {"capacity": {"storage": "1Gi"}, "volumeMode": "Filesystem"}}
+    assert not drifted(desired, served)
+    served["spec"]["storageClassName"] = "gp3"
+    assert drifted(desired, served)
+
+
 def test_contains_is_a_subset_on_maps_and_exact_on_list_length() -> None:
     assert contains({"a": 1, "b": 2}, {"a": 1})
     assert not contains({"a": 1}, {"a": 1, "b": 2})

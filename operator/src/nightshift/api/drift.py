@@ -30,8 +30,71 @@ def drifted(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> b
         return True
     if _owners(dm, dm) != _owners(om, dm):
         return True
-    return not all(contains(observed.get(k), v) for k, v in desired.items()
-                   if k not in _NOT_PAYLOAD)
+    if not all(contains(observed.get(k), v) for k, v in desired.items()
+               if k not in _NOT_PAYLOAD):
+        return True
+    applied = applied_paths(observed)
+    if applied - rendered_paths(desired):
+        return True
+    # An atomic map (a NodePool template's labels) is one field to the server: a key we
+    # no longer render stays in it unless the whole map is compared.
+    return any(isinstance(want := _at(desired, p), Mapping) and want
+               and _at(observed, p) != want for p in applied)
+
+
+def _at(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = obj
+    for key in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node
+
+
+# A field set's keys (fieldsV1, the managedFields format): "f:<name>" a map's field;
+# "k:{...}", "v:<value>", "i:<n>" a list's item; "." the node itself.
+_LIST_ITEM = ("k:", "v:", "i:")
+
+
+def applied_paths(observed: Mapping[str, Any]) -> set[tuple[str, ...]]:
+    """The fields our apply owns on the server's object, as paths, a list as one field:
+    what a server-side apply without them would remove. A field we stop rendering (a
+    pool's maxCPU removed, so its NodePool's limits.cpu) is in here and in no render,
+    which `contains` alone cannot see (extra keys are the server's defaults to it)."""
+    out: set[tuple[str, ...]] = set()
+    for entry in (observed.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("manager") == names.FIELD_MANAGER and entry.get("operation") == "Apply":
+            _walk_fields(entry.get("fieldsV1") or {}, (), out)
+    return {p for p in out if p[0] != "metadata" or p[1] in ("labels", "annotations")}
+
+
+def _walk_fields(node: Mapping[str, Any], path: tuple[str, ...],
+                 out: set[tuple[str, ...]]) -> None:
+    for key, child in node.items():
+        if not key.startswith("f:"):
+            continue
+        here = (*path, key[2:])
+        if isinstance(child, Mapping) and any(k.startswith(_LIST_ITEM) for k in child):
+            out.add(here)  # a list: compared whole by `contains`
+        elif isinstance(child, Mapping) and any(k.startswith("f:") for k in child):
+            _walk_fields(child, here, out)
+        else:
+            out.add(here)
+
+
+def rendered_paths(desired: Mapping[str, Any]) -> set[tuple[str, ...]]:
+    """Every field path of a rendered object, maps walked, a list as one field."""
+    out: set[tuple[str, ...]] = set()
+
+    def walk(node: Mapping[str, Any], path: tuple[str, ...]) -> None:
+        for key, value in node.items():
+            here = (*path, str(key))
+            out.add(here)
+            if isinstance(value, Mapping):
+                walk(value, here)
+
+    walk(desired, ())
+    return out
 
 
 def _owners(meta: Mapping[str, Any], desired: Mapping[str, Any]) -> set[str]:
@@ -46,11 +109,13 @@ def _owners(meta: Mapping[str, Any], desired: Mapping[str, Any]) -> set[str]:
 
 
 def contains(have: Any, want: Any) -> bool:
-    """`want` is in `have`: maps by key (extra keys in `have` allowed), lists item by
-    item at equal length, scalars equal."""
+    """`want` is in `have`: maps by key (extra keys in `have` allowed, zero values in
+    `want` may be absent), lists item by item at equal length, scalars equal."""
     if isinstance(want, Mapping):
+        # A zero value we render ("", false, 0, {}, []) the server does not keep
+        # (omitempty): a PersistentVolume's storageClassName "" reads back absent.
         return isinstance(have, Mapping) and all(
-            k in have and contains(have[k], v) for k, v in want.items())
+            contains(have[k], v) if k in have else not v for k, v in want.items())
     if isinstance(want, list):
         return (isinstance(have, list) and len(have) == len(want)
                 and all(contains(h, w) for h, w in zip(have, want, strict=True)))
