@@ -321,6 +321,32 @@ def test_nfs_service_readdressed_replaces_the_pv() -> None:
     assert pv["spec"]["nfs"]["server"] == "10.96.0.99"
 
 
+@pytest.mark.parametrize("before, after", [("RO", "RW"), ("RW", "RO")])
+def test_nfs_access_type_changed_replaces_the_pv(before: str, after: str) -> None:
+    """The clients' PV source says readOnly, and a PV's source is immutable: a changed
+    exportOptions.accessType replaces the PV (and its claim) as a new address does.
+    Before, RO -> RW left every client mount read-only under a Ready storage."""
+    def with_access(access: str) -> Obj:
+        obj = storage("nfs-dedicated")
+        obj["spec"]["nfs"]["exportOptions"] = {"accessType": access}
+        return obj
+
+    held, _ = converge(with_access(before))
+    (pv,) = [o for o in held if o["kind"] == "PersistentVolume"]
+    assert bool(pv["spec"]["nfs"].get("readOnly")) == (before == "RO")
+    p = plan(observed(with_access(after), held))
+    assert sorted(refs(p.prune)) == ["PersistentVolume/physics-raw-nfs-9e1764",
+                                     "PersistentVolumeClaim/raw-nfs-client"]
+    gone = [o for o in held if o["kind"] != "PersistentVolume"
+            and o["metadata"]["name"] != "raw-nfs-client"]
+    (pv,) = [m for m in plan(observed(with_access(after), gone)).apply
+             if m["kind"] == "PersistentVolume"]
+    assert bool(pv["spec"]["nfs"].get("readOnly")) == (after == "RO")
+    held, _ = converge(with_access(after))
+    assert not [r for r in plan(observed(with_access(after), held)).prune
+                if r["kind"] == "PersistentVolume"], "settled: nothing replaced again"
+
+
 def test_not_ready_names_pods_that_do_not_start_and_what_to_check() -> None:
     held, _ = converge(storage("cvmfs-eks"))
     stuck = [

@@ -159,15 +159,21 @@ def _observed_dependents(st: Storage, present: Mapping[tuple[str, str], Obj],
             return []
         client = nfs.render_nfs_client(st, ip)
         held = present.get(("PersistentVolume", client[0]["metadata"]["name"]))
-        if held is not None and ((held.get("spec") or {}).get("nfs") or {}).get("server") != ip:
-            # The Service was re-created with another address, and a PV's source is
-            # immutable: this pass prunes the PV and its claim, the next makes them anew.
+        if held is not None and _nfs_source(held) != _nfs_source(client[0]):
+            # A PV's source is immutable: the Service re-created with another address, or
+            # exportOptions.accessType changed (the source's readOnly). This pass prunes
+            # the PV and its claim, the next makes them anew.
             return []
         return client
     if st.spec.type == "glusterfs" and ("Job", gluster.volume_job_name(st)) not in present:
         job = glustervolume.volume_job(st, servers)
         return [job] if job else []
     return []
+
+
+def _nfs_source(pv: Obj) -> dict[str, Any]:
+    """A PV's nfs source without the values the server does not keep (readOnly false)."""
+    return {k: v for k, v in ((pv.get("spec") or {}).get("nfs") or {}).items() if v}
 
 
 def _cluster_ip(svc: Obj | None) -> str:
