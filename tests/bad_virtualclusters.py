@@ -104,6 +104,12 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
      vc([{"name": "w", "class": "compute"}],
         nodeClass={**AWS_NODECLASS, "amiSelectorTerms": [{"id": "ami-0123"}]}),
      "invalid", "spec.nodeClass.amiFamily"),
+    ("ami-family-without-terms",
+     vc([{"name": "w", "class": "compute"}],
+        nodeClass={**AWS_NODECLASS, "amiFamily": "Bottlerocket"}),
+     "invalid", "spec.nodeClass.amiFamily: amiFamily Bottlerocket is only for custom AMIs "
+                "(amiSelectorTerms); for the EKS-optimized AMIs set amiAlias instead (e.g. "
+                "bottlerocket@latest)"),
 ]
 
 

@@ -142,4 +142,11 @@ def _aws_nodeclass(nc: NodeClass) -> list[Problem]:
     if nc.ami_selector_terms and not nc.ami_family:
         out.append(Problem("spec.nodeClass.amiFamily", "amiSelectorTerms without an alias "
                            "need amiFamily (AL2023, Bottlerocket, ...) for the user data"))
+    if nc.ami_family and not nc.ami_selector_terms:
+        # Rendered, it would be dropped: the alias (amiAlias, or al2023@latest) picks both
+        # the AMI and its user-data format, and the nodes would boot AL2023 unsaid.
+        alias = nc.ami_alias or f"{nc.ami_family.lower()}@latest"
+        out.append(Problem("spec.nodeClass.amiFamily", f"amiFamily {nc.ami_family} is only "
+                           "for custom AMIs (amiSelectorTerms); for the EKS-optimized AMIs "
+                           f"set amiAlias instead (e.g. {alias}) and remove amiFamily"))
     return out
