@@ -12,7 +12,9 @@ from typing import Any
 import boto3
 
 from nightshift.aws import AwsError
+from nightshift.aws.instancetypes import CatalogCache
 from nightshift.aws.prices import PRICING_REGION, AwsPrices, PriceFn
+from nightshift.virtualcluster.catalog import InstanceCatalog
 
 log = logging.getLogger("nightshift")
 
@@ -29,6 +31,7 @@ class Ec2Access:
         self._factory = factory
         self._ec2: Any = None
         self._prices: PriceFn | None = None
+        self.types = CatalogCache(self.client)
         # Why there is no price source at all (no region or credentials), for the status.
         self.prices_error = ""
 
@@ -40,6 +43,10 @@ class Ec2Access:
             except Exception as e:  # botocore's NoRegionError and friends
                 raise AwsError("CreateClient", "NoClient", str(e)) from e
         return self._ec2
+
+    def catalog(self) -> InstanceCatalog | None:
+        """The region's instance types (cached a day); None while they cannot be read."""
+        return self.types.get()
 
     def prices(self) -> PriceFn:
         """On-demand (Pricing API) and spot (price history) USD/hour, cached."""

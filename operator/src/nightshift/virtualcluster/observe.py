@@ -140,7 +140,8 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
     # are still there: those stay while runs use this VirtualCluster (plan.retained).
     removing = spec is not None and bool(removed_pools(spec, ours))
     return Observed(
-        vc=vc, crds=crds, catalog=sources.catalog if provider == "kwok" else None,
+        vc=vc, crds=crds,
+        catalog=sources.catalog if provider == "kwok" else sources.aws.catalog(),
         owned=ours,
         nodeclaims=claims, nodes=node_list,
         pending_cpu=pending_cpu(kube, namespace, [p.name for p in spec.pools]) if spec else {},

@@ -56,7 +56,8 @@ Obj = Mapping[str, Any]
 class Observed:
     vc: Obj
     crds: frozenset[str]
-    # The KWOK instance catalog (kwok provider only; None elsewhere or unconfigured).
+    # The instance catalog: KWOK's file, or on AWS the region's types (validation only);
+    # None when unconfigured or unreadable (the names are then not checked).
     catalog: InstanceCatalog | None
     # Our NodePools and node classes as the API server holds them.
     owned: Sequence[Obj]

@@ -1,0 +1,104 @@
+"""On AWS the pools' families and instance types are checked against the region's own
+types (ec2:DescribeInstanceTypes, moto's copy of them here), as the KWOK catalog checks
+them locally: before, a misspelled family rendered a NodePool that never launched a
+node under a Ready VirtualCluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from moto import mock_aws
+
+from nightshift.aws.clients import Ec2Access
+from nightshift.aws.instancetypes import RETRY_S, TTL_S, CatalogCache, describe_catalog
+from nightshift.kube import Kube
+from nightshift.virtualcluster.catalog import InstanceCatalog
+from nightshift.virtualcluster.observe import CrdCache, Sources, observe
+from nightshift.virtualcluster.provider import CRD_EC2NODECLASS, CRD_NODEPOOL
+from nightshift.virtualcluster.spec import VirtualClusterSpec
+from nightshift.virtualcluster.validate import validate
+from tests.unit.test_chart_kubecalls import RecordingKube
+from tests.unit.vcfixtures import vc
+
+
+def _ec2() -> Any:
+    return boto3.client("ec2", region_name="us-east-1", aws_access_key_id="test",
+                        aws_secret_access_key="test")
+
+
+@pytest.fixture
+def ec2() -> Iterator[Any]:
+    with mock_aws():
+        yield _ec2()
+
+
+@pytest.fixture(scope="module")
+def region() -> InstanceCatalog:
+    """us-east-1's types as moto has them (about 1,400; paged, a few seconds: once)."""
+    with mock_aws():
+        return describe_catalog(_ec2())
+
+
+def test_the_regions_types_become_the_catalog(region: InstanceCatalog) -> None:
+    catalog = region
+    c6i, c7g = catalog.types["c6i.large"], catalog.types["c7g.large"]
+    assert (c6i.family, c6i.arch, c6i.cpu, c6i.memory_bytes) == ("c6i", "amd64", 2.0, 4 * 2**30)
+    assert (c7g.family, c7g.arch) == ("c7g", "arm64")
+    assert "c6l" not in catalog.families()
+
+
+def test_a_misspelled_family_or_type_on_aws_is_invalid(region: InstanceCatalog) -> None:
+    spec = VirtualClusterSpec.model_validate(vc(
+        {"name": "w", "class": "compute", "families": ["c6l"]},
+        {"name": "x", "class": "compute", "instanceTypes": ["c6i.humongous"]},
+        {"name": "ok", "class": "compute", "families": ["c6i"],
+         "instanceTypes": ["c6i.2xlarge"]})["spec"])
+    said = [str(p) for p in validate(spec, "aws", region)]
+    assert said == [
+        "spec.pools[0].families[0]: unknown instance family 'c6l': check the spelling "
+        "(e.g. c6i, r7g, m6id)",
+        "spec.pools[1].instanceTypes[0]: unknown instance type 'c6i.humongous': use a name "
+        "from the instance catalog, e.g. c6i.2xlarge"], said
+
+
+def test_a_refused_describe_is_said_kept_a_while_then_tried_again() -> None:
+    client = _ec2()
+    stub = Stubber(client)
+    now = [0.0]
+    cache = CatalogCache(lambda: client, clock=lambda: now[0])
+    stub.add_client_error("describe_instance_types", "UnauthorizedOperation",
+                          "You are not authorized to perform this operation.")
+    with stub:
+        assert cache.get() is None
+        assert cache.error.startswith("pools' families and instanceTypes not checked: ")
+        assert "UnauthorizedOperation" in cache.error
+        assert cache.error.endswith("grant the operator's role ec2:DescribeInstanceTypes")
+        now[0] = RETRY_S - 1
+        assert cache.get() is None  # not asked again yet (the stub has no more answers)
+        now[0] = RETRY_S
+        stub.add_response("describe_instance_types", {"InstanceTypes": [{
+            "InstanceType": "c6i.large", "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]},
+            "VCpuInfo": {"DefaultVCpus": 2}, "MemoryInfo": {"SizeInMiB": 4096}}]})
+        got = cache.get()
+        assert got is not None and list(got.types) == ["c6i.large"] and cache.error == ""
+        now[0] += TTL_S - 1
+        assert cache.get() is got  # kept a day
+        stub.assert_no_pending_responses()
+
+
+def test_observe_passes_the_regions_types_on_aws(ec2: Any) -> None:
+    class Installed(CrdCache):
+        def installed(self, kube: Kube) -> frozenset[str]:
+            return frozenset({CRD_NODEPOOL, CRD_EC2NODECLASS})
+
+    obj = vc({"name": "w", "class": "compute"}, provider="aws")
+    kube = RecordingKube([obj])
+    got = observe(kube, Sources(Installed(), None, Ec2Access(_ec2)),
+                  obj["metadata"]["namespace"], obj["metadata"]["name"], datetime.now(UTC))
+    assert got is not None and got.catalog is not None
+    assert "c6i" in got.catalog.families()
