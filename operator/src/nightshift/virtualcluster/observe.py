@@ -31,7 +31,8 @@ from nightshift.virtualcluster.nodepools import (
     LABEL_CAPACITY_TYPE,
     LABEL_INSTANCE_TYPE,
 )
-from nightshift.virtualcluster.plan import Observed, removed_pools
+from nightshift.virtualcluster.placement import existing_groups
+from nightshift.virtualcluster.plan import Observed, removed_pools, retired_groups
 from nightshift.virtualcluster.provider import (
     CRD_EC2NODECLASS,
     CRD_KWOKNODECLASS,
@@ -149,6 +150,8 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         price_problem=sources.price_problem(provider,
                                             [k for k, v in prices.items() if v is None]),
         running_runs=running_runs(kube, namespace, name) if deleting or removing else (),
+        groups_left=frozenset(existing_groups(sources.aws, vc, retired_groups(vc, spec)))
+        if provider == "aws" and not deleting else frozenset(),
         now=now)
 
 

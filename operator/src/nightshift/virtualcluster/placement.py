@@ -8,7 +8,11 @@ from typing import Any
 
 from nightshift.aws import AwsError
 from nightshift.aws.clients import Ec2Access
-from nightshift.aws.placement import delete_placement_group, ensure_placement_group
+from nightshift.aws.placement import (
+    delete_placement_group,
+    describe_placement_group,
+    ensure_placement_group,
+)
 from nightshift.virtualcluster import objectnames
 from nightshift.virtualcluster.nodeclasses import ownership_tags
 
@@ -23,6 +27,28 @@ def delete_groups(aws: Ec2Access, vc: Mapping[str, Any], pools: Iterable[str]) -
     """Delete our placement groups (only once the pools' nodes are gone)."""
     return _each(aws, vc, pools, "DeletePlacementGroup", lambda client, group, uid, _tags:
                  delete_placement_group(client, group, uid))
+
+
+def existing_groups(aws: Ec2Access, vc: Mapping[str, Any], pools: Iterable[str]) -> set[str]:
+    """Of `pools`, those whose placement group still exists. One that cannot be looked
+    up (no client, an AWS error) counts as existing: its record is kept, never lost."""
+    pools = list(pools)
+    if not pools:
+        return set()
+    meta = vc["metadata"]
+    try:
+        client = aws.client()
+    except AwsError:
+        return set(pools)
+    out = set()
+    for pool in pools:
+        try:
+            if describe_placement_group(client, objectnames.placement_group_name(
+                    meta["namespace"], meta["name"], pool)) is not None:
+                out.add(pool)
+        except AwsError:
+            out.add(pool)
+    return out
 
 
 def _each(aws: Ec2Access, vc: Mapping[str, Any], pools: Iterable[str], operation: str,

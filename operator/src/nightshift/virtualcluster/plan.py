@@ -77,6 +77,9 @@ class Observed:
     gone_at: Mapping[str, datetime] = field(default_factory=dict)
     # Why some prices are unknown, with the fix ("" when none is, or no reason is known).
     price_problem: str = ""
+    # Of the retired_groups (status.placementGroups no longer wanted), those whose EC2
+    # group still exists.
+    groups_left: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -165,12 +168,22 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
     if deleting or retained or any(p.get("launching") or p.get("pendingCPU")
                                    for p in status["pools"]):
         requeue = BUSY_REQUEUE
+    retired = retired_groups(o.vc, spec)
+    # A group whose pool left (removed, or placement no longer cluster) goes once no
+    # node of the pool is left in it; its entry stays until a pass sees it gone.
+    idle = tuple(p for p in retired if p in o.groups_left and not _pool_in_use(o, p))
+    made = sorted({*groups, *(p for p in made_groups(o.vc)
+                             if p not in retired or p in o.groups_left)})
+    if made:
+        status["placementGroups"] = made
+    if any(p in o.groups_left for p in retired):
+        requeue = BUSY_REQUEUE  # until the group is seen gone
     if o.errors:
         # The writes this plan asked for met errors: do not repeat them in this pass
         # (nor prune while the new set is not fully in place); the next pass retries.
-        apply, prune, groups = [], [], ()
+        apply, prune, groups, idle = [], [], (), ()
     return Plan(add_finalizer=add_finalizer, ensure_groups=groups, apply=apply, prune=prune,
-                status=status, events=condition_events(
+                delete_groups=idle, status=status, events=condition_events(
                     (o.vc.get("status") or {}).get("conditions"), status["conditions"]),
                 requeue_after=requeue)
 
@@ -189,7 +202,8 @@ def _finalize(o: Observed, spec: VirtualClusterSpec | None) -> Plan:
     if classes:
         return _deleting(o, "RemovingNodeClasses", f"waiting for {len(classes)} node "
                          "class(es) to go", prune=[_ref(c) for c in classes])
-    groups = tuple(placement_pools(spec)) if spec and CRD_EC2NODECLASS in o.crds else ()
+    groups = tuple(sorted({*placement_pools(spec), *made_groups(o.vc)})
+                   ) if CRD_EC2NODECLASS in o.crds else ()
     if o.errors:
         return _deleting(o, "PlacementGroupError", "; ".join(o.errors), ERROR_REQUEUE)
     return Plan(delete_groups=groups, remove_finalizer=True, gone=True)
@@ -219,6 +233,27 @@ def removed_pools(spec: VirtualClusterSpec, owned: Sequence[Obj]) -> list[str]:
 
 def placement_pools(spec: VirtualClusterSpec | None) -> list[str]:
     return [p.name for p in spec.pools if p.placement == "cluster"] if spec else []
+
+
+def made_groups(vc: Obj) -> list[str]:
+    """The pools whose placement group this VirtualCluster made (status.placementGroups):
+    the record that outlives a pool's removal from the spec."""
+    return [str(p) for p in (vc.get("status") or {}).get("placementGroups") or []]
+
+
+def retired_groups(vc: Obj, spec: VirtualClusterSpec | None) -> list[str]:
+    """Made groups whose pool no longer asks for one."""
+    wanted = set(placement_pools(spec))
+    return [p for p in made_groups(vc) if p not in wanted]
+
+
+def _pool_in_use(o: Observed, pool: str) -> bool:
+    """Any NodePool, node class, NodeClaim or node of `pool` left (its instances may be
+    in the group, which EC2 will not delete while they run)."""
+    namespace, name = o.vc["metadata"]["namespace"], o.vc["metadata"]["name"]
+    nodes = [n for n in o.nodes if _owned_node(n, namespace, name)]
+    return any((obj["metadata"].get("labels") or {}).get(names.LABEL_POOL) == pool
+               for obj in (*o.owned, *o.nodeclaims, *nodes))
 
 
 # The VirtualCluster field behind each of an EC2NodeClass's conditions that a user's
