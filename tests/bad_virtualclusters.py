@@ -107,9 +107,10 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("ami-family-without-terms",
      vc([{"name": "w", "class": "compute"}],
         nodeClass={**AWS_NODECLASS, "amiFamily": "Bottlerocket"}),
-     "invalid", "spec.nodeClass.amiFamily: amiFamily Bottlerocket is only for custom AMIs "
-                "(amiSelectorTerms); for the EKS-optimized AMIs set amiAlias instead (e.g. "
-                "bottlerocket@latest)"),
+     "invalid", "spec.nodeClass.amiFamily: amiFamily Bottlerocket is not the family of "
+                "the AMI alias al2023@latest, which picks the AMIs without amiSelectorTerms: "
+                "set amiAlias: bottlerocket@latest for that family's EKS AMIs, or remove "
+                "amiFamily"),
 ]
 
 

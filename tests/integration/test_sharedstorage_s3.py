@@ -91,3 +91,16 @@ def test_s3_storage_used_by_runs_against_versitygw(
             '{"spec": {"cancel": true}}')
     wait_phase(kube, ns, "first", {"Cancelled"}, 60)
     wait_for("the storage deleted once the run ended", lambda: gone(kube, ns, "raw-s3"), 60)
+    # A Secret that is not there: the storage says so itself (before, it said Ready and
+    # left each run to find out).
+    kubectl.apply(storage(ns, "keyless", {
+        "type": "s3", "s3": {"bucket": "snfactory", "endpoint": gw.endpoint,
+                             "region": "us-east-1", "credentialsSecret": "no-such-keys"}}))
+
+    def said() -> str | None:
+        ready = condition(get(kube, ns, "keyless"), "Ready")
+        return str(ready.get("message")) if ready.get("status") == "False" else None
+
+    message = wait_for("keyless not Ready", said, 60)
+    assert ("spec.s3.credentialsSecret: Secret no-such-keys does not exist (it needs "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)") in message, message

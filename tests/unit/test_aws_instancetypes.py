@@ -15,7 +15,13 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from nightshift.aws.clients import Ec2Access
-from nightshift.aws.instancetypes import RETRY_S, TTL_S, CatalogCache, describe_catalog
+from nightshift.aws.instancetypes import (
+    FRESH_S,
+    RETRY_S,
+    TTL_S,
+    CatalogCache,
+    describe_catalog,
+)
 from nightshift.kube import Kube
 from nightshift.virtualcluster.catalog import InstanceCatalog
 from nightshift.virtualcluster.observe import CrdCache, Sources, observe
@@ -102,3 +108,29 @@ def test_observe_passes_the_regions_types_on_aws(ec2: Any) -> None:
                   obj["metadata"]["namespace"], obj["metadata"]["name"], datetime.now(UTC))
     assert got is not None and got.catalog is not None
     assert "c6i" in got.catalog.families()
+
+
+def test_a_name_the_catalog_lacks_reads_it_again_once_it_is_not_fresh() -> None:
+    """A family AWS launched since the catalog was read is not refused as a misspelling
+    for a day: a name it lacks reads it again, at most every FRESH_S."""
+    def page(*types: str) -> dict[str, Any]:
+        return {"InstanceTypes": [{"InstanceType": t, "VCpuInfo": {"DefaultVCpus": 2},
+                                   "MemoryInfo": {"SizeInMiB": 4096},
+                                   "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]}}
+                                  for t in types]}
+
+    client = _ec2()
+    stub = Stubber(client)
+    now = [0.0]
+    cache = CatalogCache(lambda: client, clock=lambda: now[0])
+    stub.add_response("describe_instance_types", page("c6i.large"))
+    stub.add_response("describe_instance_types", page("c6i.large", "c9i.large"))
+    with stub:
+        first = cache.get(["c6i"])
+        assert first is not None and "c9i" not in first.families()
+        now[0] = FRESH_S - 1
+        assert cache.get(["c9i"]) is first  # fresh: the stub's second answer not asked
+        now[0] = FRESH_S
+        again = cache.get(["c9i.large"])
+        assert again is not None and "c9i" in again.families()
+    stub.assert_no_pending_responses()

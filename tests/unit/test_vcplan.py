@@ -147,6 +147,22 @@ def test_a_zero_value_the_server_does_not_keep_is_not_drift() -> None:
     assert not drifted(desired, served)
     served["spec"]["storageClassName"] = "gp3"
     assert drifted(desired, served)
+    # false is not dropped: its absence (a hand edit) changes what the pod may do.
+    pod: dict[str, Any] = {"kind": "DaemonSet", "metadata": {"name": "c"},
+                           "spec": {"automountServiceAccountToken": False}}
+    assert drifted(pod, {"kind": "DaemonSet", "metadata": {"name": "c"}, "spec": {}})
+
+
+def test_replicas_handed_to_an_hpa_are_not_taken_back() -> None:
+    """A squid Deployment rendered without replicas once its HPA scales it: removing the
+    field by apply would reset it to 1 before the HPA writes it."""
+    desired: dict[str, Any] = {"kind": "Deployment", "metadata": {"name": "squid"},
+                               "spec": {"template": {}}}
+    served: dict[str, Any] = {"kind": "Deployment", "metadata": {"name": "squid",
+        "managedFields": [{"manager": names.FIELD_MANAGER, "operation": "Apply",
+                           "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {}}}}]},
+        "spec": {"replicas": 3, "template": {}}}
+    assert not drifted(desired, served)
 
 
 def test_contains_is_a_subset_on_maps_and_exact_on_list_length() -> None:

@@ -80,3 +80,19 @@ def test_examples_are_valid(path: str, provider: str) -> None:
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / path).read_text())
     spec = VirtualClusterSpec.model_validate(doc["spec"])
     assert [str(p) for p in validate(spec, provider)] == []
+
+
+@pytest.mark.parametrize(("node_class", "said"), [
+    ({"amiFamily": "AL2023"}, None),  # the default alias's own family: harmless
+    ({"amiFamily": "Bottlerocket", "amiAlias": "bottlerocket@latest"}, None),
+    ({"amiFamily": "Bottlerocket"}, "set amiAlias: bottlerocket@latest"),
+    ({"amiFamily": "Custom"}, "a Custom family needs amiSelectorTerms naming the AMIs"),
+])
+def test_an_ami_family_the_alias_does_not_give_is_invalid(node_class: dict[str, Any],
+                                                          said: str | None) -> None:
+    from tests.unit.vcfixtures import AWS_NODECLASS
+
+    found = [p for p in problems_of(vc({"name": "w", "class": "compute"},
+                                       nodeClass={**AWS_NODECLASS, **node_class}))
+             if p.startswith("spec.nodeClass.amiFamily")]
+    assert (found == []) if said is None else (len(found) == 1 and said in found[0]), found

@@ -34,7 +34,7 @@ def drifted(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> b
                if k not in _NOT_PAYLOAD):
         return True
     applied = applied_paths(observed)
-    if applied - rendered_paths(desired):
+    if applied - rendered_paths(desired) - _HANDED_OVER:
         return True
     # An atomic map (a NodePool template's labels) is one field to the server: a key we
     # no longer render stays in it unless the whole map is compared.
@@ -50,6 +50,11 @@ def _at(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
         node = node.get(key)
     return node
 
+
+# Fields a render stops setting to hand them to another controller (a squid
+# Deployment's replicas to its HPA): removing them by apply would reset them to their
+# default (1 replica) until that controller writes them, so that alone is not drift.
+_HANDED_OVER = frozenset({("spec", "replicas")})
 
 # A field set's keys (fieldsV1, the managedFields format): "f:<name>" a map's field;
 # "k:{...}", "v:<value>", "i:<n>" a list's item; "." the node itself.
@@ -109,14 +114,22 @@ def _owners(meta: Mapping[str, Any], desired: Mapping[str, Any]) -> set[str]:
 
 
 def contains(have: Any, want: Any) -> bool:
-    """`want` is in `have`: maps by key (extra keys in `have` allowed, zero values in
-    `want` may be absent), lists item by item at equal length, scalars equal."""
+    """`want` is in `have`: maps by key (extra keys in `have` allowed, empty strings,
+    maps and lists in `want` may be absent), lists item by item at equal length, scalars
+    equal."""
     if isinstance(want, Mapping):
-        # A zero value we render ("", false, 0, {}, []) the server does not keep
-        # (omitempty): a PersistentVolume's storageClassName "" reads back absent.
+        # An empty value we render ("", {}, []) the server does not keep (omitempty):
+        # a PersistentVolume's storageClassName "" reads back absent.
         return isinstance(have, Mapping) and all(
-            contains(have[k], v) if k in have else not v for k, v in want.items())
+            contains(have[k], v) if k in have else _dropped(v) for k, v in want.items())
     if isinstance(want, list):
         return (isinstance(have, list) and len(have) == len(want)
                 and all(contains(h, w) for h, w in zip(have, want, strict=True)))
     return bool(have == want)
+
+
+def _dropped(want: Any) -> bool:
+    """An empty string, map or list, which the server drops; never false or 0, whose
+    absence (automountServiceAccountToken, allowPrivilegeEscalation removed by hand)
+    changes what the object does."""
+    return isinstance(want, (str, Mapping, list)) and not want

@@ -44,9 +44,10 @@ class Ec2Access:
                 raise AwsError("CreateClient", "NoClient", str(e)) from e
         return self._ec2
 
-    def catalog(self) -> InstanceCatalog | None:
-        """The region's instance types (cached a day); None while they cannot be read."""
-        return self.types.get()
+    def catalog(self, names: Iterable[str] = ()) -> InstanceCatalog | None:
+        """The region's instance types (cached a day, read again sooner for a name it
+        lacks); None while they cannot be read."""
+        return self.types.get(names)
 
     def prices(self) -> PriceFn:
         """On-demand (Pricing API) and spot (price history) USD/hour, cached."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from nightshift.aws import AwsError, aws_errors
@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 TTL_S = 24 * 3600  # a region gains types a few times a year
 RETRY_S = 600  # after a failure: not every pass
+FRESH_S = 300  # younger than this, a name it lacks is not a reason to read it again
 
 
 def describe_catalog(ec2: Any) -> InstanceCatalog:
@@ -50,11 +51,16 @@ class CatalogCache:
         self._clock = clock
         self._catalog: InstanceCatalog | None = None
         self._until = 0.0
+        self._read = 0.0
         self.error = ""
 
-    def get(self) -> InstanceCatalog | None:
+    def get(self, names: Iterable[str] = ()) -> InstanceCatalog | None:
+        """The catalog; read again first when it is older than FRESH_S and lacks one of
+        `names` (families or types): a family AWS launched since is not refused as a
+        misspelling for a day."""
         now = self._clock()
-        if now < self._until:
+        if now < self._until and not (self._catalog is not None and self._read + FRESH_S <= now
+                                      and any(not _has(self._catalog, n) for n in names)):
             return self._catalog
         try:
             catalog = describe_catalog(self._client())
@@ -69,5 +75,9 @@ class CatalogCache:
             # names against it would refuse every pool.
             self._until = now + RETRY_S
             return self._catalog
-        self._catalog, self.error, self._until = catalog, "", now + TTL_S
+        self._catalog, self.error, self._until, self._read = catalog, "", now + TTL_S, now
         return catalog
+
+
+def _has(catalog: InstanceCatalog, name: str) -> bool:
+    return name in catalog.types if "." in name else name in catalog.families()

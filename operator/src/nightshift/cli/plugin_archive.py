@@ -98,8 +98,10 @@ def records(kube: Kube, namespace: str, run: Mapping[str, Any], stages: list[dic
     if missing:
         # Stage-in writes the first record before any step and fails the item if the
         # archive refuses it: an item with none has not started, or failed before that.
-        err.print(f"{missing} item(s) have no task record yet: not started, or stage-in "
-                  "failed before writing one (the run's failure samples say why). A record "
+        err.print(f"{missing} item(s) have no task record yet: not started; or stage-in "
+                  "failed before writing one (the run's failure samples say why); or, with "
+                  "the node cache and a mounted archive, still running (stage-in, as root "
+                  "there, leaves the record to the sidecar). A record "
                   "at phase running whose item is done is one whose last write failed: the "
                   f"pod's log of container {COMMIT_CONTAINER} says why", markup=False,
                   highlight=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from nightshift.api import names
+from nightshift.api import credsecret, names
 from nightshift.aws.s3 import (
     S3Error,
     S3MissingError,
@@ -244,9 +244,6 @@ def _join(a: str, b: str) -> str:
     return a.rstrip("/") + "/" + b.lstrip("/") if b else a
 
 
-SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
-
-
 def s3_target(kube: Kube, namespace: str, storage: StorageRef, field: str,
               operator_identity: bool = False) -> S3Target:
     """The listing's target and keys; no keys only when s3_listing_refusal allowed that."""
@@ -266,25 +263,11 @@ def s3_target(kube: Kube, namespace: str, storage: StorageRef, field: str,
                 f"{s3.credentials_secret} ({e.status} {e.reason}); a cluster admin grants "
                 "it by name in the collaboration chart's operator.secretNames (or with "
                 "the operator chart's rbac.readSecrets)") from None
-        if sec is None:
-            raise ResolveError(f"{field}: storage {storage.name!r}: Secret "
-                               f"{s3.credentials_secret} does not exist (it needs "
-                               f"{' and '.join(SECRET_KEYS)})")
-        data = sec.get("data") or {}
-        try:
-            access, secret = (base64.b64decode(data.get(k, "")).decode() or None
-                              for k in SECRET_KEYS)
-        except UnicodeDecodeError:
-            # Not invalid: the Secret can be fixed in place, and a later pass reads it again.
-            raise ResolveError(f"{field}: storage {storage.name!r}: Secret "
-                               f"{s3.credentials_secret}'s {' or '.join(SECRET_KEYS)} is "
-                               "not UTF-8 text; store the keys as plain text") from None
-        missing = [k for k, v in zip(SECRET_KEYS, (access, secret), strict=True) if not v]
-        if missing:
-            # Without both keys boto3 would fall back to the operator's own identity.
-            raise ResolveError(f"{field}: storage {storage.name!r}: Secret "
-                               f"{s3.credentials_secret} has no {' or '.join(missing)}; "
-                               "add the key to the Secret")
+        # Not invalid: the Secret can be fixed in place, and a later pass reads it again.
+        if why := credsecret.problem(sec, s3.credentials_secret):
+            raise ResolveError(f"{field}: storage {storage.name!r}: {why}")
+        assert sec is not None  # noqa: S101  (problem() said so otherwise)
+        access, secret = credsecret.keys_of(sec)
     return S3Target(bucket=s3.bucket, region=s3.region, endpoint=s3.endpoint,
                     access_key=access, secret_key=secret,
                     operator_identity=operator_identity and not s3.credentials_secret)

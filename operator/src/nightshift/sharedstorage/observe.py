@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import names, podstate, refusals
+from nightshift.api import credsecret, names, podstate, refusals
 from nightshift.api.conditions import parse_rfc3339
-from nightshift.kube import Kube
+from nightshift.kube import Kube, KubeError
 from nightshift.pipelinerun.spec import TERMINAL_PHASES
 from nightshift.sharedstorage import gluster, reclaim, squid
 from nightshift.sharedstorage import status as ssstatus
@@ -213,6 +213,7 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
         image_registry=sources.image_registry, image_tag=sources.image_tag,
         pods_not_starting=stuck, pods_refused=refused, claims_waiting=claims,
         load_balancer_events=_events(kube, namespace, lb[0]) if lb else (),
+        secret_problem=_secret_problem(kube, namespace, spec) if not deleting else "",
         load_balancer_grace=sources.load_balancer_grace)
 
 
@@ -279,6 +280,22 @@ def _refused(kube: Kube, namespace: str, ours: Sequence[Obj], now: datetime
         if (got := refusals.newest(events, now)) is not None:
             out.append((str(obj["kind"]), str(meta["name"]), got[1]))
     return out
+
+
+def _secret_problem(kube: Kube, namespace: str, spec: SharedStorageSpec) -> str:
+    """An s3 storage's credentialsSecret, checked as a run's item listing checks it: a
+    storage that said Ready over a Secret that is not there left it to each run."""
+    name = spec.s3.credentials_secret if spec.type == "s3" and spec.s3 else None
+    if not name:
+        return ""
+    try:
+        secret = kube.get("v1", "Secret", name, namespace)
+    except KubeError as e:
+        if e.status != 403:
+            raise
+        return ""  # RBAC grants Secrets by name (operator.secretNames): not ours to judge
+    why = credsecret.problem(secret, name)
+    return f"spec.s3.credentialsSecret: {why}" if why else ""
 
 
 def facts(kube: Kube, namespace: str, spec: SharedStorageSpec,

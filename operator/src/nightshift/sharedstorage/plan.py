@@ -200,7 +200,8 @@ def _ready_replicas(obj: Obj | None) -> int:
 def _figures(o: Observed, st: Storage, spec: SharedStorageSpec,
              present: Mapping[tuple[str, str], Obj]) -> ssstatus.Observed:
     """The status figures of what was observed, and what is still missing."""
-    not_ready = [*o.errors, *ssstatus.workloads_not_ready(
+    secret = [o.secret_problem] if o.secret_problem else []
+    not_ready = [*o.errors, *secret, *ssstatus.workloads_not_ready(
         spec.type, st.namespace, o.pods_not_starting, o.pods_refused, present.values())]
     if said := reclaim.moved(st, spec, (o.storage.get("status") or {}).get("dataNodes") or [],
                              o.server_nodes):

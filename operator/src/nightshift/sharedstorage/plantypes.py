@@ -78,6 +78,9 @@ class Observed:
     # seconds or more for an address.
     load_balancer_events: Sequence[Obj] = ()
     load_balancer_grace: float = 120.0
+    # s3: what is wrong with spec.s3.credentialsSecret ("" when nothing, or unreadable
+    # to the operator: the runs that use the storage then say so).
+    secret_problem: str = ""
 
 
 @dataclass(frozen=True)

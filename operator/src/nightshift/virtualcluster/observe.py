@@ -117,6 +117,18 @@ class Sources:
         return ""
 
 
+def _catalog(sources: Sources, provider: str,
+             spec: VirtualClusterSpec | None) -> InstanceCatalog | None:
+    """The names' catalog: KWOK's file, or the region's types on AWS (never asked for
+    elsewhere: a static cluster may have no AWS at all)."""
+    if provider == "kwok":
+        return sources.catalog
+    if provider != "aws" or spec is None:
+        return None
+    return sources.aws.catalog([n for p in spec.pools
+                                for n in (*p.families, *p.instance_types)])
+
+
 def observe(kube: Kube, sources: Sources, namespace: str, name: str,
             now: datetime) -> Observed | None:
     """Everything the planner needs, prices included; None when the object is gone."""
@@ -142,7 +154,7 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
     removing = spec is not None and bool(removed_pools(spec, ours))
     return Observed(
         vc=vc, crds=crds,
-        catalog=sources.catalog if provider == "kwok" else sources.aws.catalog(),
+        catalog=_catalog(sources, provider, spec),
         owned=ours,
         nodeclaims=claims, nodes=node_list,
         pending_cpu=pending_cpu(kube, namespace, [p.name for p in spec.pools]) if spec else {},

@@ -20,7 +20,7 @@ from nightshift.virtualcluster.catalog import (
     parse_quantity,
 )
 from nightshift.virtualcluster.legacy import LEGACY
-from nightshift.virtualcluster.spec import NodeClass, Pool, VirtualClusterSpec
+from nightshift.virtualcluster.spec import DEFAULT_AMI_ALIAS, NodeClass, Pool, VirtualClusterSpec
 
 
 def validate(
@@ -142,11 +142,15 @@ def _aws_nodeclass(nc: NodeClass) -> list[Problem]:
     if nc.ami_selector_terms and not nc.ami_family:
         out.append(Problem("spec.nodeClass.amiFamily", "amiSelectorTerms without an alias "
                            "need amiFamily (AL2023, Bottlerocket, ...) for the user data"))
-    if nc.ami_family and not nc.ami_selector_terms:
-        # Rendered, it would be dropped: the alias (amiAlias, or al2023@latest) picks both
-        # the AMI and its user-data format, and the nodes would boot AL2023 unsaid.
-        alias = nc.ami_alias or f"{nc.ami_family.lower()}@latest"
-        out.append(Problem("spec.nodeClass.amiFamily", f"amiFamily {nc.ami_family} is only "
-                           "for custom AMIs (amiSelectorTerms); for the EKS-optimized AMIs "
-                           f"set amiAlias instead (e.g. {alias}) and remove amiFamily"))
+    alias = nc.ami_alias or DEFAULT_AMI_ALIAS
+    if (nc.ami_family and not nc.ami_selector_terms
+            and nc.ami_family.lower() != alias.split("@", 1)[0]):
+        # The render drops it: the alias (amiAlias, or al2023@latest) picks both the AMI
+        # and its user-data format, and the nodes would boot another family unsaid.
+        fix = ("a Custom family needs amiSelectorTerms naming the AMIs" if
+               nc.ami_family == "Custom" else
+               f"set amiAlias: {nc.ami_family.lower()}@latest for that family's EKS AMIs")
+        out.append(Problem("spec.nodeClass.amiFamily", f"amiFamily {nc.ami_family} is not "
+                           f"the family of the AMI alias {alias}, which picks the AMIs "
+                           f"without amiSelectorTerms: {fix}, or remove amiFamily"))
     return out
