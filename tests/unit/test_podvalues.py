@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nightshift.api.quantities import quantity, same_quantity
 from nightshift.pipelinerun import podvalues as pv
 
 
@@ -21,13 +22,13 @@ from nightshift.pipelinerun import podvalues as pv
     ("-1Gi", Decimal(-(2**30))), ("100n", Decimal("1E-7")),
 ])
 def test_quantities_the_api_server_reads(text: Any, value: Decimal) -> None:
-    assert pv.quantity(text) == value
+    assert quantity(text) == value
 
 
 @pytest.mark.parametrize("text", ["1x", "", "1 Gi", "Gi", "1.2.3", "1GiB", "1e", True, None,
                                   1.5, "0x10"])
 def test_quantities_the_api_server_refuses(text: Any) -> None:
-    assert pv.quantity(text) is None
+    assert quantity(text) is None
 
 
 def test_resources_as_the_api_server_checks_them() -> None:
@@ -83,3 +84,11 @@ def test_qualified_names_and_label_values() -> None:
 ])
 def test_images_the_kubelet_can_pull(image: str, ok: bool) -> None:
     assert (pv.image_problem("i", image) == []) == ok
+
+
+@pytest.mark.parametrize(("a", "b", "same"), [
+    ("1.5Ti", "1536Gi", True), ("1024Gi", "1Ti", True), ("0.5", "500m", True),
+    ("1Gi", "1G", False), ("1", "01", False), ("x", "x", True), ("1Gi", "x", False),
+])
+def test_one_quantity_written_two_ways(a: str, b: str, same: bool) -> None:
+    assert same_quantity(a, b) is same and same_quantity(b, a) is same

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nightshift.api import names
+from nightshift.api.quantities import same_quantity
 
 # Top-level keys that are not the object's payload: identity, metadata (compared
 # separately, labels and annotations only) and what the server writes.
@@ -125,7 +126,9 @@ def contains(have: Any, want: Any) -> bool:
     if isinstance(want, list):
         return (isinstance(have, list) and len(have) == len(want)
                 and all(contains(h, w) for h, w in zip(have, want, strict=True)))
-    return bool(have == want)
+    # The API server keeps a quantity in its canonical form (a claim's "1.5Ti" reads
+    # back "1536Gi", a cpu "0.5" as "500m"): the same value is not drift.
+    return bool(have == want) or same_quantity(have, want)
 
 
 def _dropped(want: Any) -> bool:

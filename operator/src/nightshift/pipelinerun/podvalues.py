@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from nightshift.api.problems import Problem
+from nightshift.api.quantities import quantity
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage, StorageRef
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -33,9 +34,6 @@ CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 FIELD_PATH = re.compile(r"^(metadata\.(name|namespace|uid)|spec\.(nodeName|serviceAccountName)"
                         r"|status\.(hostIPs?|podIPs?)|metadata\.(labels|annotations)\[.+\])$")
 RESOURCE_FIELD = re.compile(r"^(limits|requests)\.(cpu|memory|ephemeral-storage|hugepages-.+)$")
-_QUANTITY = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$")
-_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 # All annotations of an object together (the API server's TotalAnnotationSizeLimitB).
 ANNOTATIONS_BYTES = 256 * 1024
@@ -45,23 +43,6 @@ def pod_asks(resources: Mapping[str, Any]) -> dict[str, Any]:
     """What one pod of a stage asks for, by resource: its request, else its limit (the
     API server makes a limit the request when none is given)."""
     return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-
-
-def quantity(text: Any) -> Decimal | None:
-    """A Kubernetes quantity's value, or None when the API server would not parse it."""
-    if isinstance(text, bool) or not isinstance(text, (int, str)):
-        return None
-    s = str(text)
-    m = _QUANTITY.match(s)
-    if not m:
-        return None
-    suffix = m.group(2) or ""
-    number = Decimal(s[: len(s) - len(suffix)])
-    if suffix in _BINARY:
-        return number * Decimal(1024) ** _BINARY[suffix]
-    if suffix[:1] in ("e", "E") and len(suffix) > 1:
-        return number.scaleb(int(suffix[1:]))
-    return number.scaleb(_DECIMAL[suffix])
 
 
 def qualified_name_problem(key: str) -> str | None:

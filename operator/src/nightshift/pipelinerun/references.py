@@ -30,6 +30,7 @@ from typing import Any
 
 from nightshift.api import conditions as cond
 from nightshift.api import names
+from nightshift.api.quantities import quantity
 from nightshift.pipelinerun import podvalues
 from nightshift.pipelinerun.jobs import NO_POOL, PoolNodes
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
@@ -233,7 +234,7 @@ def _scratch(spec: PipelineRunSpec,
         pool = pools.get(st.pool or "")
         if st.scratch is None or pool is None or pool.get("localDisk") or root is None:
             continue
-        size, room = podvalues.quantity(st.scratch.size), podvalues.quantity(root)
+        size, room = quantity(st.scratch.size), quantity(root)
         if size is None or room is None or size <= room:
             continue
         waiting.append(
@@ -259,7 +260,7 @@ def _pool_limits(spec: PipelineRunSpec,
         asked = podvalues.pod_asks(st.resources)
         for res, limit, what in (("cpu", "maxCPU", "{} CPU"), ("memory", "maxMemory",
                                                                "{} of memory")):
-            want, cap = podvalues.quantity(asked.get(res)), podvalues.quantity(pool.get(limit))
+            want, cap = quantity(asked.get(res)), quantity(pool.get(limit))
             if want is None or cap is None or want <= cap:
                 continue
             waiting.append(
