@@ -14,6 +14,7 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
+from nightshift.api import names
 from nightshift.aws.clients import Ec2Access
 from nightshift.aws.instancetypes import (
     FRESH_S,
@@ -25,6 +26,7 @@ from nightshift.aws.instancetypes import (
 from nightshift.kube import Kube
 from nightshift.virtualcluster.catalog import InstanceCatalog
 from nightshift.virtualcluster.observe import CrdCache, Sources, observe
+from nightshift.virtualcluster.plan import plan
 from nightshift.virtualcluster.provider import CRD_EC2NODECLASS, CRD_NODEPOOL
 from nightshift.virtualcluster.spec import VirtualClusterSpec
 from nightshift.virtualcluster.validate import validate
@@ -134,3 +136,28 @@ def test_a_name_the_catalog_lacks_reads_it_again_once_it_is_not_fresh() -> None:
         again = cache.get(["c9i.large"])
         assert again is not None and "c9i" in again.families()
     stub.assert_no_pending_responses()
+
+
+def test_names_that_could_not_be_checked_are_said_in_ready() -> None:
+    """Without ec2:DescribeInstanceTypes the pools are applied unchecked, and Ready says
+    so with the grant (a misspelled family would otherwise show only as nodes that
+    never come)."""
+    class Installed(CrdCache):
+        def installed(self, kube: Kube) -> frozenset[str]:
+            return frozenset({CRD_NODEPOOL, CRD_EC2NODECLASS})
+
+    client = _ec2()
+    stub = Stubber(client)
+    stub.add_client_error("describe_instance_types", "UnauthorizedOperation",
+                          "You are not authorized to perform this operation.")
+    obj = vc({"name": "w", "class": "compute", "families": ["c6i"]}, provider="aws")
+    obj["metadata"]["finalizers"] = [names.FINALIZER_VIRTUAL_CLUSTER]
+    with stub:
+        got = observe(RecordingKube([obj]), Sources(Installed(), None, Ec2Access(lambda: client)),
+                      obj["metadata"]["namespace"], obj["metadata"]["name"], datetime.now(UTC))
+    assert got is not None and got.catalog is None
+    status = plan(got).status
+    assert status is not None
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "InstanceNamesNotChecked"), ready
+    assert ready["message"].endswith("grant the operator's role ec2:DescribeInstanceTypes")

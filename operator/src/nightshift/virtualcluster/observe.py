@@ -152,9 +152,13 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
     # The runs matter to a deletion, and to pools removed from the spec whose NodePools
     # are still there: those stay while runs use this VirtualCluster (plan.retained).
     removing = spec is not None and bool(removed_pools(spec, ours))
+    catalog = _catalog(sources, provider, spec)
+    named = spec is not None and any(p.families or p.instance_types for p in spec.pools)
+    unchecked = (sources.aws.types.error
+                 if provider == "aws" and catalog is None and named else "")
     return Observed(
         vc=vc, crds=crds,
-        catalog=_catalog(sources, provider, spec),
+        catalog=catalog, names_unchecked=unchecked,
         owned=ours,
         nodeclaims=claims, nodes=node_list,
         pending_cpu=pending_cpu(kube, namespace, [p.name for p in spec.pools]) if spec else {},

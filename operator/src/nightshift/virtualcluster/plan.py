@@ -80,6 +80,9 @@ class Observed:
     # Of the retired_groups (status.placementGroups no longer wanted), those whose EC2
     # group still exists.
     groups_left: frozenset[str] = frozenset()
+    # On AWS, why the pools' families and instance types could not be checked (no
+    # region's catalog), with the grant; "" when they were, or name none.
+    names_unchecked: str = ""
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,8 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
     status = virtualcluster_status(
         o.vc, choice=choice, nodes=o.nodes, nodeclaims=o.nodeclaims,
         pending_cpu=o.pending_cpu, price=lambda t, c: o.prices.get((t, c)),
-        problems=problems, not_ready=not_ready, retained=retained, now=rfc3339(o.now))
+        problems=problems, not_ready=not_ready, retained=retained,
+        unchecked=o.names_unchecked, now=rfc3339(o.now))
     status["cost"] = node_cost((o.vc.get("status") or {}).get("cost"), o.nodeclaims,
                                o.prices, spec.billing, o.now, o.gone_at)
     if status["cost"].get("unpricedNodes") and o.price_problem:

@@ -194,6 +194,7 @@ def virtualcluster_status(
     problems: Sequence[Problem] = (),
     not_ready: Sequence[str] = (),
     retained: str = "",
+    unchecked: str = "",
     now: str | None = None,
 ) -> dict[str, Any]:
     """The whole status subresource, conditions merged with the current ones.
@@ -220,7 +221,8 @@ def virtualcluster_status(
             limited.append(why)
         if not p_nodes:
             empty.append(pool.name)
-    conds = _conditions(choice, problems, not_ready, limited, empty, generation, retained)
+    conds = _conditions(choice, problems, not_ready, limited, empty, generation, retained,
+                        unchecked)
     old = (vc.get("status") or {}).get("conditions")
     applied = (generation if not problems and not choice.error
                else (vc.get("status") or {}).get("appliedGeneration"))
@@ -246,6 +248,7 @@ def _conditions(
     empty: list[str],
     gen: int,
     retained: str = "",
+    unchecked: str = "",
 ) -> list[dict[str, Any]]:
     c = conditions
     if problems:
@@ -267,6 +270,9 @@ def _conditions(
             )
         elif retained:
             ready = c.condition(c.READY, c.TRUE, "RemovedPoolsInUse", retained, gen)
+        elif unchecked:
+            # Applied, but a misspelled family would only show as nodes that never come.
+            ready = c.condition(c.READY, c.TRUE, "InstanceNamesNotChecked", unchecked, gen)
         else:
             reason = "Static" if choice.mode == "static" else "NodePoolsApplied"
             ready = c.condition(c.READY, c.TRUE, reason, choice.message, gen)
