@@ -10,6 +10,7 @@ $NIGHTSHIFT_CACHE/bin/versitygw-v1.8.0/versitygw (default ~/.cache/nightshift).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -147,13 +148,15 @@ class VersityGW:
         return self.data_dir / bucket / key
 
 
-@pytest.fixture
-def s3server() -> Iterator[VersityGW]:
+@contextlib.contextmanager
+def running(host: str = "127.0.0.1", users: tuple[str, ...] = ()) -> Iterator[VersityGW]:
+    """A started server in a temporary directory, stopped after; skips the test when the
+    binary is not built. What fails inside prints the server's log."""
     if not binary().exists():
         pytest.skip(f"versitygw {VERSION} not built at {binary()}: run `make test` (the "
                     "Makefile builds it) or hack/build-upstream.sh")
     with tempfile.TemporaryDirectory(prefix="nightshift-s3-") as d:
-        gw = VersityGW(Path(d) / "data", Path(d))
+        gw = VersityGW(Path(d) / "data", Path(d), host=host, users=users)
         gw.start()
         try:
             yield gw
@@ -162,3 +165,9 @@ def s3server() -> Iterator[VersityGW]:
             raise
         finally:
             gw.stop()
+
+
+@pytest.fixture
+def s3server() -> Iterator[VersityGW]:
+    with running() as gw:
+        yield gw

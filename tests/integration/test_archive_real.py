@@ -6,9 +6,7 @@ Skipped without the real node or its images, as test_real_node.py."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +22,10 @@ from tests.integration.test_real_node import (
     gateway,
     real_node,
     s3_credentials,
+    s3_storage,
     start_stage,
 )
-from tests.s3server import VersityGW, binary
+from tests.s3server import VersityGW, running
 
 __all__ = ["gateway", "real_node"]  # fixtures, used by name below
 
@@ -37,20 +36,10 @@ USER = "pipelines"
 def limited_on_gateway(gateway: str) -> Iterator[VersityGW]:
     """versitygw where pods reach it, with an account its bucket policy refuses
     s3:PutObject under proj/_nightshift/ (the task records) and allows the rest."""
-    if not binary().exists():
-        pytest.skip(f"versitygw not built at {binary()}: hack/build-upstream.sh versitygw")
-    with tempfile.TemporaryDirectory(prefix="nightshift-s3-") as d:
-        gw = VersityGW(Path(d) / "data", Path(d), host=gateway, users=(USER,))
-        gw.start()
-        try:
-            gw.client().create_bucket(Bucket=BUCKET)
-            gw.deny(BUCKET, USER, "s3:PutObject", "proj/_nightshift/")
-            yield gw
-        except BaseException:
-            print(f"versitygw log:\n{gw.log_path.read_text()[-4000:]}")
-            raise
-        finally:
-            gw.stop()
+    with running(host=gateway, users=(USER,)) as gw:
+        gw.client().create_bucket(Bucket=BUCKET)
+        gw.deny(BUCKET, USER, "s3:PutObject", "proj/_nightshift/")
+        yield gw
 
 
 def test_a_refused_task_record_is_named_in_the_failure_sample(
@@ -59,9 +48,7 @@ def test_a_refused_task_record_is_named_in_the_failure_sample(
     gw = limited_on_gateway
     s3_credentials(kubectl, namespace, gw, user=USER)
     spec = PipelineRunSpec.model_validate({
-        "storage": [{"name": "data", "s3": {"bucket": BUCKET, "prefix": "proj/",
-                                            "endpoint": gw.endpoint, "region": "us-east-1",
-                                            "credentialsSecret": "s3-creds"}}],
+        "storage": [s3_storage(gw)],
         "archive": {"storage": "data"},
         "stages": [{
             "name": "calib", "image": RUNNER_IMAGE, "forEach": {"items": ["a", "b"]},

@@ -27,6 +27,7 @@ from tests.integration.test_real_node import (
     real_node,
     s3_credentials,
     s3_on_gateway,
+    s3_storage,
     wait_job,
 )
 from tests.s3server import VersityGW
@@ -107,9 +108,7 @@ def test_gathered_inputs_one_per_item_of_an_earlier_stage(
                           Body=f"{d}:{b}\n".encode())
     s3_credentials(kubectl, namespace, gw)
     spec = PipelineRunSpec.model_validate({
-        "storage": [{"name": "work", "s3": {"bucket": BUCKET, "prefix": "proj/",
-                                            "endpoint": gw.endpoint, "region": "us-east-1",
-                                            "credentialsSecret": "s3-creds"}}],
+        "storage": [s3_storage(gw, "work")],
         "stages": [
             {"name": "split", "image": RUNNER_IMAGE, "forEach": {"items": days},
              "steps": [{"name": "split", "command": ["true"]}]},

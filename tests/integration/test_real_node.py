@@ -8,10 +8,8 @@ Skipped when the cluster has no Ready real node (`nightshift-localcluster up
 from __future__ import annotations
 
 import json
-import tempfile
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +21,7 @@ from nightshift.pipelinerun.spec import PipelineRunSpec
 from nightshift_localcluster import helminstall
 from nightshift_localcluster.nodeconfig import NODE_LABEL, NODE_NAME, NODE_TAINT
 from tests.clusterutil import Kubectl, wait_for
-from tests.s3server import VersityGW, binary
+from tests.s3server import VersityGW, running
 
 RUNNER_IMAGE = "nightshift-runner:dev"
 BUCKET = "realnode"
@@ -174,19 +172,16 @@ def test_pod_reads_the_api_with_its_service_account(real_node: dict[str, Any],
 
 @pytest.fixture
 def s3_on_gateway(gateway: str) -> Iterator[VersityGW]:
-    if not binary().exists():
-        pytest.skip(f"versitygw not built at {binary()}: hack/build-upstream.sh versitygw")
-    with tempfile.TemporaryDirectory(prefix="nightshift-s3-") as d:
-        gw = VersityGW(Path(d) / "data", Path(d), host=gateway)
-        gw.start()
-        try:
-            gw.client().create_bucket(Bucket=BUCKET)
-            yield gw
-        except BaseException:
-            print(f"versitygw log:\n{gw.log_path.read_text()[-4000:]}")
-            raise
-        finally:
-            gw.stop()
+    with running(host=gateway) as gw:
+        gw.client().create_bucket(Bucket=BUCKET)
+        yield gw
+
+
+def s3_storage(gw: VersityGW, name: str = "data") -> dict[str, Any]:
+    """A spec.storage entry for BUCKET's proj/ on `gw`, its keys in s3_credentials'
+    Secret."""
+    return {"name": name, "s3": {"bucket": BUCKET, "prefix": "proj/", "endpoint": gw.endpoint,
+                                 "region": "us-east-1", "credentialsSecret": "s3-creds"}}
 
 
 def s3_credentials(kubectl: Kubectl, namespace: str, gw: VersityGW,
@@ -208,9 +203,7 @@ def test_runner_stage_in_steps_commit_in_real_pods(
         s3.put_object(Bucket=BUCKET, Key=f"proj/raw/{item}/in.txt", Body=f"{item}-data\n".encode())
     s3_credentials(kubectl, namespace, gw)
     spec = PipelineRunSpec.model_validate({
-        "storage": [{"name": "data", "s3": {"bucket": BUCKET, "prefix": "proj/",
-                                            "endpoint": gw.endpoint, "region": "us-east-1",
-                                            "credentialsSecret": "s3-creds"}}],
+        "storage": [s3_storage(gw)],
         "archive": {"storage": "data"},
         "stages": [{
             "name": "double", "image": RUNNER_IMAGE, "forEach": {"items": ["a", "b"]},

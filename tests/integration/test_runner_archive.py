@@ -8,7 +8,6 @@ but the sidecar's log. The same record keeps a lost attempt in the next one's hi
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from nightshift.runner.storageerr import RECORDS_NEED
 from tests.integration.test_runner_s3 import BUCKET, config, get_json, keys, run_pod
-from tests.s3server import VersityGW, binary, s3server
+from tests.s3server import VersityGW, running, s3server
 
 __all__ = ["s3server"]  # the fixture, imported explicitly (no shared conftest edits)
 
@@ -28,17 +27,10 @@ RECORD = "proj/_nightshift/run1/reduce/0.json"
 def limited() -> Iterator[VersityGW]:
     """versitygw with a second account, USER, which the bucket's policy refuses
     s3:PutObject under proj/_nightshift/ (the records) and allows everything else."""
-    if not binary().exists():
-        pytest.skip(f"versitygw not built at {binary()}: hack/build-upstream.sh versitygw")
-    with tempfile.TemporaryDirectory(prefix="nightshift-s3-") as d:
-        gw = VersityGW(Path(d) / "data", Path(d), users=(USER,))
-        gw.start()
-        try:
-            gw.client().create_bucket(Bucket=BUCKET)
-            gw.deny(BUCKET, USER, "s3:PutObject", "proj/_nightshift/")
-            yield gw
-        finally:
-            gw.stop()
+    with running(users=(USER,)) as gw:
+        gw.client().create_bucket(Bucket=BUCKET)
+        gw.deny(BUCKET, USER, "s3:PutObject", "proj/_nightshift/")
+        yield gw
 
 
 def test_an_archive_that_refuses_the_record_fails_the_item_before_its_steps(
