@@ -59,8 +59,9 @@ class CatalogCache:
         `names` (families or types): a family AWS launched since is not refused as a
         misspelling for a day."""
         now = self._clock()
-        if now < self._until and not (self._catalog is not None and self._read + FRESH_S <= now
-                                      and any(not _has(self._catalog, n) for n in names)):
+        lacking = (self._catalog is not None and self._read + FRESH_S <= now
+                   and _lacks(self._catalog, names))
+        if now < self._until and not lacking:
             return self._catalog
         try:
             catalog = describe_catalog(self._client())
@@ -79,5 +80,7 @@ class CatalogCache:
         return catalog
 
 
-def _has(catalog: InstanceCatalog, name: str) -> bool:
-    return name in catalog.types if "." in name else name in catalog.families()
+def _lacks(catalog: InstanceCatalog, names: Iterable[str]) -> bool:
+    """A type (with a dot) or family of `names` that `catalog` does not hold."""
+    families = {t.family for t in catalog.types.values()}
+    return any(n not in (catalog.types if "." in n else families) for n in names)
