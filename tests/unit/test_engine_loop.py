@@ -444,3 +444,94 @@ def test_shutdown_ends_a_loop_whose_wait_swallows_the_cancel() -> None:
         await asyncio.wait_for(loops.shutdown(), 5)
 
     run(main)
+
+
+def test_backoff_never_overflows_however_long_a_failure_lasts() -> None:
+    # 2.0 * 2**1024 is no float: the 1025th failure in a row (about 17 h at the cap)
+    # used to end the object's loop for good.
+    assert ErrorPolicy().delay(1025) == ErrorPolicy().delay(10**6) == 60.0
+
+
+def test_a_clear_that_fails_is_tried_again_by_the_next_good_pass() -> None:
+    fail = {"passes": 3, "clears": 1}
+    reports: list[str | None] = []
+    passes: list[int] = []
+
+    def pass_fn(_ns: str, _name: str, _s: State) -> Outcome:
+        passes.append(1)
+        if fail["passes"] > 0:
+            fail["passes"] -= 1
+            raise RuntimeError("boom")
+        return Outcome(requeue_after=0.01)
+
+    def report(_ns: str, _name: str, message: str | None) -> None:
+        if message is None and fail["clears"] > 0:
+            fail["clears"] -= 1
+            raise KubeError(503, "ServiceUnavailable", "etcd leader changed")
+        reports.append(message)
+
+    async def main() -> None:
+        loops: Loops[State] = Loops("Example", State)
+        loops.bind(pass_fn, settle=0, resync=30, report=report,
+                   policy=ErrorPolicy(first_delay=0.01, max_delay=0.01, report_after=3))
+        loops.ensure("ns", "a")
+        await until("the error cleared", lambda: reports[-1:] == [None])
+        count = len(passes)
+        await until("more good passes", lambda: len(passes) >= count + 5)
+        await loops.shutdown()
+
+    run(main)
+    assert reports[0] is not None and reports.count(None) == 1, reports
+
+
+def test_a_burst_during_the_settle_costs_one_pass() -> None:
+    rec = Recorder()
+
+    async def main() -> None:
+        loops = make(rec.record, settle=0.2)
+        loops.ensure("ns", "a")
+        await until("first pass", lambda: len(rec.calls) == 1)
+        loops.wake("ns", "a")  # the wait returns, the settle begins
+        await asyncio.sleep(0.05)
+        for _ in range(50):  # lands during the settle: the coming pass sees it
+            loops.wake("ns", "a")
+        await until("second pass", lambda: len(rec.calls) == 2)
+        await asyncio.sleep(0.5)
+        assert len(rec.calls) == 2
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_a_wakeup_for_an_object_without_a_loop_is_dropped() -> None:
+    async def main() -> None:
+        loops = make(Recorder().record)
+        loops.wake("ns", "deleted-long-ago")  # its Jobs going with it
+        assert not loops.wakeups._events and not loops.wakeups._now
+        await loops.shutdown()
+
+    run(main)
+
+
+def test_on_end_follows_the_objects_loop_not_a_successors() -> None:
+    ended: list[str] = []
+    release = threading.Event()
+    rec = Recorder()
+
+    async def main() -> None:
+        loops: Loops[State] = Loops("Example", State,
+                                    on_end=lambda ns, name: ended.append(f"{ns}/{name}"))
+        loops.bind(rec.first_blocks(release), settle=0.01, resync=30)
+        loops.on_object_event(None, body("a"))
+        await until("a pass in flight", lambda: len(rec.calls) == 1)
+        loops.on_object_event("DELETED", body("a"))
+        loops.on_object_event("ADDED", body("a"))  # re-created while the pass runs
+        release.set()
+        await until("the successor's pass", lambda: len(rec.calls) == 2)
+        await asyncio.sleep(0.05)
+        assert ended == []  # the old loop ended, but a new one took the object
+        loops.on_object_event("DELETED", body("a"))
+        await until("the end", lambda: ended == ["ns/a"])
+        await loops.shutdown()
+
+    run(main)

@@ -6,6 +6,7 @@ Names are the contract with the chart's Grafana dashboard
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,12 +34,21 @@ ITEMS = Gauge("nightshift_items", "Items of a PipelineRun stage by state.",
 # The last phase each run's pass saw, so RUNS counts runs per phase without listing.
 _phases: dict[tuple[str, str], str] = {}
 _stages: dict[tuple[str, str], set[str]] = {}
+# (namespace, phase) series RUNS has now, so a count that drops to none is removed.
+_counted: set[tuple[str, str]] = set()
+# Passes of different runs call this from worker threads at once.
+_lock = threading.Lock()
 ITEM_STATES = ("succeeded", "failed", "running")
 
 
 def observe_run(namespace: str, name: str, status: Mapping[str, Any] | None) -> None:
     """Record a run's phase and per-stage item counts from the status a pass wrote
     (None: the run is gone)."""
+    with _lock:
+        _observe(namespace, name, status)
+
+
+def _observe(namespace: str, name: str, status: Mapping[str, Any] | None) -> None:
     key = (namespace, name)
     if status is None:
         _phases.pop(key, None)
@@ -56,6 +66,10 @@ def observe_run(namespace: str, name: str, status: Mapping[str, Any] | None) -> 
     counts: dict[tuple[str, str], int] = {}
     for (ns, _), phase in _phases.items():
         counts[(ns, phase)] = counts.get((ns, phase), 0) + 1
-    RUNS.clear()
+    # Set in place, never cleared first: a scrape between the two would see no runs.
+    for gone in _counted - counts.keys():
+        RUNS.remove(*gone)
     for (ns, phase), n in counts.items():
         RUNS.labels(ns, phase).set(n)
+    _counted.clear()
+    _counted.update(counts)

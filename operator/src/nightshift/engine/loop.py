@@ -69,11 +69,16 @@ class ErrorPolicy:
     report_after: int = 3
 
     def delay(self, failures: int) -> float:
-        return float(min(self.first_delay * 2 ** max(failures - 1, 0), self.max_delay))
+        # The exponent stops growing long after the cap is reached: 2.0 * 2**1024 is
+        # not a float, and the loop would die on the 1025th failure in a row (~17 h).
+        doublings = min(max(failures - 1, 0), 64)
+        return float(min(self.first_delay * 2 ** doublings, self.max_delay))
 
 
 def describe(error: BaseException) -> str:
     if isinstance(error, KubeError):
+        if error.status == 0:  # not reached: no answer to quote (kube._unreached)
+            return error.message
         said = f"the Kubernetes API answered {error.status} {error.reason}: {error.message}"
         # The refusals every kind retries: say what ends them, which the API server's
         # words do not.
@@ -94,9 +99,14 @@ class Loops(Generic[S]):
     module; `bind` gives it the pass once the operator has its API client and config."""
 
     def __init__(self, kind: str, state: Callable[[], S], *,
-                 finalizer: str | None = None) -> None:
+                 finalizer: str | None = None,
+                 on_end: Callable[[str, str], None] | None = None) -> None:
         self.kind = kind
         self.finalizer = finalizer
+        # Called with (namespace, name) when an object's loop ends and no other took its
+        # place (deleted, gone, paused by peering, shutdown): what this process kept
+        # about the object for others (metrics series) goes with it.
+        self._on_end = on_end
         self.settle = 1.0
         self.resync = 60.0
         self.policy = ErrorPolicy()
@@ -127,7 +137,12 @@ class Loops(Generic[S]):
 
     def wake(self, namespace: str, name: str, *, now: bool = False) -> None:
         """Something the object owns changed: run a pass soon (coalesced), or with
-        `now` as soon as the pass in flight (if any) ends, without the settle."""
+        `now` as soon as the pass in flight (if any) ends, without the settle.
+
+        An object with no loop has nothing to wake (a deleted run's Jobs going with it):
+        a loop always passes first when it starts, so no wake-up is lost by this."""
+        if self.key(namespace, name) not in self._loops:
+            return
         metrics.WAKEUPS.labels(self.kind).inc()
         self.wakeups.wake(self.key(namespace, name), now=now)
 
@@ -199,8 +214,9 @@ class Loops(Generic[S]):
                     outcome, error = await self._one_pass(namespace, name, me.state)
                     if error is None:
                         if reported and self._report is not None:
-                            await self._call_report(namespace, name, None)
-                            reported = False
+                            # Cleared only when the write went through: else the next
+                            # good pass tries again, or the condition stays True for good.
+                            reported = not await self._call_report(namespace, name, None)
                         failures = 0
                     else:
                         failures += 1
@@ -232,6 +248,8 @@ class Loops(Generic[S]):
                 self.wakeups.forget(key)
                 if not lock.locked():
                     self._locks.pop(key, None)
+                if self._on_end is not None:
+                    self._on_end(namespace, name)
             metrics.LOOPS.labels(self.kind).set(len(self.running()))
 
     async def _one_pass(self, namespace: str, name: str,
@@ -259,11 +277,15 @@ class Loops(Generic[S]):
         else:
             log.error("%s", what, exc_info=error)
 
-    async def _call_report(self, namespace: str, name: str, message: str | None) -> None:
+    async def _call_report(self, namespace: str, name: str, message: str | None) -> bool:
+        """Whether the report was written (best effort: the loop goes on either way)."""
         assert self._report is not None  # noqa: S101  (invariant for mypy: bind() set it)
         try:
             await asyncio.to_thread(self._report, namespace, name, message)
-        except Exception as e:  # the report is best effort: the loop must go on
-            log.warning("%s %s/%s: could not record the reconcile error on the object: %s",
-                        self.kind, namespace, name, describe(e))
+        except Exception as e:
+            log.warning("%s %s/%s: could not %s the reconcile error on the object: %s",
+                        self.kind, namespace, name, "clear" if message is None else "record",
+                        describe(e))
+            return False
+        return True
 

@@ -49,9 +49,11 @@ class Wakeups:
         return True
 
     def passing(self, key: Key) -> None:
-        """A pass starts: it sees every change so far, so it answers any wake-up that
-        asked for a pass now. One arriving during the pass asks for the next."""
+        """A pass starts: it sees every change so far, so it answers every wake-up
+        before it (those of the settle interval included, which would otherwise cost a
+        second pass). One arriving during the pass asks for the next."""
         self._now[key].clear()
+        self._events[key].clear()
 
     def forget(self, key: Key) -> None:
         self._events.pop(key, None)

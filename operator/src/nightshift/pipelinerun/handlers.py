@@ -14,6 +14,7 @@ from typing import Any
 
 import kopf
 
+from nightshift import metrics
 from nightshift.api import names
 from nightshift.config import OperatorConfig
 from nightshift.engine.kopfapp import KindWiring, register
@@ -21,7 +22,14 @@ from nightshift.engine.loop import Loops, PassFn
 from nightshift.kube import Kube
 from nightshift.pipelinerun import progress, reconcile
 
-LOOPS: Loops[reconcile.LoopState] = Loops(names.PIPELINERUN, reconcile.LoopState)
+
+def _forget(namespace: str, name: str) -> None:
+    # A deleted (or no longer ours) run leaves the metrics this process serves.
+    metrics.observe_run(namespace, name, None)
+
+
+LOOPS: Loops[reconcile.LoopState] = Loops(names.PIPELINERUN, reconcile.LoopState,
+                                          on_end=_forget)
 
 
 def _make_pass(kube: Kube, config: OperatorConfig) -> PassFn[reconcile.LoopState]:
