@@ -102,6 +102,8 @@ def test_a_refused_configmap_names_the_configmap() -> None:
 
 
 @pytest.mark.parametrize("error", [
+    KubeError(0, "Unreachable", "the Kubernetes API could not be reached (PATCH ...): "
+              "ProtocolError: Connection aborted."),
     KubeError(409, "Conflict", "the object has been modified"),
     KubeError(429, "TooManyRequests", "slow down"),
     KubeError(401, "Unauthorized", "Unauthorized"),
@@ -193,3 +195,26 @@ def test_a_refused_prune_names_what_to_check_and_the_way_around() -> None:
         '"software-squid" is forbidden: User "system:serviceaccount:nightshift:nightshift" '
         "cannot delete resource); the operator's role must allow delete on it (the chart's "
         "does) and no admission webhook may guard it, or delete it by hand"]
+
+
+@pytest.mark.parametrize("error", [
+    KubeError(0, "Unreachable", "the Kubernetes API could not be reached (PATCH ...): "
+              "ProtocolError: Connection aborted."),
+    KubeError(401, "Unauthorized", "Unauthorized"),
+    KubeError(408, "Timeout", "request timed out"),
+])
+def test_virtualcluster_and_storage_leave_transient_errors_to_the_engine(
+        error: KubeError) -> None:
+    """Not "refused by the API server ... a nightshift bug" in Ready: the same write may
+    go through on the engine's retry (and its ReconcileError says why if it lasts)."""
+    vc = vcfixtures.vc(vcfixtures.POOLS["spot-compute"], provider="kwok")
+    kube = RefusingKube([vc, _crd(CRD_NODEPOOL), _crd(CRD_KWOKNODECLASS)], "NodePool", error)
+    ctx = virtualcluster.Context(kube, Sources(CrdCache(), vcfixtures.catalog(), NoAws()))
+    with pytest.raises(KubeError):
+        virtualcluster.reconcile(ctx, vc["metadata"]["namespace"], vc["metadata"]["name"],
+                                 virtualcluster.LoopState())
+    from nightshift.sharedstorage.plantypes import Plan
+    with pytest.raises(KubeError):
+        sharedstorage._apply(RefusingKube([], "Service", error), Plan(apply=[{
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "software-squid", "namespace": NS}}]))

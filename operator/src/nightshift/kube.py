@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import urllib3.exceptions
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -36,6 +37,20 @@ class KubeError(Exception):
         self.message = message
         # "Kind name" of the object the call concerned, when naming() knew it.
         self.obj = obj
+
+    @property
+    def transient(self) -> bool:
+        """Whether the same call may succeed later without anyone changing anything:
+        the API server not reached (status 0), the operator's token refreshed (401), a
+        timeout, a conflict, throttling or the server's own trouble."""
+        return self.status in (0, 401, 408, 409, 429) or self.status >= 500
+
+
+# The transport's own failures (connection refused or reset, timeouts, TLS): the API
+# server was not reached, so there is no status; they become KubeError status 0, so
+# every caller that tells API errors from bugs treats them as the former.
+_UNREACHED = (urllib3.exceptions.HTTPError, OSError)
+UNREACHED_REASON = "Unreachable"
 
 
 @contextlib.contextmanager
@@ -195,6 +210,8 @@ class Kube:
             data = resp.read()
         except ApiException as e:
             raise _error(e) from None
+        except _UNREACHED as e:
+            raise _unreached(method, path, e) from None
         if not 200 <= resp.status < 300:
             raise _error(ApiException(status=resp.status, reason=resp.reason,
                                       body=data.decode(errors="replace") if data else None))
@@ -323,6 +340,8 @@ class Kube:
             data = resp.read() or b""
         except ApiException as e:
             raise _error(e) from None
+        except _UNREACHED as e:
+            raise _unreached(method, path, e) from None
         if not 200 <= resp.status < 300:
             raise _error(ApiException(status=resp.status, reason=resp.reason,
                                       body=data.decode(errors="replace")))
@@ -356,6 +375,11 @@ def node_labels(name: str, timeout: float = 2) -> dict[str, str]:
     if node is None:
         raise KubeError(404, "NotFound", f"node {name} does not exist")
     return dict(node.get("metadata", {}).get("labels") or {})
+
+
+def _unreached(method: str, path: str, e: BaseException) -> KubeError:
+    return KubeError(0, UNREACHED_REASON, f"the Kubernetes API could not be reached "
+                     f"({method} {path.split('?', maxsplit=1)[0]}): {type(e).__name__}: {e}")
 
 
 def _error(e: ApiException) -> KubeError:

@@ -10,7 +10,6 @@ changed, with its events.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -72,7 +71,13 @@ def finish_pass(kube: Kube, owner: Owner, obj: dict[str, Any], plan: P, writer: 
 
 
 def post_events(kube: Kube, obj: dict[str, Any], events: Sequence[Event]) -> None:
-    """A pass's events on `obj`. An event lost is not worth failing the pass for."""
+    """A pass's events on `obj`. An event lost is not worth failing the pass for (the
+    status already says what it would), but the log says which and why."""
     for ev in events:
-        with contextlib.suppress(KubeError):
+        try:
             kube.event(obj, ev.type, ev.reason, ev.message)
+        except KubeError as e:
+            meta = obj.get("metadata") or {}
+            log.warning("%s %s/%s: event %s not posted: %s %s: %s", obj.get("kind"),
+                        meta.get("namespace"), meta.get("name"), ev.reason, e.status,
+                        e.reason, e.message)

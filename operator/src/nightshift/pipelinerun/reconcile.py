@@ -258,9 +258,7 @@ def _apply(kube: Kube, namespace: str, p: Plan) -> list[tuple[str, str]]:
 
 def refusal(e: KubeError) -> bool:
     """Whether the API server refused the object itself, for good."""
-    if not 400 <= e.status < 500 or e.status in (401, 408, 409, 429):
-        # The operator's credentials, a timeout, a conflict, throttling or the server's
-        # own trouble: retry.
+    if e.transient or not 400 <= e.status < 500:
         return False
     # A full quota or a namespace being deleted is the cluster's state, not the run's
     # fault: the engine retries, and if it lasts its ReconcileError condition says why.

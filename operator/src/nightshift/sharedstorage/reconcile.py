@@ -57,14 +57,14 @@ def reconcile(ctx: Context, namespace: str, name: str, state: LoopState) -> Outc
 
 def _apply(kube: Kube, p: Plan) -> list[str]:
     """The plan's writes, in order; the errors a user must see, each naming the object.
-    Transient API errors (conflicts, throttling, 5xx) raise: the engine retries."""
+    Transient API errors (KubeError.transient) raise: the engine retries."""
     errors: list[str] = []
     for manifest in p.apply:
         key = f"{manifest['kind']}/{manifest['metadata']['name']}"
         try:
             kube.apply(manifest)
         except KubeError as e:
-            if e.status in (409, 429) or e.status >= 500:
+            if e.transient:
                 raise
             errors.append(f"{key} was refused by the API server ({e.message}); "
                           f"{_refusal_fix(e.message)}")
@@ -74,7 +74,7 @@ def _apply(kube: Kube, p: Plan) -> list[str]:
         try:
             kube.delete(ref["apiVersion"], ref["kind"], ref["name"], ref.get("namespace"))
         except KubeError as e:
-            if e.status in (409, 429) or e.status >= 500:
+            if e.transient:
                 raise
             errors.append(
                 f"deleting {ref['kind']}/{ref['name']}, which the storage no longer needs, "

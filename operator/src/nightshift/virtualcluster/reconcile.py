@@ -73,7 +73,7 @@ def reconcile(ctx: Context, namespace: str, name: str, state: LoopState) -> Outc
 
 def _apply(ctx: Context, vc: dict[str, Any], p: Plan) -> list[str]:
     """The plan's writes, in order; the errors a user must see, each naming the object.
-    Transient API errors (conflicts, throttling, 5xx) raise: the engine retries."""
+    Transient API errors (KubeError.transient) raise: the engine retries."""
     errors = placement.ensure_groups(ctx.sources.aws, vc, p.ensure_groups)
     if errors:
         return errors  # node classes would name groups that do not exist
@@ -82,7 +82,7 @@ def _apply(ctx: Context, vc: dict[str, Any], p: Plan) -> list[str]:
         try:
             ctx.kube.apply(manifest)
         except KubeError as e:
-            if e.status in (409, 429) or e.status >= 500:
+            if e.transient:
                 raise
             errors.append(f"{key} was refused by the API server ({e.message}): check "
                           "what the pools pass through to it as given (spec.pools[].labels, "
