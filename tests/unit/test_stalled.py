@@ -262,3 +262,30 @@ def test_pods_busy_in_earlier_steps_are_read_ever_less_often(
         assert prog["reason"] == "Running"
     # Read at 30, 90, 210, 450 and 930 s (then every 480 s): 5 reads, not 40.
     assert sum(reads) == 5, reads
+
+
+def test_a_restart_keeps_a_stage_waiting_without_a_second_warning(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The operator restarts (an upgrade, a failover) while a stage says why its pods do
+    # not start: the new loop reads them at once, so the status keeps the reason instead
+    # of dropping it for STALL_SECONDS and then setting it, and its Warning, again.
+    stuck = pod([waiting("main", "ErrImagePull", 'pull "pyton:3.12": not found')])["status"]
+    kube, state, clock, _ = _reconcile_setup(monkeypatch, [stuck])
+    posted: list[str] = []
+    monkeypatch.setattr(kube, "event", lambda _obj, _type, reason, _msg: posted.append(reason))
+
+    def warnings() -> int:
+        return posted.count("StagePodsWaiting")
+
+    _pass(kube, state)
+    clock[0] += stalled.STALL_SECONDS + 1
+    read, prog = _pass(kube, state)
+    assert read and prog["reason"] == "PodsNotStarting"
+    assert warnings() == 1
+    since = prog["lastTransitionTime"]
+    restarted = pipelinerun.LoopState()
+    clock[0] += 5
+    read, prog = _pass(kube, restarted)
+    assert read and prog["reason"] == "PodsNotStarting", prog
+    assert prog["lastTransitionTime"] == since
+    assert warnings() == 1

@@ -53,11 +53,16 @@ class PodReads:
         return dict(self.samples)
 
     def held(self, kube: Kube, namespace: str, jobs: list[dict[str, Any]],
-             spec: PipelineRunSpec | None) -> Found:
+             spec: PipelineRunSpec | None, said: frozenset[str] = frozenset()) -> Found:
         """Why running stages do not move: their stalls (stalled.py) and, for a stage
-        not stalled, items the kubelet evicts again and again (evicted.py)."""
-        return {**self._evicted(kube, namespace, jobs, spec),
-                **self._stalled(kube, namespace, jobs, spec)}
+        not stalled, items the kubelet evicts again and again (evicted.py).
+
+        `said`: the stages whose status says they wait. A Job this loop has not seen yet
+        (the operator restarted) is read at once there, not after the usual wait: the
+        status would otherwise drop the reason for that long, then set it again with a
+        second Warning event."""
+        return {**self._evicted(kube, namespace, jobs, spec, said),
+                **self._stalled(kube, namespace, jobs, spec, said)}
 
     def next_read(self) -> float | None:
         """Seconds until a Job is due a read: a pass then, not a resync later, so a stage
@@ -70,7 +75,7 @@ class PodReads:
         return max(min(due), 1.0) if due else None
 
     def _evicted(self, kube: Kube, namespace: str, jobs: list[dict[str, Any]],
-                 spec: PipelineRunSpec | None) -> Found:
+                 spec: PipelineRunSpec | None, said: frozenset[str]) -> Found:
         """A running stage Job's Failed pods (evicted.PODS_READ), first READ_SECONDS after
         it was first seen running, then every READ_SECONDS while it runs."""
         now, out, seen = time.monotonic(), {}, set()
@@ -78,7 +83,8 @@ class PodReads:
             if not _running_indexed(job):
                 continue
             seen.add(jname)
-            due, found = self.evictions.setdefault(jname, (now + evicted.READ_SECONDS, None))
+            first = now if stage.name in said else now + evicted.READ_SECONDS
+            due, found = self.evictions.setdefault(jname, (first, None))
             if now >= due:
                 found = evicted.summary(stage, i, _pods(kube, namespace, job, "Failed",
                                                         evicted.PODS_READ))
@@ -90,7 +96,7 @@ class PodReads:
         return out
 
     def _stalled(self, kube: Kube, namespace: str, jobs: list[dict[str, Any]],
-                 spec: PipelineRunSpec | None) -> Found:
+                 spec: PipelineRunSpec | None, said: frozenset[str]) -> Found:
         """Why a stage's pods do not start (stalled.py): a few Pending pods, read once its
         Job has had active pods and none ready for STALL_SECONDS, then again every
         STALL_SECONDS while they say why, and ever less often while they do not (a
@@ -105,7 +111,10 @@ class PodReads:
                 continue
             seen.add(jname)
             st = self.stalls.get(jname)
-            if st is None or st.what != what:
+            if st is None and stage.name in said:
+                st = self.stalls[jname] = stalled.Stall(since=now - stalled.STALL_SECONDS,
+                                                        what=what)
+            elif st is None or st.what != what:
                 st = self.stalls[jname] = stalled.Stall(since=now, what=what)
             if now - st.since >= stalled.STALL_SECONDS and now >= st.next_read:
                 st.read(_read_stall(kube, namespace, job, what, stage, i,

@@ -94,7 +94,9 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                 raise
     items = frozen_items(kube, namespace, name, spec) if spec else {}
     samples = state.pods.failure_samples(kube, namespace, jobs)
-    stuck = state.pods.held(kube, namespace, jobs, spec)
+    stuck = state.pods.held(kube, namespace, jobs, spec, frozenset(
+        str(st.get("name")) for st in (run.get("status") or {}).get("stages") or []
+        if st.get("waiting")))
     # Rare (a stage Job deleted mid-run): one short pod LIST per lost Job.
     live = {job: len(kube.list("v1", "Pod", namespace,
                                label_selector=itemsmod.label_selector(labels),
