@@ -93,9 +93,12 @@ def test_only_conditions_off_their_healthy_value_show() -> None:
         {"type": "Failed", "status": "True", "reason": "StageFailed", "message": "stage a"},
         {"type": "Invalid", "status": "False", "reason": "Valid", "message": ""},
         {"type": "CapacityLimited", "status": "Unknown", "reason": "NotChecked"},
+        {"type": "ReconcileError", "status": "True", "reason": "ReconcileFailing",
+         "message": "3 reconcile passes in a row failed"},
+        {"type": "ReconcileError", "status": "False", "reason": "Recovered", "message": ""},
     ]
     assert [c["type"] for c in pr.not_ok(conds)] == ["Progressing", "Failed",
-                                                     "CapacityLimited"]
+                                                     "CapacityLimited", "ReconcileError"]
     run = {"metadata": {"name": "r", "namespace": "ns", "generation": 3},
            "spec": {"stages": [{"name": "a"}], "suspend": True},
            "status": {"phase": "Failed", "observedGeneration": 2, "conditions": conds,

@@ -27,7 +27,7 @@ SEGMENTS = (("succeeded", "█", "green"), ("failed", "▓", "red"),
 PHASE_STYLE = {"Succeeded": "bold green", "Failed": "bold red", "Running": "bold yellow",
                "Suspended": "bold magenta", "Cancelled": "bold magenta", "Pending": "bold"}
 # Conditions whose healthy value is False; for the others (Ready, Progressing) it is True.
-HEALTHY_FALSE = {cond.FAILED, cond.INVALID, cond.CAPACITY_LIMITED}
+HEALTHY_FALSE = {cond.FAILED, cond.INVALID, cond.CAPACITY_LIMITED, cond.RECONCILE_ERROR}
 # Progressing=False and Ready=False are expected once a run stops, for whichever reason
 # its phase already says; only other reasons (ItemsUnresolved, ...) are news.
 PHASES = {"Pending", "Running", "Succeeded", "Failed", "Suspended", "Cancelled"}
