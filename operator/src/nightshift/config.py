@@ -128,8 +128,9 @@ class OperatorConfig:
     progress_interval: float = 10.0
     # Level-based resync even when no event arrives.
     resync: float = 60.0
-    # The KWOK provider's instance catalog (prices, families); "" finds the local
-    # cluster's. On EKS prices come from AWS instead.
+    # The KWOK provider's instance catalog (prices, families); "": none, so kwok pools
+    # accept any family and have no prices (the status says so). On EKS prices come
+    # from AWS instead.
     instance_catalog: str = ""
     # Prometheus /metrics port; 0 serves none.
     metrics_port: int = 0
