@@ -535,3 +535,33 @@ def test_on_end_follows_the_objects_loop_not_a_successors() -> None:
         await loops.shutdown()
 
     run(main)
+
+
+def test_passes_run_at_most_as_many_at_once_as_the_client_has_connections() -> None:
+    from nightshift.kube import CONNECTIONS
+
+    rec = Recorder()
+    release = threading.Event()
+    threads: set[str] = set()
+
+    def pass_fn(_ns: str, name: str, _s: State) -> Outcome:
+        threads.add(threading.current_thread().name)
+        rec.enter(name)
+        release.wait(5)
+        rec.leave()
+        return Outcome()
+
+    async def main() -> None:
+        loops = make(pass_fn)
+        for i in range(CONNECTIONS + 4):
+            loops.ensure("ns", f"run-{i}")
+        await until("the pool full", lambda: rec.active == CONNECTIONS)
+        await asyncio.sleep(0.2)  # the others wait for a thread, whatever the CPU count
+        assert rec.active == CONNECTIONS
+        release.set()
+        await until("every object's pass", lambda: len(set(rec.calls)) == CONNECTIONS + 4)
+        await loops.shutdown()
+
+    run(main)
+    assert rec.max_active == CONNECTIONS
+    assert all(t.startswith("nightshift-pass") for t in threads), threads

@@ -52,6 +52,11 @@ class KubeError(Exception):
 _UNREACHED = (urllib3.exceptions.HTTPError, OSError)
 UNREACHED_REASON = "Unreachable"
 
+# The engine runs at most this many passes at once (engine/loop.py), each making its
+# calls on one pooled connection: more passes than connections would open and discard
+# connections (urllib3's "Connection pool is full").
+CONNECTIONS = 8
+
 
 @contextlib.contextmanager
 def naming(kind: str, name: str, doing: str) -> Iterator[None]:
@@ -132,8 +137,7 @@ class Kube:
             config.load_incluster_config(client_configuration=cfg)
         except config.ConfigException:
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-        # Pipelines fan out in bursts; keep enough connections for concurrent reconciles.
-        cfg.connection_pool_maxsize = 8
+        cfg.connection_pool_maxsize = CONNECTIONS
         return cls(client.ApiClient(cfg))
 
     @classmethod

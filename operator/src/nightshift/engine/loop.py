@@ -34,15 +34,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from nightshift import metrics
 from nightshift.api import refusals
 from nightshift.engine.wakeups import Key, Wakeups
-from nightshift.kube import KubeError
+from nightshift.kube import CONNECTIONS, KubeError
 
 log = logging.getLogger("nightshift")
+# Passes of every kind share these threads: as many as the API client's connections,
+# whatever the host's CPU count (asyncio's default executor grows with it).
+PASSES = ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="nightshift-pass")
 
 
 @dataclass(frozen=True)
@@ -257,15 +261,22 @@ class Loops(Generic[S]):
         if self._pass is None:
             raise RuntimeError(f"{self.kind} loops were never bound to a pass")
         metrics.PASSES.labels(self.kind).inc()
-        start = time.monotonic()
+        pass_fn = self._pass
+
+        def timed() -> Outcome:
+            # Timed in its thread: the pass itself, not its wait for a free thread.
+            start = time.monotonic()
+            try:
+                return pass_fn(namespace, name, state)
+            finally:
+                metrics.RECONCILE_SECONDS.labels(self.kind).observe(time.monotonic() - start)
+
         try:
-            return await asyncio.to_thread(self._pass, namespace, name, state), None
+            return await asyncio.get_running_loop().run_in_executor(PASSES, timed), None
         except Exception as e:
             kind = "api" if isinstance(e, KubeError) else "unexpected"
             metrics.RECONCILE_ERRORS.labels(self.kind, kind).inc()
             return Outcome(requeue_after=self.policy.delay(1)), e
-        finally:
-            metrics.RECONCILE_SECONDS.labels(self.kind).observe(time.monotonic() - start)
 
     def _log_error(self, namespace: str, name: str, error: BaseException, failures: int,
                    delay: float) -> None:
