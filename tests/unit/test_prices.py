@@ -170,3 +170,25 @@ def test_an_unreadable_catalog_is_said_on_the_status_not_only_logged(tmp_path: P
     assert load_catalog("") == (None, "")
     assert Sources(CrdCache(), None, cast(Any, None)).price_problem(
         "kwok", [("c6i.large", "spot")]).startswith("no instance catalog: set ")
+
+
+@mock_aws
+def test_an_empty_price_answer_is_said_and_asked_again_within_a_minute() -> None:
+    pricing = boto3.client("pricing", region_name="us-east-1")
+    access, clock = Ec2Access(), Clock()
+    key = ("c9z.large", "on-demand")
+    with Stubber(pricing) as stub:
+        stub.add_response("get_products", {"PriceList": []})
+        access._prices = AwsPrices("us-west-2", pricing,
+                                   boto3.client("ec2", region_name="us-west-2"),
+                                   ttl_seconds=3600, clock=clock)
+        assert access.prices()(*key) is None
+        assert access.price_problem([key]) == (
+            "AWS lists no price: no Linux on-demand price for c9z.large in us-west-2 (the "
+            "type or region is not in the Pricing API or the spot history; its cost is "
+            "not counted)")
+        clock.t = 61  # not the hour a found price is kept
+        stub.add_response("get_products", {"PriceList": [product("0.2")]})
+        assert access.prices()(*key) == 0.2
+        assert access.price_problem([key]) == ""
+        stub.assert_no_pending_responses()

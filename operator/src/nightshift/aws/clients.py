@@ -13,7 +13,7 @@ import boto3
 
 from nightshift.aws import AwsError
 from nightshift.aws.instancetypes import CatalogCache
-from nightshift.aws.prices import PRICING_REGION, AwsPrices, PriceFn
+from nightshift.aws.prices import NO_PRICE, PRICING_REGION, AwsPrices, PriceFn
 from nightshift.virtualcluster.catalog import InstanceCatalog
 
 log = logging.getLogger("nightshift")
@@ -71,7 +71,11 @@ class Ec2Access:
             return self.prices_error
         if isinstance(self._prices, AwsPrices):
             for key in keys:
-                if e := self._prices.errors.get(key):
+                if (e := self._prices.errors.get(key)) and e.code == NO_PRICE:
+                    return (f"AWS lists no price: {e.message} (the type or region is not "
+                            "in the Pricing API or the spot history; its cost is not "
+                            "counted)")
+                if e:
                     return (f"AWS price lookup failed: {e}; grant the operator's role "
                             "pricing:GetProducts and ec2:DescribeSpotPriceHistory")
         return ""

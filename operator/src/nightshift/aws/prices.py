@@ -29,6 +29,8 @@ PriceFn = Callable[[str, str], float | None]
 PRICING_REGION = "us-east-1"
 DEFAULT_TTL_SECONDS = 3600.0
 FAILURE_TTL_SECONDS = 60.0
+# The code of the AwsError a lookup records when AWS answered with no price.
+NO_PRICE = "NoPrice"
 
 
 def load_kwok_catalog(path: str | Path) -> InstanceCatalog:
@@ -77,6 +79,13 @@ class AwsPrices:
                 value = self.spot(instance_type)
             else:
                 value = self.on_demand(instance_type)
+            if value is None:
+                # An empty answer is a miss like a refusal: said, and asked again soon
+                # (a spot history can be empty for a moment), not kept for an hour.
+                raise AwsError(
+                    "ec2:DescribeSpotPriceHistory" if capacity_type == "spot"
+                    else "pricing:GetProducts", NO_PRICE,
+                    f"no Linux {capacity_type} price for {instance_type} in {self.region}")
             self.errors.pop(key, None)
         except AwsError as e:
             self.errors[key] = e
