@@ -63,9 +63,14 @@ def test_csv_columns_first_then_the_rest_sorted() -> None:
 
 
 def test_usd_per_second_from_status() -> None:
-    status = {"cost": {"stages": [{"name": "reduce", "usdPerPodSecond": 2e-5},
-                                  {"name": "other"}]}}
-    assert prec.usd_per_second(status, "reduce") == 2e-5
+    # 100 pod-seconds at 1e-3 $, then 50 at 3e-3 (spot fell back to on-demand): an item
+    # costs the stage's mean, 0.25 / 150, not its last rate.
+    status = {"cost": {"stages": [{"name": "reduce", "usdPerPodSecond": 3e-3,
+                                   "usedUSD": 0.25, "podSeconds": 150.0,
+                                   "pricedSeconds": 150.0},
+                                  {"name": "other", "podSeconds": 10.0,
+                                   "pricedSeconds": 0.0, "usedUSD": 0.0}]}}
+    assert prec.usd_per_second(status, "reduce") == pytest.approx(0.25 / 150)
     assert prec.usd_per_second(status, "other") is None
     assert prec.usd_per_second({}, "reduce") is None
 

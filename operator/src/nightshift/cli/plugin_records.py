@@ -84,9 +84,16 @@ def row(rec: Mapping[str, Any], usd_per_second: float | None) -> dict[str, Any]:
 
 
 def usd_per_second(run_status: Mapping[str, Any], stage: str) -> float | None:
+    """The stage's mean price of a priced pod-second (usedUSD / pricedSeconds), as
+    docs/cost.md prices an item: its last rate (usdPerPodSecond) would misprice the
+    items run before the pool's price per CPU changed (spot falling back to on-demand)."""
     for s in (run_status.get("cost") or {}).get("stages") or []:
-        if s.get("name") == stage and s.get("usdPerPodSecond") is not None:
-            return float(s["usdPerPodSecond"])
+        if s.get("name") != stage:
+            continue
+        priced = float(s.get("pricedSeconds") or 0)
+        if priced > 0 and s.get("usedUSD") is not None:
+            return float(s["usedUSD"]) / priced
+        return None
     return None
 
 
