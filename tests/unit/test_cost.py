@@ -128,7 +128,10 @@ def test_ended_run_is_frozen() -> None:
     c, t = cost.advance(c, t, [], [job("j", "a", 2)], {"a": 1e-3}, VC, at(10))
     frozen, _ = cost.advance(c, t, [], [job("j", "a", 2)], {"a": 1e-3}, VC, at(100),
                              frozen=True)
-    assert frozen == c
+    # Its figures stay; only the node baseline goes (a rerun starts from nodeUSD).
+    assert frozen == {k: v for k, v in c.items() if k != "nodeUSDAtStart"}
+    again, _ = cost.advance(frozen, None, [], [], {"a": 1e-3}, VC, at(200), frozen=True)
+    assert again == frozen  # nothing to write while it stands ended
 
 
 def test_memory_dominant_share() -> None:
@@ -143,3 +146,75 @@ def test_a_node_unpriced_at_first_is_priced_once_known_for_its_whole_time() -> N
     later = node_cost(first, [claim("a", 0)], PRICES, "perSecond", at(120))
     assert "unpricedNodes" not in later
     assert later["totalUSD"] == pytest.approx(120 * 0.036 / 3600, abs=1e-9)
+
+
+def test_a_rerun_goes_on_from_the_node_cost_it_ended_with() -> None:
+    # The run used 0.012 $ of node time, ended, and stood a day while the VirtualCluster
+    # ran other work; rerun-failed starts it again: the day is not the run's.
+    c, t = cost.advance(None, None, [], [job("j", "a", 1)], {"a": 1e-5}, VC, at(0))
+    c, t = cost.advance(c, t, [], [job("j", "a", 1)], {"a": 1e-5}, VC, at(60))
+    assert c["nodeUSD"] == pytest.approx(0.012)
+    c, t = cost.advance(c, t, [], [], {"a": 1e-5}, VC, at(120), frozen=True)
+    day = at(86_400)
+    c, t = cost.advance(c, t, [], [job("j2", "a", 1)], {"a": 1e-5}, VC, day)
+    assert c["nodeUSD"] == pytest.approx(0.012)  # not 0.012 + a day of the node
+    c, t = cost.advance(c, t, [], [job("j2", "a", 1)], {"a": 1e-5}, VC,
+                        day + timedelta(seconds=60))
+    assert c["nodeUSD"] == pytest.approx(0.024)
+
+
+def test_a_restart_counts_a_stage_once_when_the_watch_speaks_first() -> None:
+    rates = {"a": 2.5e-5}
+    c, _ = cost.advance(None, None, [], [job("j", "a", 3)], rates, VC, at(0))
+    # Restarted: the Job watch's initial listing (3 Ready at 5 s) comes before the pass.
+    c2, _ = cost.advance(c, None, [(at(5), "j", "a", 3)], [job("j", "a", 3)], rates, VC,
+                         at(20))
+    assert c2["stages"][0]["podSeconds"] == pytest.approx(60)  # 3 pods x 20 s, not 105
+
+
+def test_a_ready_change_after_the_job_list_is_kept() -> None:
+    rates = {"a": 2.5e-5}
+    c, t = cost.advance(None, None, [], [job("j", "a", 0)], rates, VC, at(0))
+    # The pass listed its Jobs at 5 s (0 Ready); 4 became Ready at 5.5 s; the pass ends
+    # at 6 s and the next runs at 16 s.
+    c, t = cost.advance(c, t, [(at(5.5), "j", "a", 4)], [job("j", "a", 0)], rates, VC, at(6),
+                        listed_at=at(5))
+    c, t = cost.advance(c, t, [], [job("j", "a", 4)], rates, VC, at(16), listed_at=at(15))
+    assert c["stages"][0]["podSeconds"] == pytest.approx(4 * 10.5)
+
+
+def test_a_node_that_ends_unpriced_is_priced_if_it_can_be_and_counted_if_not() -> None:
+    first = node_cost(None, [claim("a", 0), claim("b", 0, itype="x9.huge")], {}, "perSecond",
+                      at(60))
+    assert first["unpricedNodes"] == 2
+    assert all("hourlyUSD" not in n for n in first["open"])  # never null (merge patches)
+    # Both end; a's price is known now, b's never is.
+    done = node_cost(first, [], PRICES, "perSecond", at(120))
+    assert done["totalUSD"] == pytest.approx(120 * 0.036 / 3600, abs=1e-9)
+    assert "unpricedNodes" not in done and done["unpricedEndedNodes"] == 1
+    assert done["nodeHours"] == pytest.approx(240 / 3600, abs=1e-4)
+    assert node_cost(done, [], PRICES, "perSecond", at(180))["unpricedEndedNodes"] == 1
+
+
+def test_a_pool_with_an_unpriced_node_has_no_price() -> None:
+    from nightshift.virtualcluster.provider import ProviderChoice
+    from nightshift.virtualcluster.status import virtualcluster_status
+    from tests.unit import vcfixtures
+
+    vc = vcfixtures.vc(vcfixtures.POOLS["spot-compute"], provider="kwok")
+    pool = vc["spec"]["pools"][0]["name"]
+
+    def node(name: str, cap: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "labels": {
+            "nightshift.io/pool": pool, "node.kubernetes.io/instance-type": "c6i.2xlarge",
+            "karpenter.sh/capacity-type": cap}},
+            "status": {"allocatable": {"cpu": "8", "memory": "16Gi"}}}
+
+    nodes = [node("od", "on-demand"), *(node(f"s{i}", "spot") for i in range(3))]
+    status = virtualcluster_status(
+        vc, choice=ProviderChoice("kwok", "karpenter", ""), nodes=nodes,
+        price=lambda _t, c: 0.34 if c == "on-demand" else None)
+    (entry,) = status["pools"]
+    assert entry["unpricedNodes"] == 3 and "hourlyUSD" not in entry
+    assert "hourlyUSD" not in status
+    assert cost.pool_rates(status) == {}  # a run's pods there are unpriced, not cheap

@@ -104,13 +104,20 @@ def restore(prev: Mapping[str, Any] | None) -> Tally | None:
 def advance(prev: Mapping[str, Any] | None, tally: Tally | None,
             samples: Sequence[Sample], jobs: Sequence[Mapping[str, Any]],
             rates: Mapping[str, float], vc_status: Mapping[str, Any] | None,
-            now: datetime, *, frozen: bool = False) -> tuple[dict[str, Any], Tally]:
+            now: datetime, *, frozen: bool = False,
+            listed_at: datetime | None = None) -> tuple[dict[str, Any], Tally]:
     """status.cost and the tally as of `now`. `frozen`: the run has ended; nothing
-    accrues any more and the figures stay as they are."""
+    accrues any more and the figures stay as they are. `listed_at`: when `jobs` was
+    read (a Ready change the watch saw after it is newer than the list).
+
+    A frozen run's cost drops nodeUSDAtStart (once): if it runs again (rerun-failed),
+    its node cost goes on from nodeUSD as it was, never counting the time it stood.
+    """
     prev = dict(prev or {})
     tally = tally or restore(prev) or Tally(now)
     stages: dict[str, dict[str, Any]] = {str(s["name"]): dict(s) for s in prev.get("stages") or []}
     if frozen:
+        prev.pop("nodeUSDAtStart", None)
         return prev, Tally(now)
     seconds: dict[str, float] = {}
 
@@ -123,11 +130,16 @@ def advance(prev: Mapping[str, Any] | None, tally: Tally | None,
             seconds[stage] = seconds.get(stage, 0.0) + n * dt
         tally.at = t
 
+    newer: dict[str, int] = {}  # Jobs whose Ready count changed after the list
     for t, job_name, stage, ready in sorted(samples):
         if t <= tally.at or t > now:
             continue
         run_to(t)
+        # A restart's tally counts by stage (restore): the Job's own count replaces it.
+        tally.ready.pop(f"stage:{stage}", None)
         tally.ready[job_name], tally.stage_of[job_name] = ready, stage
+        if listed_at is not None and t > listed_at:
+            newer[job_name] = ready
     run_to(now)
     tally.at = now
     tally.ready = {}
@@ -135,7 +147,7 @@ def advance(prev: Mapping[str, Any] | None, tally: Tally | None,
     running: dict[str, int] = {}
     for job in jobs:
         name, stage = str(job["metadata"]["name"]), _stage(job)
-        ready = int((job.get("status") or {}).get("ready") or 0)
+        ready = newer.get(name, int((job.get("status") or {}).get("ready") or 0))
         tally.ready[name], tally.stage_of[name] = ready, stage
         running[stage] = running.get(stage, 0) + ready
     for stage in sorted(set(seconds) | set(running) | set(stages)):
@@ -164,7 +176,8 @@ def _totals(prev: Mapping[str, Any], stages: list[dict[str, Any]],
     nodes_now = node_usd_at(vc_status, now)
     start = prev.get("nodeUSDAtStart")
     if start is None and nodes_now is not None:
-        start = nodes_now
+        # The run's first priced pass, or its first after it stood ended (advance).
+        start = nodes_now - float(prev.get("nodeUSD") or 0.0)
     if start is not None and nodes_now is not None:
         node = max(0.0, nodes_now - float(start))
         out.update(nodeUSDAtStart=round(float(start), 9), nodeUSD=round(node, 9),

@@ -71,6 +71,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
         metrics.observe_run(namespace, name, None)
         return Outcome(gone=True)
     selector = f"{names.LABEL_RUN}={name}"
+    listed_at = datetime.now(UTC)  # Ready changes the watch times after it are newer
     jobs = kube.list("batch/v1", "Job", namespace, label_selector=selector)
     try:
         spec: PipelineRunSpec | None = PipelineRunSpec.model_validate(run.get("spec") or {})
@@ -158,7 +159,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
         refused = _apply(kube, namespace, p)
         if refused:
             p = plan(replace(observe(), refused=refused, unresolved=unresolved))
-    return _finish(kube, config, state, run, p, jobs, vcs)
+    return _finish(kube, config, state, run, p, (jobs, listed_at), vcs)
 
 
 Keys = dict[str, frozenset[str] | None]
@@ -204,11 +205,12 @@ def _referenced_keys(kube: Kube, namespace: str, run: dict[str, Any],
 
 
 def _finish(kube: Kube, config: OperatorConfig, state: LoopState, run: dict[str, Any],
-            p: Plan, jobs: list[dict[str, Any]],
+            p: Plan, listed: tuple[list[dict[str, Any]], datetime],
             vcs: dict[str, dict[str, Any] | None]) -> Outcome:
-    """Status once, metrics, the plan's events; when to look again."""
+    """Status once, metrics, the plan's events; when to look again. `listed`: the
+    run's Jobs and when they were read."""
     meta = run["metadata"]
-    _cost(state, run, p, jobs, next(iter(vcs.values()), None))
+    _cost(state, run, p, *listed, next(iter(vcs.values()), None))
     state.writer.progress_interval = config.progress_interval
     state.writer.write(kube, run, p.status)
     metrics.observe_run(meta["namespace"], meta["name"], p.status)
@@ -274,7 +276,7 @@ def _why(e: KubeError) -> str:
 
 
 def _cost(state: LoopState, run: dict[str, Any], p: Plan, jobs: list[dict[str, Any]],
-          vc: dict[str, Any] | None) -> None:
+          listed_at: datetime, vc: dict[str, Any] | None) -> None:
     """status.cost, advanced to now (pure arithmetic in pipelinerun/cost.py)."""
     samples, state.ready_samples = state.ready_samples, []
     vc_status = (vc or {}).get("status")
@@ -290,6 +292,6 @@ def _cost(state: LoopState, run: dict[str, Any], p: Plan, jobs: list[dict[str, A
     prev = state.cost or (run.get("status") or {}).get("cost")
     state.cost, state.tally = cost.advance(
         prev, state.tally, samples, jobs, cost.stage_rates(jobs, pool_of, vc_status),
-        vc_status, datetime.now(UTC), frozen=frozen)
+        vc_status, datetime.now(UTC), frozen=frozen, listed_at=listed_at)
     if state.cost:  # a run that ended before anything was priced has no cost
         p.status["cost"] = state.cost

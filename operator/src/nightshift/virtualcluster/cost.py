@@ -41,13 +41,26 @@ def billable(claim: Mapping[str, Any]) -> dict[str, Any] | None:
             "since": since}
 
 
-def price_keys(claims: Sequence[Mapping[str, Any]]) -> set[PriceKey]:
+def price_keys(claims: Sequence[Mapping[str, Any]],
+               prev: Mapping[str, Any] | None = None) -> set[PriceKey]:
+    """The prices a pass needs: each launched NodeClaim's, and each unpriced open node's
+    of the last status (it may have ended since: it is settled at the price found now)."""
     out = set()
     for claim in claims:
         entry = billable(claim)
         if entry:
             out.add((entry["instanceType"], entry["capacityType"]))
+    for node in (prev or {}).get("open") or []:
+        if node.get("hourlyUSD") is None:
+            out.add((str(node.get("instanceType")), str(node.get("capacityType"))))
     return out
+
+
+def _price(entry: Mapping[str, Any], prices: Mapping[PriceKey, float | None]) -> float | None:
+    known = entry.get("hourlyUSD")
+    if known is not None:
+        return float(known)
+    return prices.get((str(entry.get("instanceType")), str(entry.get("capacityType"))))
 
 
 def node_cost(prev: Mapping[str, Any] | None, claims: Sequence[Mapping[str, Any]],
@@ -70,23 +83,28 @@ def node_cost(prev: Mapping[str, Any] | None, claims: Sequence[Mapping[str, Any]
         if entry is None:
             continue
         seen.add(entry["name"])
-        old = was_open.get(entry["name"])
-        if old is not None:
-            kept = dict(old)
-            if kept.get("hourlyUSD") is None:
-                # Priced once the lookup works: the whole time open is charged at it.
-                kept["hourlyUSD"] = prices.get((entry["instanceType"], entry["capacityType"]))
-            still.append(kept)
-        else:
-            entry["hourlyUSD"] = prices.get((entry["instanceType"], entry["capacityType"]))
-            still.append(entry)
+        # Priced once the lookup works: the whole time open is charged at it. An unknown
+        # price is no key at all, never null: the API server's merge patch drops nulls
+        # inside lists, and the status would differ from the last one on every pass.
+        source = was_open.get(entry["name"]) or entry
+        kept = dict(source)
+        kept.pop("hourlyUSD", None)
+        hourly = _price(source, prices)
+        if hourly is not None:
+            kept["hourlyUSD"] = hourly
+        still.append(kept)
+    unpriced_ended = int(prev.get("unpricedEndedNodes") or 0)
     for name, node in was_open.items():
         if name in seen:
             continue
         end = min(gone_at.get(name, now), now)
         secs = seconds_between(node.get("since"), end)
         acc = ended.setdefault(str(node.get("pool", "")), [0.0, 0.0])
-        acc[0] += charge(secs, node["hourlyUSD"], billing) if node.get("hourlyUSD") else 0.0
+        hourly = _price(node, prices)
+        if hourly:
+            acc[0] += charge(secs, hourly, billing)
+        elif hourly is None:
+            unpriced_ended += 1  # its time is in nodeHours, never in totalUSD
         acc[1] += billed_seconds(secs, billing)
     pools: dict[str, list[float]] = {k: [v[0], v[1]] for k, v in ended.items()}
     for node in still:
@@ -110,4 +128,6 @@ def node_cost(prev: Mapping[str, Any] | None, claims: Sequence[Mapping[str, Any]
     unpriced = sum(1 for n in still if n.get("hourlyUSD") is None)
     if unpriced:
         out["unpricedNodes"] = unpriced
+    if unpriced_ended:
+        out["unpricedEndedNodes"] = unpriced_ended
     return out

@@ -147,7 +147,8 @@ def observe(kube: Kube, sources: Sources, namespace: str, name: str,
     node_list = nodes(kube, namespace, name, static)
     price = sources.price_fn(provider)
     prices = {pair: price(*pair)
-              for pair in sorted(instance_pairs(node_list) | price_keys(claims))}
+              for pair in sorted(instance_pairs(node_list) | price_keys(
+                  claims, (vc.get("status") or {}).get("cost")))}
     ours = owned(kube, crds, namespace, name, [NODEPOOL, *NODECLASSES])
     # The runs matter to a deletion, and to pools removed from the spec whose NodePools
     # are still there: those stay while runs use this VirtualCluster (plan.retained).

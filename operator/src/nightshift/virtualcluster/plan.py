@@ -160,8 +160,13 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
         unchecked=o.names_unchecked, now=rfc3339(o.now))
     status["cost"] = node_cost((o.vc.get("status") or {}).get("cost"), o.nodeclaims,
                                o.prices, spec.billing, o.now, o.gone_at)
-    if status["cost"].get("unpricedNodes") and o.price_problem:
-        status["cost"]["unpricedReason"] = o.price_problem[:PRICE_PROBLEM_CHARS]
+    cost = status["cost"]
+    if cost.get("unpricedNodes") or cost.get("unpricedEndedNodes"):
+        # Ended unpriced nodes are never priced again: the reason they were stays.
+        why = o.price_problem or ((o.vc.get("status") or {}).get("cost") or {}).get(
+            "unpricedReason", "")
+        if why:
+            cost["unpricedReason"] = why[:PRICE_PROBLEM_CHARS]
     if deleting:
         status["conditions"] = _with_deleting(o, status["conditions"],
                                               blocked(namespace, name, o.running_runs))

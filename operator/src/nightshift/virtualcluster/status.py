@@ -130,6 +130,7 @@ def _pool_status(
 ) -> tuple[dict[str, Any], str | None]:
     """The pool's status entry and, when it is capacity-limited, why."""
     cpu = mem = capacity_cpu = usd = 0.0
+    unpriced = 0
     types: set[str] = set()
     caps: set[str] = set()
     for node in nodes:
@@ -146,7 +147,9 @@ def _pool_status(
         if cap:
             caps.add(cap)
         if itype and cap:
-            usd += price(itype, cap) or 0.0
+            hourly = price(itype, cap)
+            usd += hourly or 0.0
+            unpriced += hourly is None
     launching_cpu = sum(parse_quantity(_claim_resources(c).get("cpu", 0)) for c in launching)
     # Pending pods a launching NodeClaim will take are served; the rest is the "could
     # not acquire all instances" case the user has to see.
@@ -160,8 +163,10 @@ def _pool_status(
         "cpu": round(cpu, 3),
         "memory": _gib(mem),
         "pendingCPU": round(unserved, 3),
-        "hourlyUSD": round(usd, 4),
     }
+    # A pool with an unpriced node has no price: a partial sum over all its CPU would
+    # price the run's pods there several times too low (pipelinerun/cost.pool_rates).
+    entry.update({"unpricedNodes": unpriced} if unpriced else {"hourlyUSD": round(usd, 4)})
     at_cpu = pool.max_cpu is not None and capacity_cpu + launching_cpu >= pool.max_cpu
     at_nodes = pool.max_nodes is not None and len(nodes) + len(launching) >= pool.max_nodes
     why = []
@@ -235,7 +240,9 @@ def virtualcluster_status(
         "poolCount": len(pools),
         "poolSummary": pool_summary(pools),
         "nodes": sum(p["nodes"] for p in pools),
-        "hourlyUSD": round(sum(p["hourlyUSD"] for p in pools), 4),
+        # Unknown (absent) while any pool is: kubectl's $/h column shows nothing then.
+        **({} if any("unpricedNodes" in p for p in pools)
+           else {"hourlyUSD": round(sum(p["hourlyUSD"] for p in pools), 4)}),
         "conditions": conditions.merge(old, conds, now=now),
     }
 
