@@ -128,6 +128,18 @@ def test_cost_reads_the_operators_status_cost() -> None:
     assert "cost is not recorded" in render(pr.cost_view("r", None))
 
 
+def test_cost_never_shows_unpriced_pod_time_as_free() -> None:
+    cost = {"billing": "perSecond", "usedUSD": 0.5, "stages": [
+        {"name": "ifu", "usedUSD": 0.5, "podSeconds": 7200, "pricedSeconds": 3600},
+        {"name": "sum", "usedUSD": 0.0, "podSeconds": 360, "pricedSeconds": 0}]}
+    c = pr.cost_summary(cost)
+    assert [(s["usd"], s.get("unpricedHours")) for s in c["stages"]] == [(0.5, 1.0),
+                                                                        (None, 0.1)]
+    rows = [x.split() for x in render(pr.cost_view("r", cost)).splitlines()]
+    assert ["ifu", "2.000", "0", "0.5000", "+?"] in rows and ["sum", "0.100", "0", "?"] in rows
+    assert ["?:", "1.100", "pod-hours"] in [r[:3] for r in rows], rows
+
+
 def finished(phase: str = "Failed", **spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": "r", "resourceVersion": "41"},
             "spec": {"stages": [], **spec},

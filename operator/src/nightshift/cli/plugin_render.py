@@ -247,16 +247,28 @@ def _usd(v: Any) -> float | None:
 
 def cost_summary(cost: Mapping[str, Any] | None) -> dict[str, Any]:
     """{total, used, idle, node, billing, observedAt, stages: [{name, usd, podHours,
-    running}]} from status.cost."""
+    running, unpricedHours?}]} from status.cost. A stage's pod time on a pool without a
+    known price is unpricedHours: its usd is then a lower bound (None when none of it
+    is priced), never a confident figure."""
     cost = cost or {}
+    stages = []
+    for st in cost.get("stages") or []:
+        if not isinstance(st, Mapping):
+            continue
+        pod_s = float(st.get("podSeconds") or 0)
+        unpriced = max(0.0, pod_s - float(st.get("pricedSeconds", pod_s) or 0))
+        row: dict[str, Any] = {
+            "name": st.get("name"),
+            "usd": None if pod_s > 0 and unpriced >= pod_s else _usd(st.get("usedUSD")),
+            "podHours": round(pod_s / 3600, 4), "running": int(st.get("running") or 0)}
+        if unpriced > 0:
+            row["unpricedHours"] = round(unpriced / 3600, 4)
+        stages.append(row)
     return {
         "total": _usd(cost.get("totalUSD")), "used": _usd(cost.get("usedUSD")),
         "idle": _usd(cost.get("idleUSD")), "node": _usd(cost.get("nodeUSD")),
         "billing": cost.get("billing"), "observedAt": cost.get("observedAt"),
-        "stages": [{"name": st.get("name"), "usd": _usd(st.get("usedUSD")),
-                    "podHours": round(float(st.get("podSeconds") or 0) / 3600, 4),
-                    "running": int(st.get("running") or 0)}
-                   for st in cost.get("stages") or [] if isinstance(st, Mapping)],
+        "stages": stages,
     }
 
 
@@ -269,9 +281,13 @@ def cost_view(name: str, cost: Mapping[str, Any] | None) -> RenderableType:
     for col, right in (("STAGE", False), ("POD-HOURS", True), ("RUNNING", True),
                        ("USD", True)):
         table.add_column(col, justify="right" if right else "left")
+    unpriced = 0.0
     for st in c["stages"]:
-        table.add_row(str(st["name"]), f"{st['podHours']:,.3f}", str(st["running"]),
-                      "?" if st["usd"] is None else f"{st['usd']:,.4f}")
+        usd = "?" if st["usd"] is None else f"{st['usd']:,.4f}"
+        if st.get("unpricedHours") and st["usd"] is not None:
+            usd += " +?"
+        unpriced += float(st.get("unpricedHours") or 0)
+        table.add_row(str(st["name"]), f"{st['podHours']:,.3f}", str(st["running"]), usd)
     if c["idle"] is not None:
         table.add_row(Text("(idle node time)", style="italic"), "", "", f"{c['idle']:,.4f}")
     if c["total"] is not None:
@@ -280,4 +296,8 @@ def cost_view(name: str, cost: Mapping[str, Any] | None) -> RenderableType:
     title = f"PipelineRun {name} cost, billed {c['billing'] or 'perSecond'}"
     if c["observedAt"]:
         title += f", as of {c['observedAt']}"
-    return Group(Text(title, style="bold"), table)
+    if not unpriced:
+        return Group(Text(title, style="bold"), table)
+    return Group(Text(title, style="bold"), table, Text(
+        f"?: {unpriced:,.3f} pod-hours ran on a pool with no known price, not counted; "
+        "the VirtualCluster's status.cost.unpricedReason says why", style="yellow"))
