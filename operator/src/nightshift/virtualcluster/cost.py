@@ -5,7 +5,8 @@ gone: Karpenter removes its finalizer only once the instance is terminated, so i
 disappearance is the end of billing. Ended nodes leave no object behind, so the
 status is the ledger: the nodes being billed (`open`, with the price when first seen)
 and, per pool, what ended nodes cost. A node that ends while the operator is down is
-charged until the first pass after it starts again (an over-estimate, never a loss).
+charged until the first pass after it starts again (an over-estimate); one that both
+launches and ends meanwhile is never seen (docs/cost.md).
 """
 
 from __future__ import annotations
