@@ -218,3 +218,33 @@ def test_virtualcluster_and_storage_leave_transient_errors_to_the_engine(
         sharedstorage._apply(RefusingKube([], "Service", error), Plan(apply=[{
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "software-squid", "namespace": NS}}]))
+
+
+def test_a_run_recreated_under_its_name_never_takes_the_earlier_runs_objects() -> None:
+    """`kubectl delete nsrun nightly && kubectl apply -f nightly.yaml` before the garbage
+    collector went, or a delete with --cascade=orphan: the earlier run's Job and items
+    ConfigMaps hold the new run's names. They are never its own (a finished Job would
+    mark its stage Succeeded with nothing run): the stage waits, saying which and how."""
+    kube = RecordingKube([{**_run(), "metadata": {**_run()["metadata"], "uid": "old-uid"}}])
+    _pass(kube)
+    (jpath,) = [p for p in kube.store if "/jobs/" in p]
+    done = kube.store[jpath]
+    done["status"] = {"succeeded": 2, "completedIndexes": "0-1", "conditions": [
+        {"type": "Complete", "status": "True", "lastTransitionTime": "2026-11-30T00:00:00Z"}]}
+    kube.put(done)
+    kube.put(_run())  # the new run: uid run-uid
+    _pass(kube)
+    st = _status(kube)
+    assert st.get("phase") != "Succeeded", st
+    assert kube.store[jpath]["metadata"]["ownerReferences"][0]["uid"] == "old-uid"
+    prog = cond.find(st["conditions"], cond.PROGRESSING)
+    assert prog is not None and prog["reason"] == "EarlierRunObjects", st
+    assert f"kubectl delete job {done['metadata']['name']} -n {NS}" in prog["message"]
+    # Collected (or deleted by hand): the new run starts with its own objects.
+    for path in [p for p in kube.store if "/jobs/" in p or "/configmaps/" in p]:
+        del kube.store[path]
+    _pass(kube)
+    (jpath,) = [p for p in kube.store if "/jobs/" in p]
+    assert kube.store[jpath]["metadata"]["ownerReferences"][0]["uid"] == "run-uid"
+    prog = cond.find(_status(kube)["conditions"], cond.PROGRESSING)
+    assert prog is not None and prog["reason"] != "EarlierRunObjects", prog

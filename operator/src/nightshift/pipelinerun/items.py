@@ -143,6 +143,21 @@ def jobs_by_stage(jobs: Sequence[Mapping[str, Any]], run: str, stages: set[str]
     return out
 
 
+def owned_by(meta: Mapping[str, Any], uid: str) -> bool:
+    """Whether an object of ours (by name and labels) belongs to the run of `uid`, not to
+    an earlier run of the same name: deleted (its objects not yet collected), or deleted
+    with --cascade=orphan (which strips their ownerReferences)."""
+    return any(str(r.get("uid", "")) == uid for r in meta.get("ownerReferences") or [])
+
+
+def earlier_run_wait(kind: str, name: str, namespace: str) -> str:
+    """What a stage waits for while an earlier same-named run's object holds its name."""
+    return (f"{kind} {name} is an earlier PipelineRun's of this name, not this run's: "
+            "this stage starts once it is gone (the garbage collector deletes it soon "
+            "after that run; if that run was deleted with --cascade=orphan, delete it: "
+            f"kubectl delete {kind.lower()} {name} -n {namespace})")
+
+
 def items_configmap_name(run: str, stage: str, chunk: int) -> str:
     return object_name([run, stage, "items", str(chunk)])
 

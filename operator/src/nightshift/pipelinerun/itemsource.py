@@ -48,11 +48,23 @@ class ResolveError(Exception):
         self.invalid = invalid
 
 
-def frozen_items(kube: Kube, namespace: str, run: str,
-                 spec: PipelineRunSpec) -> dict[str, ItemsInfo]:
+def frozen_items(kube: Kube, namespace: str, run: str, spec: PipelineRunSpec,
+                 uid: str | None = None, earlier: dict[str, str] | None = None
+                 ) -> dict[str, ItemsInfo]:
+    """The stages' frozen item lists. With `uid`, only the run's own ConfigMaps count;
+    an earlier same-named run's that holds a chunk's name is put in `earlier` (stage ->
+    what it waits for)."""
     metas = kube.list_metadata("v1", "ConfigMap", namespace,
                                label_selector=f"{names.LABEL_RUN}={run}")
     by_name = {m["metadata"]["name"]: m["metadata"] for m in metas}
+    if uid is not None:
+        for st in spec.stages:
+            first = render_items.items_configmap_name(run, st.name, 0)
+            if (earlier is not None and first in by_name
+                    and not render_items.owned_by(by_name[first], uid)):
+                earlier.setdefault(st.name, render_items.earlier_run_wait(
+                    "ConfigMap", first, namespace))
+        by_name = {n: m for n, m in by_name.items() if render_items.owned_by(m, uid)}
     out: dict[str, ItemsInfo] = {}
     for st in spec.stages:
         chunks: list[str] = []
@@ -86,7 +98,8 @@ def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str,
     if problems:
         raise ResolveError("; ".join(map(str, problems)), invalid=True)
     if any(d.gather for d in stage.inputs):
-        check_gathered(frozen_items(kube, namespace, run["metadata"]["name"], spec),
+        check_gathered(frozen_items(kube, namespace, run["metadata"]["name"], spec,
+                                    str(run["metadata"].get("uid", ""))),
                        stage, f"spec.stages[{index}]")
     ref = render_items.RunRef.of(run)
     fuse = binding.fuse_mounts(stage, {s.name: s for s in spec.storage})

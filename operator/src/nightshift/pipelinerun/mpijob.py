@@ -229,7 +229,8 @@ def as_job(mpijob: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "uid",
-                                          "creationTimestamp") if k in meta},
+                                          "creationTimestamp", "ownerReferences")
+                     if k in meta},
         "spec": {"completions": 1, "parallelism": 1, "suspend": suspended},
         "status": job_status,
     }

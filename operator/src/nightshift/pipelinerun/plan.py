@@ -43,6 +43,8 @@ INVALID_REASONS = ("ValidationFailed", "InvalidItems")
 MPI_POLL = 5.0
 # Seconds between looks for a SharedStorage a stage waits for (its creation wakes too).
 STORAGE_WAIT = 30.0
+# A stage waits for an earlier same-named run's Job or ConfigMap (plantypes.earlier).
+EARLIER_RUN_OBJECTS = "EarlierRunObjects"
 # The most characters of a retry Job's skip-items annotation; beyond, fewer items are
 # skipped (they run again) so the Job stays far below the API's 256 KiB of annotations.
 SKIP_ITEMS_CHARS = 65_536
@@ -182,7 +184,8 @@ class _Planner:
             if not all(states.get(d) == pg.SUCCEEDED for d in st.depends_on):
                 continue
             if (binding.waits(st, spec, self.binding.missing_entries)
-                    or st.name in self.refs.waiting_stages or st.name in self.off_pool):
+                    or st.name in self.refs.waiting_stages or st.name in self.off_pool
+                    or st.name in self.obs.earlier):
                 self.requeue = sooner(self.requeue, STORAGE_WAIT)
                 continue
             if st.name not in self.obs.items:
@@ -377,12 +380,14 @@ class _Planner:
         resolve, requeue = self.resolve, self.requeue
         waiting_items = {stage: why for stage, (why, invalid) in self.obs.unresolved.items()
                          if not invalid}
-        if waiting_items and not (self.problems or self.carried):
-            # Only the unresolved stages wait: the others start, change and go on.
-            status, unresolved = unresolved_status(self.old, status, waiting_items,
-                                                   self.generation, self.now)
-            out_events += [Event(*e) for e in unresolved]
-            resolve, requeue = [], sooner(self.requeue, 10.0)
+        for waits, reason in ((waiting_items, "ItemsUnresolved"),
+                              (self.obs.earlier, EARLIER_RUN_OBJECTS)):
+            if waits and not (self.problems or self.carried):
+                # Only the waiting stages wait: the others start, change and go on.
+                status, unresolved = unresolved_status(self.old, status, waits,
+                                                       self.generation, self.now, reason)
+                out_events += [Event(*e) for e in unresolved]
+                resolve, requeue = [], sooner(self.requeue, 10.0)
         return Plan(
             resolve_items=resolve,
             apply=self.apply,

@@ -60,6 +60,10 @@ class Observed:
     unresolved: Mapping[str, tuple[str, bool]] = field(default_factory=dict)
     # Running stages whose pods do not start: stage -> (reason, message) (stalled.py).
     stalled: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # Stages whose Job or item ConfigMap names an earlier run of the same name still
+    # holds (deleted, not yet collected, or orphaned): stage -> what it waits for. They
+    # start nothing until those are gone (items.owned_by).
+    earlier: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

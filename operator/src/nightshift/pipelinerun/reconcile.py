@@ -93,7 +93,11 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
         except KubeError as e:
             if e.status != 404:
                 raise
-    items = frozen_items(kube, namespace, name, spec) if spec else {}
+    # A run re-created under a deleted one's name finds that run's Jobs and ConfigMaps
+    # under its own deterministic names until they are collected: never its own.
+    uid, earlier = str(run["metadata"].get("uid", "")), dict[str, str]()
+    jobs = _own(jobs, name, namespace, uid, earlier)
+    items = frozen_items(kube, namespace, name, spec, uid, earlier) if spec else {}
     samples = state.pods.failure_samples(kube, namespace, jobs)
     stuck = state.pods.held(kube, namespace, jobs, spec, frozenset(
         str(st.get("name")) for st in (run.get("status") or {}).get("stages") or []
@@ -132,7 +136,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                         runner_images=config.runner_images,
                         live_pods=live, shared_storages=shared, virtual_clusters=vcs,
                         service_accounts=accounts, secrets=secrets, config_maps=config_maps,
-                        volume_claims=claims)
+                        volume_claims=claims, earlier=earlier)
 
     p = plan(observe())
     refused: list[tuple[str, str]] = []
@@ -152,7 +156,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                     raise
                 refused = [(e.obj or f"the items of stage {stage}", _why(e))]
                 break
-        items = frozen_items(kube, namespace, name, spec) if spec else {}
+        items = frozen_items(kube, namespace, name, spec, uid) if spec else {}
         p = plan(replace(observe(), refused=refused, unresolved=unresolved))
 
     if not refused:
@@ -273,6 +277,27 @@ def _why(e: KubeError) -> str:
     # naming() put "applying Job x: " in front; the object is named apart already.
     message = e.message.partition(": ")[2] if e.obj else e.message
     return f"{e.status} {e.reason}: {message}"
+
+
+def _own(jobs: list[dict[str, Any]], run: str, namespace: str, uid: str,
+         earlier: dict[str, str]) -> list[dict[str, Any]]:
+    """The run's own Jobs; an earlier same-named run's holding one of its names goes in
+    `earlier` (stage -> what it waits for)."""
+    out = []
+    for job in jobs:
+        meta = job["metadata"]
+        if itemsmod.owned_by(meta, uid):
+            out.append(job)
+            continue
+        labels = meta.get("labels") or {}
+        stage, attempt = str(labels.get(names.LABEL_STAGE, "")), str(
+            labels.get(names.LABEL_ATTEMPT, "0"))
+        if attempt.isdigit() and meta.get("name") == itemsmod.job_name(run, stage,
+                                                                        int(attempt)):
+            # as_job marks an MPIJob read as a Job
+            kind = "MPIJob" if mpijob.OPERATOR_SEEN in (job.get("status") or {}) else "Job"
+            earlier.setdefault(stage, itemsmod.earlier_run_wait(kind, meta["name"], namespace))
+    return out
 
 
 def _cost(state: LoopState, run: dict[str, Any], p: Plan, jobs: list[dict[str, Any]],

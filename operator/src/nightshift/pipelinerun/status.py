@@ -368,7 +368,8 @@ def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
 
 def unresolved_status(old: Mapping[str, Any], status: dict[str, Any],
                       unresolved: Mapping[str, str], generation: int,
-                      now: str) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+                      now: str, reason: str = "ItemsUnresolved"
+                      ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """The status of a pass whose stages' items could not be resolved yet, and its events.
 
     `unresolved`: stage -> why. The stage waits (Progressing=False, ItemsUnresolved) in
@@ -381,8 +382,7 @@ def unresolved_status(old: Mapping[str, Any], status: dict[str, Any],
     events = []
     for stage, why in unresolved.items():
         message = f"stage {stage}: {why}"
-        new = cond.condition(cond.PROGRESSING, cond.FALSE, "ItemsUnresolved", message,
-                             generation)
+        new = cond.condition(cond.PROGRESSING, cond.FALSE, reason, message, generation)
         conds = [*(c for c in conds if c["type"] != new["type"]),
                  *cond.merge(old_conds, [new], now=now)]
         prior = cond.find(old_conds, new["type"])
