@@ -110,6 +110,12 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
      "spec.stages[0].podLabels: key 'kkkk"),
     ("pod-annotations-too-large", run(stage(podAnnotations={"k": "x" * 262_144})),
      "invalid", "bytes of annotations"),
+    ("env-completion-index", run(stage(env=[{"name": "JOB_COMPLETION_INDEX", "value": "0"}])),
+     "invalid", "spec.stages[0].env[0].name: JOB_COMPLETION_INDEX is set by the Job "
+     "controller for each pod"),
+    ("step-env-nightshift-name",
+     run(stage(steps=[step(env=[{"name": "NIGHTSHIFT_BATCH", "value": "1"}])])), "invalid",
+     "spec.stages[0].steps[0].env[0].name: NIGHTSHIFT_BATCH is set by Nightshift"),
 ]
 
 # The API server's exact errors for each "cel" case (kube-openapi's messages for the

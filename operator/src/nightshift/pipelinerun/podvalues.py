@@ -91,6 +91,13 @@ def env_problems(path: str, env: Sequence[Mapping[str, Any]]) -> list[Problem]:
             p.append(Problem(f"{at}.name", "is required: the variable's name"))
         elif not ENV_NAME.match(name):
             p.append(Problem(f"{at}.name", f"{name!r} must be printable ASCII without '='"))
+        elif name == "JOB_COMPLETION_INDEX" or name.startswith("NIGHTSHIFT_"):
+            # The Job controller leaves a container's own JOB_COMPLETION_INDEX alone, and
+            # run.sh reads NIGHTSHIFT_*: either would run every pod on the wrong item(s).
+            p.append(Problem(f"{at}.name", f"{name} is set by "
+                             f"{'the Job controller' if name[0] == 'J' else 'Nightshift'} "
+                             "for each pod (the item's index, the run's own settings); "
+                             "rename the variable"))
         value = e.get("value")
         if value is not None and not isinstance(value, str):
             p.append(Problem(f"{at}.value", f"{value!r} must be a string; quote it"))
