@@ -565,3 +565,34 @@ def test_passes_run_at_most_as_many_at_once_as_the_client_has_connections() -> N
     run(main)
     assert rec.max_active == CONNECTIONS
     assert all(t.startswith("nightshift-pass") for t in threads), threads
+
+
+def test_a_replaced_loop_never_takes_its_successors_wakeups() -> None:
+    # The run is deleted and re-created while a pass runs: the old loop ends after its
+    # pass. A wake-up for the new loop's object (a stage Job finished) that lands during
+    # the new loop's first pass must run its next pass, not end the old loop's wait.
+    calls: list[float] = []
+    release = threading.Event()
+
+    def pass_fn(_ns: str, _name: str, _s: State) -> Outcome:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            release.wait(5)
+        elif len(calls) == 2:
+            time.sleep(0.3)
+        return Outcome()
+
+    async def main() -> None:
+        loops = make(pass_fn, settle=0.01)
+        loops.on_object_event(None, body("a"))
+        await until("first pass", lambda: len(calls) == 1)
+        loops.on_object_event("DELETED", body("a"))
+        loops.on_object_event("ADDED", body("a"))
+        release.set()
+        await until("the new loop's pass", lambda: len(calls) == 2)
+        await asyncio.sleep(0.1)
+        loops.wake("ns", "a", now=True)
+        await until("the pass it asked for", lambda: len(calls) == 3, timeout=3)
+        await loops.shutdown()
+
+    run(main)

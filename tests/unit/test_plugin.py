@@ -107,8 +107,12 @@ def test_only_conditions_off_their_healthy_value_show() -> None:
     assert s["stale"] and s["terminal"] and s["spec"] == {"suspend": True}
     out = render(pr.status_view(s, now=NOW))
     assert "Progressing=False ItemsUnresolved: stage ifu: ConfigMap physics/nights" in out
-    assert "cost: $12.40" in out
+    assert "cost: $12.40 (per stage" in out
     assert "the operator has not caught up" in out
+    run["status"]["cost"] = {"totalUSD": 12.4, "stages": [
+        {"name": "a", "usedUSD": 12.4, "podSeconds": 7200, "pricedSeconds": 3600}]}
+    out = render(pr.status_view(pr.summary(run), now=NOW))
+    assert "cost: $12.40 +? (pod time on a pool with no known price)" in " ".join(out.split())
     assert next(x for x in out.splitlines() if x.startswith("a ")).split()[:2] == [
         "a", "Pending"]
 

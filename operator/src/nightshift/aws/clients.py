@@ -66,7 +66,7 @@ class Ec2Access:
 
     def price_problem(self, keys: Iterable[tuple[str, str]]) -> str:
         """Why the prices of `keys` (instance type, capacity type) are unknown, with the
-        fix; "" when none of their lookups failed (an unknown type has no price)."""
+        fix; "" when none of their lookups failed or came back empty."""
         if self.prices_error:
             return self.prices_error
         if isinstance(self._prices, AwsPrices):

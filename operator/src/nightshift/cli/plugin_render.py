@@ -196,10 +196,12 @@ def status_view(s: Mapping[str, Any], now: datetime | None = None,
             parts.append(Text(f"  {c['type']}={c['status']} {c.get('reason', '')}: "
                               f"{c.get('message', '')}"))
     if s.get("cost"):
-        total = cost_summary(s["cost"]).get("total")
-        if total is not None:
-            parts.append(Text(f"cost: ${total:,.2f} (per stage: kubectl nightshift cost "
-                              f"{s['name']})"))
+        c = cost_summary(s["cost"])
+        if c.get("total") is not None:
+            unpriced = (" +? (pod time on a pool with no known price)"
+                        if any(st.get("unpricedHours") for st in c["stages"]) else "")
+            parts.append(Text(f"cost: ${c['total']:,.2f}{unpriced} (per stage: kubectl "
+                              f"nightshift cost {s['name']})"))
     return Group(*parts)
 
 

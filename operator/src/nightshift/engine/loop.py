@@ -233,7 +233,9 @@ class Loops(Generic[S]):
                                 f"{describe(error)}. The operator retries every {delay:g}s; "
                                 "its log has the details"))
                             reported = True
-                if outcome.gone:
+                if outcome.gone or me.stopping:
+                    # A stopping loop never waits again: it shares its key's wake-ups
+                    # with the loop that replaces it, and would take one of them.
                     break
                 if error is not None:
                     # Backoff is not cut short by wake-ups: a failing pass must not run once
@@ -292,7 +294,8 @@ class Loops(Generic[S]):
         """Whether the report was written (best effort: the loop goes on either way)."""
         assert self._report is not None  # noqa: S101  (invariant for mypy: bind() set it)
         try:
-            await asyncio.to_thread(self._report, namespace, name, message)
+            await asyncio.get_running_loop().run_in_executor(
+                PASSES, self._report, namespace, name, message)
         except Exception as e:
             log.warning("%s %s/%s: could not %s the reconcile error on the object: %s",
                         self.kind, namespace, name, "clear" if message is None else "record",

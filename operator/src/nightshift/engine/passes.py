@@ -77,6 +77,8 @@ def post_events(kube: Kube, obj: dict[str, Any], events: Sequence[Event]) -> Non
         try:
             kube.event(obj, ev.type, ev.reason, ev.message)
         except KubeError as e:
+            if "being terminated" in e.message:
+                return  # the namespace goes, and the object with it
             meta = obj.get("metadata") or {}
             log.warning("%s %s/%s: event %s not posted: %s %s: %s", obj.get("kind"),
                         meta.get("namespace"), meta.get("name"), ev.reason, e.status,

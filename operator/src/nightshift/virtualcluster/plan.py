@@ -162,9 +162,10 @@ def _steady(o: Observed, spec: VirtualClusterSpec, *, add_finalizer: bool,
                                o.prices, spec.billing, o.now, o.gone_at)
     cost = status["cost"]
     if cost.get("unpricedNodes") or cost.get("unpricedEndedNodes"):
-        # Ended unpriced nodes are never priced again: the reason they were stays.
-        why = o.price_problem or ((o.vc.get("status") or {}).get("cost") or {}).get(
-            "unpricedReason", "")
+        # Ended unpriced nodes are never priced again: the reason they were stays, unless
+        # running nodes are unpriced now (their reason, if any, is today's).
+        why = o.price_problem or ("" if cost.get("unpricedNodes") else (
+            (o.vc.get("status") or {}).get("cost") or {}).get("unpricedReason", ""))
         if why:
             cost["unpricedReason"] = why[:PRICE_PROBLEM_CHARS]
     if deleting:
