@@ -127,6 +127,8 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
           stage("c", dependsOn=["b"])]),
      "invalid", "dependency cycle"),
     ("zero-items", run([stage(forEach={"items": []})]), "invalid", "gives no items"),
+    ("repeated-item", run([stage(forEach={"items": ["m31", "m42", "m31"]})]), "invalid",
+     "spec.stages[0].forEach.items[2]: 'm31' repeats item 0; list each item once"),
     ("100001-items-without-tolerate",
      run([stage(forEach={"range": {"from": 0, "to": 100_000}})]), "invalid",
      "set tolerateFailedItems"),

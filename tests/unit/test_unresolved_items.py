@@ -208,3 +208,30 @@ def test_a_secret_that_is_not_text_waits_naming_it() -> None:
     assert progressing["reason"] == "ItemsUnresolved"
     assert ("storage 'raw': Secret keys's AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY is not "
             "UTF-8 text; store the keys as plain text") in progressing["message"]
+
+
+def test_configmap_items_split_as_run_sh_splits_and_a_missing_key_names_the_keys() -> None:
+    # A byte-order mark is not part of the first item; only newlines split items (a
+    # form feed does not, as in run.sh and fromFile); a missing key lists the keys.
+    spec = PipelineRunSpec.model_validate({"stages": [
+        _stage("science", {"fromConfigMap": {"name": "nights", "key": "items"}})]})
+    kube = RecordingKube([_cm({"items": "\ufeffm17-0001.fits\r\nm17\x0c0002.fits\n\n"})])
+    assert itemsource.resolve(kube, NS, spec, spec.stages[0], CONFIG) == [
+        "m17-0001.fits", "m17\x0c0002.fits"]
+    kube = RecordingKube([_cm({"nights.txt": "n1\n"})])
+    with pytest.raises(itemsource.ResolveError) as e:
+        itemsource.resolve(kube, NS, spec, spec.stages[0], CONFIG)
+    assert "has no key 'items' (its keys: nights.txt); name one in " \
+        "forEach.fromConfigMap.key" in str(e.value)
+
+
+def test_a_repeated_item_fails_the_run_naming_both_places() -> None:
+    kube = RecordingKube([
+        _run([_stage("science", {"fromConfigMap": {"name": "nights", "key": "items"}},
+                     outputs=[{"path": "out/{item}/", "storage": "results"}])],
+             storage=[{"name": "results", "s3": {"bucket": "results", "region": "us-west-2"}}]),
+        _cm({"items": "n1\nn2\nn1\n"})])
+    status, jobs = _pass(kube)
+    assert jobs == [] and status["phase"] == "Failed"
+    assert "spec.stages[0].forEach[2]: 'n1' repeats item 0; list each item once" in \
+        _cond(status, "Invalid")["message"]

@@ -148,9 +148,12 @@ def resolve(kube: Kube, namespace: str, spec: PipelineRunSpec, stage: Stage,
                                    "name a key that holds one item per line",
                                    invalid=True) from None
         if text is None:
+            keys = sorted({*(cm.get("data") or {}), *(cm.get("binaryData") or {})})
             raise ResolveError(f"{field}.fromConfigMap.key: ConfigMap {src.name} has no key "
-                               f"{src.key!r}")
-        return [line.strip() for line in text.splitlines() if line.strip()]
+                               f"{src.key!r} (its keys: {', '.join(keys) or 'none'}); "
+                               "name one in forEach.fromConfigMap.key (kubectl create "
+                               "configmap --from-file names the key after the file)")
+        return _lines(text)
     if fe.from_s3 is not None:
         src3 = fe.from_s3
         storage, target = _s3(kube, namespace, spec, src3.storage,
@@ -217,6 +220,14 @@ def _from_file(kube: Kube, namespace: str, spec: PipelineRunSpec, field: str,
     except UnicodeDecodeError as e:
         raise ResolveError(f"{field}.fromFile.path: s3://{target.bucket}/{key} is not UTF-8 "
                            f"text ({e})", invalid=True) from None
+    return _lines(text)
+
+
+def _lines(text: str) -> list[str]:
+    """One item per line, as run.sh splits: on newlines only (str.splitlines would split
+    on form feeds and Unicode separators too), blanks dropped, a UTF-8 byte-order mark
+    (spreadsheets' "CSV UTF-8") not part of the first item."""
+    text = text.removeprefix("\ufeff")
     return [line.strip() for line in text.split("\n") if line.strip()]
 
 

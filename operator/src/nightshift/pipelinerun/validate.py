@@ -314,8 +314,13 @@ def check_items(path: str, values: list[str] | tuple[str, ...], st: Stage) -> li
     """Per-item checks, also for items the I/O layer read from a ConfigMap or S3."""
     p = check_count(path, len(values), st)
     bad = 0
+    first: dict[str, int] = {}
     for i, v in enumerate(values):
         problem = itemsmod.item_problem(v)
+        if problem is None and (j := first.setdefault(v, i)) != i:
+            # Two pods would commit one item's outputs (and task record) to one place.
+            problem = (f"repeats item {j}; list each item once (to run one several times, "
+                       "use forEach.matrix with a field that numbers the repeats)")
         if problem:
             bad += 1
             if bad <= 5:  # the first few say enough; 10^5 lines of errors say nothing
