@@ -39,6 +39,9 @@ class FakeKube:
     def apply(self, obj: dict[str, Any]) -> None:
         self.applied.append(obj)
 
+    def list_metadata(self, *_a: Any, **_kw: Any) -> list[dict[str, Any]]:
+        return []  # no chunk of an earlier freeze
+
 
 KEYS = {"AWS_ACCESS_KEY_ID": "AKIDTENANT", "AWS_SECRET_ACCESS_KEY": "tenant-secret"}
 

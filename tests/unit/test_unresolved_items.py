@@ -235,3 +235,33 @@ def test_a_repeated_item_fails_the_run_naming_both_places() -> None:
     assert jobs == [] and status["phase"] == "Failed"
     assert "spec.stages[0].forEach[2]: 'n1' repeats item 0; list each item once" in \
         _cond(status, "Invalid")["message"]
+
+
+class ImmutableKube(RecordingKube):
+    """Refuses, as the API server does, new data applied over an immutable ConfigMap."""
+
+    def _call(self, method: str, path: str, body: Any = None,
+              query: Sequence[tuple[str, Any]] = (), content_type: str | None = None,
+              accept: str = "application/json") -> Any:
+        old = self.store.get(path)
+        if (method == "PATCH" and content_type == "application/apply-patch+yaml" and old
+                and old.get("immutable") and old.get("data") != body.get("data")):
+            raise KubeError(422, "Invalid", f"ConfigMap {path}: field is immutable when "
+                            "`immutable` is set")
+        return super()._call(method, path, body, query, content_type, accept)
+
+
+def test_a_freeze_cut_short_is_redone_from_the_source_as_it_is_now() -> None:
+    # A freeze applied chunk 0 of 2 and the operator stopped; meanwhile the list grew.
+    kube = ImmutableKube([
+        _run([_stage("science", {"fromConfigMap": {"name": "nights", "key": "items"}})]),
+        _cm({"items": "n1\nn2\n"})])
+    _pass(kube)
+    (path,) = [p for p in kube.store if "-items-0" in p]
+    kube.store[path]["metadata"]["annotations"][names.ANNOTATION_ITEMS_TOTAL] = "5"
+    for p in [p for p in kube.store if "/jobs/" in p]:
+        del kube.store[p]  # as if the Job was never made
+    kube.put(_cm({"items": "n1\nn2\nn3\n"}))
+    status, jobs = _pass(kube)
+    assert jobs == ["science"] and status["phase"] == "Running", status
+    assert kube.store[path]["data"]["items"] == "n1\nn2\nn3\n"

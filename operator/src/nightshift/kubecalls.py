@@ -222,7 +222,8 @@ CALLS: tuple[Call, ...] = tuple([
            f"sharedstorage/reconcile: the NFS clients' PersistentVolume ({_SSA}), which "
            "cannot be owned by a namespaced object, deleted with its storage"),
     *_rows(CORE, "configmaps", "delete", NAMESPACE, _K,
-           "sharedstorage/reconcile prunes a configuration no longer rendered"),
+           "sharedstorage/reconcile prunes a configuration no longer rendered; "
+           "pipelinerun/itemsource drops the chunks an interrupted freeze left"),
     *_rows(CORE, "pods", "watch", NAMESPACE, _F,
            "kopf's watch of storage pods (label selector nightshift.io/storage): a "
            "server or squid ready wakes the storage's loop"),

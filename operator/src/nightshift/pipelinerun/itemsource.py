@@ -102,11 +102,27 @@ def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str,
                                     str(run["metadata"].get("uid", ""))),
                        stage, f"spec.stages[{index}]")
     ref = render_items.RunRef.of(run)
+    _drop_partial(kube, ref, stage.name)
     fuse = binding.fuse_mounts(stage, {s.name: s for s in spec.storage})
     for cm in render_items.items_configmaps(
             ref, stage.name, items, last_step=stage.steps[-1].name, fuse_mounts=fuse):
         with naming("ConfigMap", cm["metadata"]["name"], "applying"):
             kube.apply(cm)
+
+
+def _drop_partial(kube: Kube, ref: render_items.RunRef, stage: str) -> None:
+    """Delete the chunks an earlier, interrupted freeze of `stage` left (a stage is only
+    frozen while its set is incomplete, so no Job mounts them). They are immutable: had
+    the source changed since (a new key under the prefix, an edited list), applying the
+    new chunks over them would be refused (422) and fail the run in the API's words."""
+    ours = {m["metadata"]["name"] for m in kube.list_metadata(
+        "v1", "ConfigMap", ref.namespace, label_selector=f"{names.LABEL_RUN}={ref.name}")
+        if render_items.owned_by(m["metadata"], ref.uid)}
+    n = 0  # chunks are applied in order: what a freeze left is chunks 0..n-1
+    while (name := render_items.items_configmap_name(ref.name, stage, n)) in ours:
+        with naming("ConfigMap", name, "deleting"):
+            kube.delete("v1", "ConfigMap", name, ref.namespace)
+        n += 1
 
 
 def check_gathered(frozen: dict[str, ItemsInfo], stage: Stage, where: str) -> None:
