@@ -61,6 +61,9 @@ def test_resources_as_the_api_server_checks_them() -> None:
     ([{"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.gpu"}}}],
      "e[0].valueFrom.resourceFieldRef.resource"),
     ([{"name": "A", "valueFrom": {}}], "e[0].valueFrom"),
+    ([{"name": "JOB_COMPLETION_INDEX", "value": "0"}], "e[0].name"),
+    ([{"name": "NIGHTSHIFT_ITEM", "value": "m31"}], "e[0].name"),
+    ([{"name": "NIGHTSHIFT_FUSE_WAIT_S", "value": "300"}], None),  # a documented knob
 ])
 def test_env_as_the_api_server_checks_it(env: list[dict[str, Any]], field: str | None) -> None:
     found = pv.env_problems("e", env)

@@ -239,7 +239,9 @@ def test_a_run_recreated_under_its_name_never_takes_the_earlier_runs_objects() -
     assert kube.store[jpath]["metadata"]["ownerReferences"][0]["uid"] == "old-uid"
     prog = cond.find(st["conditions"], cond.PROGRESSING)
     assert prog is not None and prog["reason"] == "EarlierRunObjects", st
-    assert f"kubectl delete job {done['metadata']['name']} -n {NS}" in prog["message"]
+    said = prog["message"]
+    assert f"job/{done['metadata']['name']}" in said and "configmap/" in said, said
+    assert said.index("kubectl delete configmap/") < said.index(f" -n {NS})"), said
     # Collected (or deleted by hand): the new run starts with its own objects.
     for path in [p for p in kube.store if "/jobs/" in p or "/configmaps/" in p]:
         del kube.store[path]
@@ -248,3 +250,22 @@ def test_a_run_recreated_under_its_name_never_takes_the_earlier_runs_objects() -
     assert kube.store[jpath]["metadata"]["ownerReferences"][0]["uid"] == "run-uid"
     prog = cond.find(_status(kube)["conditions"], cond.PROGRESSING)
     assert prog is not None and prog["reason"] != "EarlierRunObjects", prog
+
+
+def test_an_earlier_runs_objects_hold_only_their_own_stage() -> None:
+    """The earlier run had stage b only, and only its second item chunk is left (its
+    Job and first chunk already collected): b waits, naming it; a starts meanwhile."""
+    two = {**_run(), "spec": {"stages": [
+        {"name": n, "image": "busybox:1.36", "forEach": {"items": ["x", "y"]},
+         "steps": [{"name": "main", "command": ["true"]}]} for n in ("a", "b")]}}
+    from nightshift.pipelinerun import items as itemsmod
+    left = itemsmod.items_configmap_name("nightly", "b", 1)
+    kube = RecordingKube([two, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": left, "namespace": NS, "labels": {"nightshift.io/pipeline-run": "nightly",
+                                                   "nightshift.io/stage": "b"}}}])
+    _pass(kube)
+    jobs = [o for o in kube.store.values() if o["kind"] == "Job"]
+    assert [j["metadata"]["labels"]["nightshift.io/stage"] for j in jobs] == ["a"]
+    prog = cond.find(_status(kube)["conditions"], cond.PROGRESSING)
+    assert prog is not None and prog["reason"] == "EarlierRunObjects", prog
+    assert prog["message"].startswith(f"stage b: configmap/{left} belong to an earlier")

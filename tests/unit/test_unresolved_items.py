@@ -215,9 +215,10 @@ def test_configmap_items_split_as_run_sh_splits_and_a_missing_key_names_the_keys
     # form feed does not, as in run.sh and fromFile); a missing key lists the keys.
     spec = PipelineRunSpec.model_validate({"stages": [
         _stage("science", {"fromConfigMap": {"name": "nights", "key": "items"}})]})
-    kube = RecordingKube([_cm({"items": "\ufeffm17-0001.fits\r\nm17\x0c0002.fits\n\n"})])
+    kube = RecordingKube([_cm({"items": "\ufeffm17-0001.fits\r\nm17\x0c0002.fits\n\n"
+                                         "m17-0003.fits\rm17-0004.fits\r"})])
     assert itemsource.resolve(kube, NS, spec, spec.stages[0], CONFIG) == [
-        "m17-0001.fits", "m17\x0c0002.fits"]
+        "m17-0001.fits", "m17\x0c0002.fits", "m17-0003.fits", "m17-0004.fits"]
     kube = RecordingKube([_cm({"nights.txt": "n1\n"})])
     with pytest.raises(itemsource.ResolveError) as e:
         itemsource.resolve(kube, NS, spec, spec.stages[0], CONFIG)

@@ -150,12 +150,19 @@ def owned_by(meta: Mapping[str, Any], uid: str) -> bool:
     return any(str(r.get("uid", "")) == uid for r in meta.get("ownerReferences") or [])
 
 
-def earlier_run_wait(kind: str, name: str, namespace: str) -> str:
-    """What a stage waits for while an earlier same-named run's object holds its name."""
-    return (f"{kind} {name} is an earlier PipelineRun's of this name, not this run's: "
-            "this stage starts once it is gone (the garbage collector deletes it soon "
-            "after that run; if that run was deleted with --cascade=orphan, delete it: "
-            f"kubectl delete {kind.lower()} {name} -n {namespace})")
+EARLIER_NAMED = 5  # objects a wait names; the next pass names any left
+
+
+def earlier_run_wait(objects: Sequence[str], namespace: str) -> str:
+    """What a stage waits for while an earlier same-named run's objects ("kind/name")
+    hold its names (its Jobs, item chunks, retry index maps)."""
+    named = sorted(objects)[:EARLIER_NAMED]
+    more = f" and {len(objects) - len(named)} more" if len(objects) > len(named) else ""
+    return (f"{', '.join(named)}{more} belong to an earlier PipelineRun of this name, "
+            "not this run: this stage starts once they are gone (the garbage collector "
+            "deletes them soon after that run; if that run was deleted with "
+            f"--cascade=orphan, delete them: kubectl delete {' '.join(named)} -n "
+            f"{namespace})")
 
 
 def items_configmap_name(run: str, stage: str, chunk: int) -> str:

@@ -7,6 +7,7 @@ earlier one wrote), then frozen: restarts and reruns see exactly the same items.
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 from nightshift.api import credsecret, names
@@ -49,21 +50,21 @@ class ResolveError(Exception):
 
 
 def frozen_items(kube: Kube, namespace: str, run: str, spec: PipelineRunSpec,
-                 uid: str | None = None, earlier: dict[str, str] | None = None
+                 uid: str | None = None, earlier: dict[str, list[str]] | None = None
                  ) -> dict[str, ItemsInfo]:
     """The stages' frozen item lists. With `uid`, only the run's own ConfigMaps count;
-    an earlier same-named run's that holds a chunk's name is put in `earlier` (stage ->
-    what it waits for)."""
+    an earlier same-named run's (item chunks, retry index maps) go in `earlier`, as
+    "configmap/<name>" by stage."""
     metas = kube.list_metadata("v1", "ConfigMap", namespace,
                                label_selector=f"{names.LABEL_RUN}={run}")
     by_name = {m["metadata"]["name"]: m["metadata"] for m in metas}
     if uid is not None:
-        for st in spec.stages:
-            first = render_items.items_configmap_name(run, st.name, 0)
-            if (earlier is not None and first in by_name
-                    and not render_items.owned_by(by_name[first], uid)):
-                earlier.setdefault(st.name, render_items.earlier_run_wait(
-                    "ConfigMap", first, namespace))
+        stages = {st.name for st in spec.stages}
+        for name, meta in by_name.items():
+            stage = (meta.get("labels") or {}).get(names.LABEL_STAGE)
+            if (earlier is not None and stage in stages
+                    and not render_items.owned_by(meta, uid)):
+                earlier.setdefault(stage, []).append(f"configmap/{name}")
         by_name = {n: m for n, m in by_name.items() if render_items.owned_by(m, uid)}
     out: dict[str, ItemsInfo] = {}
     for st in spec.stages:
@@ -240,11 +241,12 @@ def _from_file(kube: Kube, namespace: str, spec: PipelineRunSpec, field: str,
 
 
 def _lines(text: str) -> list[str]:
-    """One item per line, as run.sh splits: on newlines only (str.splitlines would split
-    on form feeds and Unicode separators too), blanks dropped, a UTF-8 byte-order mark
-    (spreadsheets' "CSV UTF-8") not part of the first item."""
+    """One item per line: lines end in \\n, \\r\\n or \\r (old Mac exports), nothing
+    else (str.splitlines would split on form feeds and Unicode separators too); blanks
+    dropped; a UTF-8 byte-order mark (spreadsheets' "CSV UTF-8") not part of the first
+    item."""
     text = text.removeprefix("\ufeff")
-    return [line.strip() for line in text.split("\n") if line.strip()]
+    return [line.strip() for line in re.split(r"\r\n|\r|\n", text) if line.strip()]
 
 
 def s3_listing_refusal(field: str, storage: str, storage_field: str, endpoint: str | None,

@@ -387,7 +387,11 @@ class _Planner:
                 status, unresolved = unresolved_status(self.old, status, waits,
                                                        self.generation, self.now, reason)
                 out_events += [Event(*e) for e in unresolved]
-                resolve, requeue = [], sooner(self.requeue, 10.0)
+                requeue = sooner(self.requeue, 10.0)
+                if reason != EARLIER_RUN_OBJECTS:
+                    # Resolved this pass already (reconcile.py); the earlier-run stages
+                    # are never in `resolve`, and the others freeze meanwhile.
+                    resolve = []
         return Plan(
             resolve_items=resolve,
             apply=self.apply,

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from nightshift.api import names
 from nightshift.api.problems import Problem
 from nightshift.api.quantities import quantity
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage, StorageRef
@@ -82,6 +83,10 @@ def annotations_problems(path: str, annotations: Mapping[str, Any]) -> list[Prob
     return p
 
 
+# NIGHTSHIFT_* names a stage's env may set: the knobs docs name for users (every other
+# NIGHTSHIFT_ name is the operator's or run.sh's own).
+USER_KNOBS = frozenset({names.ENV_FUSE_WAIT_S})
+
 def env_problems(path: str, env: Sequence[Mapping[str, Any]]) -> list[Problem]:
     p: list[Problem] = []
     for i, e in enumerate(env):
@@ -91,7 +96,8 @@ def env_problems(path: str, env: Sequence[Mapping[str, Any]]) -> list[Problem]:
             p.append(Problem(f"{at}.name", "is required: the variable's name"))
         elif not ENV_NAME.match(name):
             p.append(Problem(f"{at}.name", f"{name!r} must be printable ASCII without '='"))
-        elif name == "JOB_COMPLETION_INDEX" or name.startswith("NIGHTSHIFT_"):
+        elif name == "JOB_COMPLETION_INDEX" or (name.startswith("NIGHTSHIFT_")
+                                                and name not in USER_KNOBS):
             # The Job controller leaves a container's own JOB_COMPLETION_INDEX alone, and
             # run.sh reads NIGHTSHIFT_*: either would run every pod on the wrong item(s).
             p.append(Problem(f"{at}.name", f"{name} is set by "

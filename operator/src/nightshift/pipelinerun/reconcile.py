@@ -95,9 +95,10 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                 raise
     # A run re-created under a deleted one's name finds that run's Jobs and ConfigMaps
     # under its own deterministic names until they are collected: never its own.
-    uid, earlier = str(run["metadata"].get("uid", "")), dict[str, str]()
-    jobs = _own(jobs, name, namespace, uid, earlier)
+    uid, earlier = str(run["metadata"].get("uid", "")), dict[str, list[str]]()
+    jobs = _own(jobs, name, uid, {st.name for st in spec.stages} if spec else set(), earlier)
     items = frozen_items(kube, namespace, name, spec, uid, earlier) if spec else {}
+    waits = {st: itemsmod.earlier_run_wait(objs, namespace) for st, objs in earlier.items()}
     samples = state.pods.failure_samples(kube, namespace, jobs)
     stuck = state.pods.held(kube, namespace, jobs, spec, frozenset(
         str(st.get("name")) for st in (run.get("status") or {}).get("stages") or []
@@ -136,7 +137,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                         runner_images=config.runner_images,
                         live_pods=live, shared_storages=shared, virtual_clusters=vcs,
                         service_accounts=accounts, secrets=secrets, config_maps=config_maps,
-                        volume_claims=claims, earlier=earlier)
+                        volume_claims=claims, earlier=waits)
 
     p = plan(observe())
     refused: list[tuple[str, str]] = []
@@ -279,10 +280,10 @@ def _why(e: KubeError) -> str:
     return f"{e.status} {e.reason}: {message}"
 
 
-def _own(jobs: list[dict[str, Any]], run: str, namespace: str, uid: str,
-         earlier: dict[str, str]) -> list[dict[str, Any]]:
-    """The run's own Jobs; an earlier same-named run's holding one of its names goes in
-    `earlier` (stage -> what it waits for)."""
+def _own(jobs: list[dict[str, Any]], run: str, uid: str, stages: set[str],
+         earlier: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """The run's own Jobs; an earlier same-named run's holding the name of one of the
+    run's stages' Jobs goes in `earlier`, as "job/<name>" (or mpijob/) by stage."""
     out = []
     for job in jobs:
         meta = job["metadata"]
@@ -292,11 +293,11 @@ def _own(jobs: list[dict[str, Any]], run: str, namespace: str, uid: str,
         labels = meta.get("labels") or {}
         stage, attempt = str(labels.get(names.LABEL_STAGE, "")), str(
             labels.get(names.LABEL_ATTEMPT, "0"))
-        if attempt.isdigit() and meta.get("name") == itemsmod.job_name(run, stage,
-                                                                        int(attempt)):
+        if stage in stages and attempt.isdigit() and meta.get("name") == itemsmod.job_name(
+                run, stage, int(attempt)):
             # as_job marks an MPIJob read as a Job
-            kind = "MPIJob" if mpijob.OPERATOR_SEEN in (job.get("status") or {}) else "Job"
-            earlier.setdefault(stage, itemsmod.earlier_run_wait(kind, meta["name"], namespace))
+            kind = "mpijob" if mpijob.OPERATOR_SEEN in (job.get("status") or {}) else "job"
+            earlier.setdefault(stage, []).append(f"{kind}/{meta['name']}")
     return out
 
 
