@@ -56,6 +56,11 @@ def kind(said: str) -> Kind:
     return "other"
 
 
+def terminating(said: str) -> bool:
+    """Whether the API server refused a create because its namespace is being deleted."""
+    return "being terminated" in said
+
+
 def namespace_state(status: int, said: str) -> str | None:
     """What ends a write refused for the namespace's state, not the object's (a full
     ResourceQuota, a namespace being deleted), or None for any other answer: such a
@@ -65,7 +70,7 @@ def namespace_state(status: int, said: str) -> str | None:
     if kind(said) == "quota":
         return ("the namespace's ResourceQuota is full: raise it, or wait for other "
                 "objects in the namespace to go")
-    if "being terminated" in said:
+    if terminating(said):
         return "the namespace is being deleted: nothing can be created in it"
     return None
 

@@ -46,7 +46,7 @@ from nightshift.kube import CONNECTIONS, KubeError
 log = logging.getLogger("nightshift")
 # Passes of every kind share these threads: as many as the API client's connections,
 # whatever the host's CPU count (asyncio's default executor grows with it).
-PASSES = ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="nightshift-pass")
+PASS_THREADS = ThreadPoolExecutor(max_workers=CONNECTIONS, thread_name_prefix="nightshift-pass")
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,7 @@ class Loops(Generic[S]):
                 metrics.RECONCILE_SECONDS.labels(self.kind).observe(time.monotonic() - start)
 
         try:
-            return await asyncio.get_running_loop().run_in_executor(PASSES, timed), None
+            return await asyncio.get_running_loop().run_in_executor(PASS_THREADS, timed), None
         except Exception as e:
             kind = "api" if isinstance(e, KubeError) else "unexpected"
             metrics.RECONCILE_ERRORS.labels(self.kind, kind).inc()
@@ -295,7 +295,7 @@ class Loops(Generic[S]):
         assert self._report is not None  # noqa: S101  (invariant for mypy: bind() set it)
         try:
             await asyncio.get_running_loop().run_in_executor(
-                PASSES, self._report, namespace, name, message)
+                PASS_THREADS, self._report, namespace, name, message)
         except Exception as e:
             log.warning("%s %s/%s: could not %s the reconcile error on the object: %s",
                         self.kind, namespace, name, "clear" if message is None else "record",

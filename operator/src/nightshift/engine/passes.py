@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from nightshift.api import refusals
 from nightshift.api.events import Event
 from nightshift.api.ownedplan import OwnedPlan
 from nightshift.engine.loop import Outcome
@@ -77,7 +78,7 @@ def post_events(kube: Kube, obj: dict[str, Any], events: Sequence[Event]) -> Non
         try:
             kube.event(obj, ev.type, ev.reason, ev.message)
         except KubeError as e:
-            if "being terminated" in e.message:
+            if refusals.terminating(e.message):
                 return  # the namespace goes, and the object with it
             meta = obj.get("metadata") or {}
             log.warning("%s %s/%s: event %s not posted: %s %s: %s", obj.get("kind"),

@@ -124,22 +124,30 @@ def job_name(run: str, stage: str, attempt: int) -> str:
     return object_name(parts, JOB_NAME_MAX)
 
 
+def stage_attempt(job: Mapping[str, Any], run: str,
+                  stages: set[str]) -> tuple[str, int] | None:
+    """The stage and attempt a Job of `run` is, by its labels and our own deterministic
+    name for them; None for a look-alike, which is no attempt."""
+    meta = job.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    stage = labels.get(names.LABEL_STAGE)
+    try:
+        attempt = int(labels.get(names.LABEL_ATTEMPT, "0"))
+    except ValueError:
+        return None
+    if (stage in stages and labels.get(names.LABEL_RUN) == run
+            and meta.get("name") == job_name(run, stage, attempt)):
+        return str(stage), attempt
+    return None
+
+
 def jobs_by_stage(jobs: Sequence[Mapping[str, Any]], run: str, stages: set[str]
                   ) -> dict[str, dict[int, Mapping[str, Any]]]:
     """The run's stage Jobs by stage and attempt."""
     out: dict[str, dict[int, Mapping[str, Any]]] = {}
     for job in jobs:
-        labels = (job.get("metadata") or {}).get("labels") or {}
-        stage = labels.get(names.LABEL_STAGE)
-        try:
-            attempt = int(labels.get(names.LABEL_ATTEMPT, "0"))
-        except ValueError:
-            continue
-        name = (job.get("metadata") or {}).get("name")
-        # Only our own deterministic names count: a look-alike Job is not an attempt.
-        if (stage in stages and labels.get(names.LABEL_RUN) == run
-                and name == job_name(run, stage, attempt)):
-            out.setdefault(stage, {})[attempt] = job
+        if (found := stage_attempt(job, run, stages)) is not None:
+            out.setdefault(found[0], {})[found[1]] = job
     return out
 
 

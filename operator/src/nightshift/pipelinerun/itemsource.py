@@ -49,23 +49,20 @@ class ResolveError(Exception):
         self.invalid = invalid
 
 
-def frozen_items(kube: Kube, namespace: str, run: str, spec: PipelineRunSpec,
-                 uid: str | None = None, earlier: dict[str, list[str]] | None = None
-                 ) -> dict[str, ItemsInfo]:
-    """The stages' frozen item lists. With `uid`, only the run's own ConfigMaps count;
-    an earlier same-named run's (item chunks, retry index maps) go in `earlier`, as
+def frozen_items(kube: Kube, namespace: str, run: str, spec: PipelineRunSpec, uid: str,
+                 earlier: dict[str, list[str]] | None = None) -> dict[str, ItemsInfo]:
+    """The stages' frozen item lists, from the run's own ConfigMaps (owned by `uid`); an
+    earlier same-named run's (item chunks, retry index maps) go in `earlier`, as
     "configmap/<name>" by stage."""
     metas = kube.list_metadata("v1", "ConfigMap", namespace,
                                label_selector=f"{names.LABEL_RUN}={run}")
     by_name = {m["metadata"]["name"]: m["metadata"] for m in metas}
-    if uid is not None:
-        stages = {st.name for st in spec.stages}
-        for name, meta in by_name.items():
-            stage = (meta.get("labels") or {}).get(names.LABEL_STAGE)
-            if (earlier is not None and stage in stages
-                    and not render_items.owned_by(meta, uid)):
-                earlier.setdefault(stage, []).append(f"configmap/{name}")
-        by_name = {n: m for n, m in by_name.items() if render_items.owned_by(m, uid)}
+    stages = {st.name for st in spec.stages}
+    for name, meta in by_name.items():
+        stage = (meta.get("labels") or {}).get(names.LABEL_STAGE)
+        if earlier is not None and stage in stages and not render_items.owned_by(meta, uid):
+            earlier.setdefault(stage, []).append(f"configmap/{name}")
+    by_name = {n: m for n, m in by_name.items() if render_items.owned_by(m, uid)}
     out: dict[str, ItemsInfo] = {}
     for st in spec.stages:
         chunks: list[str] = []

@@ -87,6 +87,7 @@ def annotations_problems(path: str, annotations: Mapping[str, Any]) -> list[Prob
 # NIGHTSHIFT_ name is the operator's or run.sh's own).
 USER_KNOBS = frozenset({names.ENV_FUSE_WAIT_S})
 
+
 def env_problems(path: str, env: Sequence[Mapping[str, Any]]) -> list[Problem]:
     p: list[Problem] = []
     for i, e in enumerate(env):

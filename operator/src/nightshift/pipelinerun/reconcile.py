@@ -68,8 +68,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
               state: LoopState) -> Outcome:
     run = kube.get(names.API_VERSION, names.PIPELINERUN, name, namespace)
     if run is None or run["metadata"].get("deletionTimestamp"):
-        metrics.observe_run(namespace, name, None)
-        return Outcome(gone=True)
+        return Outcome(gone=True)  # the loop's end drops its metrics (handlers._forget)
     selector = f"{names.LABEL_RUN}={name}"
     listed_at = datetime.now(UTC)  # Ready changes the watch times after it are newer
     jobs = kube.list("batch/v1", "Job", namespace, label_selector=selector)
@@ -290,14 +289,10 @@ def _own(jobs: list[dict[str, Any]], run: str, uid: str, stages: set[str],
         if itemsmod.owned_by(meta, uid):
             out.append(job)
             continue
-        labels = meta.get("labels") or {}
-        stage, attempt = str(labels.get(names.LABEL_STAGE, "")), str(
-            labels.get(names.LABEL_ATTEMPT, "0"))
-        if stage in stages and attempt.isdigit() and meta.get("name") == itemsmod.job_name(
-                run, stage, int(attempt)):
+        if (found := itemsmod.stage_attempt(job, run, stages)) is not None:
             # as_job marks an MPIJob read as a Job
             kind = "mpijob" if mpijob.OPERATOR_SEEN in (job.get("status") or {}) else "job"
-            earlier.setdefault(stage, []).append(f"{kind}/{meta['name']}")
+            earlier.setdefault(found[0], []).append(f"{kind}/{meta['name']}")
     return out
 
 
