@@ -157,7 +157,7 @@ def test_an_unexpected_error_in_a_pass_is_retried_and_shown_as_a_condition(
         get_vc(kube, ns, "faulty"), "ReconcileError")).get("status") == "True" and c, 60)
     assert cond["reason"] == "ReconcileFailing"
     assert "planted fault: the VirtualCluster planner raised" in cond["message"]
-    assert "retries every" in cond["message"]
+    assert "backing off to once every" in cond["message"]
     assert op.proc is not None and op.proc.poll() is None, op.tail()
     # The loop kept retrying: the fault gone, the next pass succeeds and says so.
     kubectl("annotate", "-n", ns, "virtualcluster", "faulty", f"{FAULT_ANNOTATION}-")

@@ -218,3 +218,45 @@ def test_a_pool_with_an_unpriced_node_has_no_price() -> None:
     assert entry["unpricedNodes"] == 3 and "hourlyUSD" not in entry
     assert "hourlyUSD" not in status
     assert cost.pool_rates(status) == {}  # a run's pods there are unpriced, not cheap
+
+
+def _status_write(t: float) -> dict[str, Any]:
+    # The Job controller's status entry and the operator's own apply (which must not count).
+    return {"managedFields": [
+        {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+         "time": rfc3339(at(t))},
+        {"manager": "nightshift", "operation": "Apply", "time": rfc3339(at(t + 30))}]}
+
+
+def test_a_ready_change_is_timed_by_its_status_write_not_by_a_late_watch_event() -> None:
+    # Written at 10.x s (the API server keeps whole seconds), seen at 13 s: at most 11 s.
+    assert cost.write_time(at(13), _status_write(10)) == at(11)
+    # Seen within that second: the arrival itself is the closer bound.
+    assert cost.write_time(at(10.4), _status_write(10)) == at(10.4)
+    # The operator's clock behind the API server's: never before the write.
+    assert cost.write_time(at(9), _status_write(10)) == at(10)
+    # No status entry (a Job whose status no one wrote): the arrival.
+    assert cost.write_time(at(13), {"managedFields": []}) == at(13)
+    assert cost.write_time(at(13), {}) == at(13)
+
+
+def test_a_change_written_before_the_last_pass_but_seen_after_it_counts_from_that_pass(
+) -> None:
+    rates = {"a": 2.5e-5}
+    c, t = cost.advance(None, None, [], [job("j", "a", 0)], rates, VC, at(0))
+    # The pass listed 0 Ready at 5 s and ended at 6 s; 4 became Ready at 5.5 s, but the
+    # event came after the pass, timed by its write at 5.5 s: 4 pods from 6 s, not 0.
+    c, t = cost.advance(c, t, [], [job("j", "a", 0)], rates, VC, at(6), listed_at=at(5))
+    c, t = cost.advance(c, t, [(at(5.5), "j", "a", 4)], [job("j", "a", 4)], rates, VC, at(16),
+                        listed_at=at(15))
+    assert c["stages"][0]["podSeconds"] == pytest.approx(4 * 10)
+
+
+def test_one_jobs_changes_in_one_second_keep_their_order() -> None:
+    rates = {"a": 2.5e-5}
+    c, t = cost.advance(None, None, [], [job("j", "a", 0)], rates, VC, at(0), listed_at=at(0))
+    # 5 Ready, then 6, both written in second 11 (one time): the later count holds.
+    c, t = cost.advance(c, t, [(at(11), "j", "a", 5), (at(11), "j", "a", 6)],
+                        [job("j", "a", 0)], rates, VC, at(20), listed_at=at(10))
+    c, t = cost.advance(c, t, [], [job("j", "a", 6)], rates, VC, at(30), listed_at=at(30))
+    assert c["stages"][0]["podSeconds"] == pytest.approx(6 * 19)

@@ -211,9 +211,10 @@ def test_unexpected_errors_back_off_then_report_then_clear() -> None:
     # then cleared once by the first successful pass.
     assert len(rec.reports) == 3
     first, second, cleared = rec.reports
-    assert first is not None and "3 reconcile passes in a row failed" in first
+    assert first is not None and "keep failing (3 or more in a row)" in first
     assert "ValueError: a bug in the planner" in first
-    assert second is not None and second.startswith("4 reconcile passes")
+    # The same failure in the same words: the status is not rewritten per retry.
+    assert second == first
     assert cleared is None
 
 
@@ -408,6 +409,25 @@ def test_a_reconcile_error_an_earlier_process_left_is_cleared_by_the_first_good_
 
     run(main)
     assert error()["reason"] == "Recovered", error()
+
+
+def test_a_lasting_failure_writes_its_reconcile_error_once() -> None:
+    run_obj = {"apiVersion": names.API_VERSION, "kind": names.PIPELINERUN,
+               "metadata": {"name": "a", "namespace": "ns", "generation": 1},
+               "spec": {}, "status": {}}
+    kube = RecordingKube([run_obj])
+    report = reconcile_error_reporter(kube, names.API_VERSION, names.PIPELINERUN)
+
+    def version() -> str:
+        got = kube.get(names.API_VERSION, names.PIPELINERUN, "a", "ns") or {}
+        return str(got["metadata"]["resourceVersion"])
+
+    report("ns", "a", "passes keep failing; the last: X")
+    written = version()
+    report("ns", "a", "passes keep failing; the last: X")
+    assert version() == written  # the same words: no write
+    report("ns", "a", "passes keep failing; the last: Y")
+    assert version() != written  # another failure is said
 
 
 def test_shutdown_ends_a_loop_whose_wait_swallows_the_cancel() -> None:

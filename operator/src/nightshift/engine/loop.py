@@ -228,10 +228,13 @@ class Loops(Generic[S]):
                         outcome = Outcome(requeue_after=delay)
                         self._log_error(namespace, name, error, failures, delay)
                         if failures >= self.policy.report_after and self._report is not None:
+                            # No count or current delay in the words: the same
+                            # failure must not rewrite the status on every retry.
                             await self._call_report(namespace, name, (
-                                f"{failures} reconcile passes in a row failed; the last: "
-                                f"{describe(error)}. The operator retries every {delay:g}s; "
-                                "its log has the details"))
+                                f"reconcile passes keep failing ({self.policy.report_after} "
+                                f"or more in a row); the last: {describe(error)}. The "
+                                "operator retries, backing off to once every "
+                                f"{self.policy.max_delay:g}s; its log has the details"))
                             reported = True
                 if outcome.gone or me.stopping:
                     # A stopping loop never waits again: it shares its key's wake-ups

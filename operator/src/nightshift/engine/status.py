@@ -94,6 +94,9 @@ def reconcile_error_reporter(kube: Kube, api_version: str,
         else:
             new = conditions.condition(conditions.RECONCILE_ERROR, conditions.TRUE,
                                        "ReconcileFailing", message, gen)
+            if prior is not None and all(prior.get(k) == new.get(k) for k in (
+                    "status", "reason", "message", "observedGeneration")):
+                return  # said already: a lasting failure writes once, not per retry
         merged = [*[c for c in conds if c.get("type") != conditions.RECONCILE_ERROR],
                   *conditions.merge(conds, [new])]
         kube.patch_status(api_version, kind, name, namespace, {**old, "conditions": merged},

@@ -3,7 +3,10 @@
 No pod is listed: each stage's Job says how many of its pods are Ready
 (`status.ready`), and the watch delivers every change of it. Integrating that count
 over time gives the stage's pod-seconds exactly to the Job controller's update delay,
-which delays a pod's start and its end alike. A pod-second is priced at the pod's
+which delays a pod's start and its end alike. Each change is timed by the API server's
+record of the Job's last status write (`write_time`), not by when its watch event
+arrived: on a loaded control plane events arrive late, and later when many pods start
+at once than when they end one by one. A pod-second is priced at the pod's
 dominant requested share of its pool's allocatable CPU or memory, times what the
 pool's nodes cost per second (the VirtualCluster's status): a pool-wide average,
 exact for a pool of one instance type.
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from nightshift.api import names
@@ -38,6 +41,20 @@ class Tally:
     at: datetime
     ready: dict[str, int] = field(default_factory=dict)
     stage_of: dict[str, str] = field(default_factory=dict)
+
+
+def write_time(arrived: datetime, meta: Mapping[str, Any]) -> datetime:
+    """When the Job's status last changed, as near as its object says: its status
+    subresource's managedFields time, which the API server sets on each write that
+    changes a field, to the whole second. The write was in [that, that + 1 s), and no
+    later than the watch event's arrival; without such an entry, the arrival."""
+    stamps = [t for e in meta.get("managedFields") or []
+              if e.get("subresource") == "status"
+              and (t := parse_rfc3339(e.get("time"))) is not None]
+    if not stamps:
+        return arrived
+    wrote = max(stamps)
+    return min(max(arrived, wrote), wrote + timedelta(seconds=1))
 
 
 def pod_requests(pod_spec: Mapping[str, Any]) -> tuple[float, float]:
@@ -131,9 +148,16 @@ def advance(prev: Mapping[str, Any] | None, tally: Tally | None,
         tally.at = t
 
     newer: dict[str, int] = {}  # Jobs whose Ready count changed after the list
-    for t, job_name, stage, ready in sorted(samples):
-        if t <= tally.at or t > now:
-            continue
+    # Samples come in arrival order. A change the last pass had not seen but that was
+    # written before it counts from that pass (the tally is not rewritten), and one
+    # Job's changes keep their order where their write times tie.
+    timed: list[Sample] = []
+    last: dict[str, datetime] = {}
+    for wrote, job_name, stage, ready in samples:
+        t = min(max(wrote, tally.at, last.get(job_name, wrote)), now)
+        last[job_name] = t
+        timed.append((t, job_name, stage, ready))
+    for t, job_name, stage, ready in sorted(timed, key=lambda s: s[0]):
         run_to(t)
         # A restart's tally counts by stage (restore): the Job's own count replaces it.
         tally.ready.pop(f"stage:{stage}", None)

@@ -20,7 +20,7 @@ from nightshift.config import OperatorConfig
 from nightshift.engine.kopfapp import KindWiring, register
 from nightshift.engine.loop import Loops, PassFn
 from nightshift.kube import Kube
-from nightshift.pipelinerun import progress, reconcile
+from nightshift.pipelinerun import cost, progress, reconcile
 
 
 def _forget(namespace: str, name: str) -> None:
@@ -55,7 +55,7 @@ async def job_event(type: str | None, meta: kopf.Meta, status: kopf.Status,
     if state is not None:
         # Each change of the Ready count, when it happened: what the stage's cost
         # integrates (pipelinerun/cost.py), finer than the passes this wakes.
-        state.ready_samples.append((datetime.now(UTC), str(meta["name"]),
+        state.ready_samples.append((cost.write_time(datetime.now(UTC), meta), str(meta["name"]),
                                     str(meta["labels"].get(names.LABEL_STAGE, meta["name"])),
                                     int(status.get("ready") or 0)))
         # A stage attempt's end (a condition the pass counts: progress.ENDING) is what
