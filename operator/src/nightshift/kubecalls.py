@@ -126,9 +126,10 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(CORE, "configmaps", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.resolve: forEach.fromConfigMap; pipelinerun/reconcile: "
            "the keys of each ConfigMap an env configMapKeyRef names "
-           "(pipelinerun/references.py)"),
+           "(pipelinerun/references.py), a stage's done set once per loop (doneset.py)"),
     *_rows(CORE, "configmaps", "create patch", NAMESPACE, _K,
-           f"pipelinerun/itemsource and plan: item and rerun-index ConfigMaps ({_SSA})"),
+           f"pipelinerun/itemsource and plan: item and rerun-index ConfigMaps ({_SSA}); "
+           "reconcile: a stage's done set where succeededItems is cut (doneset.py)"),
     *_rows(CORE, "pods", "list", NAMESPACE, _K,
            "pipelinerun/observe failure samples (failed pods of one Job, limit 5), "
            "a running Job's Failed pods for evictions (limit 20, every 60 s), "

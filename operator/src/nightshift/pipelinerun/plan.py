@@ -27,6 +27,7 @@ from nightshift.api.problems import Problem
 from nightshift.api.requeue import sooner
 from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun import binding, launch, mpijob, references, runnerparts, validate
+from nightshift.pipelinerun import doneset as donemod
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
 from nightshift.pipelinerun import lost as lostmod
@@ -63,6 +64,7 @@ class _Planner:
         self.old: Mapping[str, Any] = obs.run.get("status") or {}
         self.now = rfc3339(obs.now)
         self.apply: list[dict[str, Any]] = []
+        self.done: dict[str, str] = {}
         self.patch: list[dict[str, Any]] = []
         self.resolve: list[str] = []
         # The run's SharedStorages resolved (binding.py); a stage needing a missing one waits.
@@ -113,9 +115,11 @@ class _Planner:
             if info is not None:
                 self.problems += validate.check_count(f"spec.stages[{i}].forEach", info.count, st)
             total = info.count if info else 0
-            views[st.name] = pg.stage_view(by_stage.get(st.name, {}), total,
-                                           st.tolerate_failed_items,
-                                           self.old_stages.get(st.name), batch=st.batch)
+            v = views[st.name] = pg.stage_view(by_stage.get(st.name, {}), total,
+                                               st.tolerate_failed_items,
+                                               self.old_stages.get(st.name), batch=st.batch)
+            # What the cut record leaves out, where the Jobs that said it are gone.
+            v.succeeded |= donemod.parse(self.obs.done_items.get(st.name, ""), v.total)
         rerun_handled = max([int(self.old.get("rerunFailed") or 0)] + [
             int((j.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_RERUN, 0))
             for js in by_stage.values() for j in js.values()])
@@ -338,6 +342,8 @@ class _Planner:
                     continue
                 rec = stage_record(st.name, v, old, self.obs.failure_samples.get(st.name) or [],
                                    self.now, cancelled=spec.cancel)
+                if rec.get("succeededItemsTruncated"):
+                    self.done[st.name] = ranges.compress(v.succeeded)
                 if ((self.problems or self.carried) and latest is not None
                         and latest.state == pg.LOST):
                     # Its pods still running, the stage and the run end when they do, not
@@ -400,6 +406,7 @@ class _Planner:
             events=out_events,
             requeue_after=requeue,
             patch=self.patch,
+            done=self.done,
         )
 
 

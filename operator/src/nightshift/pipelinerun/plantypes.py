@@ -64,6 +64,9 @@ class Observed:
     # holds (deleted, not yet collected, or orphaned): stage -> what it waits for. They
     # start nothing until those are gone (items.owned_by).
     earlier: Mapping[str, str] = field(default_factory=dict)
+    # Stages whose succeededItems is cut: the exact succeeded items, as ranges, from the
+    # stage's done-set ConfigMap (pipelinerun/doneset.py; "" when it has none).
+    done_items: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,3 +83,6 @@ class Plan:
     # server-side apply: an apply naming only these fields would drop the manager's
     # ownership of the (immutable) template and the API server would refuse it.
     patch: list[dict[str, Any]] = field(default_factory=list)
+    # Stages whose succeededItems this status cuts: their exact succeeded items, as
+    # ranges, for the stage's done-set ConfigMap (written with the status).
+    done: dict[str, str] = field(default_factory=dict)

@@ -18,13 +18,14 @@ from pydantic import ValidationError
 
 from nightshift import metrics
 from nightshift.api import names, refusals
+from nightshift.api.events import Event
 from nightshift.api.requeue import sooner
 from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Outcome
 from nightshift.engine.passes import post_events
 from nightshift.engine.status import StatusWriter
 from nightshift.kube import Kube, KubeError, naming
-from nightshift.pipelinerun import binding, cost, mpijob, references
+from nightshift.pipelinerun import binding, cost, doneset, mpijob, references
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.lost import lost_jobs
@@ -62,6 +63,10 @@ class LoopState:
     # watch events wake the loop, so a stage waiting for one starts when it appears or
     # is fixed, not at the next 30-s look (plan.STORAGE_WAIT).
     references: frozenset[tuple[str, str]] = frozenset()
+    # Stage -> its done-set ConfigMap's ranges as last read or written (doneset.py): read
+    # once per loop, for stages whose succeededItems is cut.
+    done: dict[str, str] = field(default_factory=dict)
+    done_refused: set[str] = field(default_factory=set)
 
 
 def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
@@ -98,6 +103,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
     jobs = _own(jobs, name, uid, {st.name for st in spec.stages} if spec else set(), earlier)
     items = frozen_items(kube, namespace, name, spec, uid, earlier) if spec else {}
     waits = {st: itemsmod.earlier_run_wait(objs, namespace) for st, objs in earlier.items()}
+    _read_done(kube, run, state.done)
     samples = state.pods.failure_samples(kube, namespace, jobs)
     stuck = state.pods.held(kube, namespace, jobs, spec, frozenset(
         str(st.get("name")) for st in (run.get("status") or {}).get("stages") or []
@@ -136,7 +142,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                         runner_images=config.runner_images,
                         live_pods=live, shared_storages=shared, virtual_clusters=vcs,
                         service_accounts=accounts, secrets=secrets, config_maps=config_maps,
-                        volume_claims=claims, earlier=waits)
+                        volume_claims=claims, earlier=waits, done_items=dict(state.done))
 
     p = plan(observe())
     refused: list[tuple[str, str]] = []
@@ -216,9 +222,11 @@ def _finish(kube: Kube, config: OperatorConfig, state: LoopState, run: dict[str,
     meta = run["metadata"]
     _cost(state, run, p, *listed, next(iter(vcs.values()), None))
     state.writer.progress_interval = config.progress_interval
-    state.writer.write(kube, run, p.status)
+    written = state.writer.write(kube, run, p.status)
     metrics.observe_run(meta["namespace"], meta["name"], p.status)
     post_events(kube, run, p.events)
+    if written:  # the done sets go with the status they complete, never more often
+        post_events(kube, run, _keep_done(kube, run, p.done, state.done, state.done_refused))
     terminal = p.status.get("phase") in TERMINAL_PHASES
     return Outcome(requeue_after=None if terminal
                    else sooner(sooner(p.requeue_after, state.writer.deferred),
@@ -262,6 +270,44 @@ def _apply(kube: Kube, namespace: str, p: Plan) -> list[tuple[str, str]]:
         kube.delete(ref["apiVersion"], ref["kind"], ref["name"], namespace,
                     propagation=ref.get("propagation", "Background"))
     return []
+
+
+def _read_done(kube: Kube, run: dict[str, Any], cache: dict[str, str]) -> None:
+    """The done set of each stage whose status record is cut, into `cache` once per
+    loop: one GET each. Absent, or an earlier same-named run's: nothing ("")."""
+    ref = itemsmod.RunRef.of(run)
+    for rec in (run.get("status") or {}).get("stages") or []:
+        stage = str(rec.get("name") or "")
+        if not rec.get("succeededItemsTruncated") or stage in cache:
+            continue
+        cm = kube.get("v1", "ConfigMap", doneset.configmap_name(ref.name, stage),
+                      ref.namespace)
+        ours = cm is not None and itemsmod.owned_by(cm.get("metadata") or {}, ref.uid)
+        cache[stage] = str(((cm or {}).get("data") or {}).get(doneset.KEY, "")) if ours else ""
+
+
+def _keep_done(kube: Kube, run: dict[str, Any], done: dict[str, str],
+               cache: dict[str, str], refused: set[str]) -> list[Event]:
+    """Apply each stage's done set that differs from the one kept. A refusal (a quota on
+    ConfigMaps, a policy) does not stop the run: a Warning says what it costs."""
+    ref = itemsmod.RunRef.of(run)
+    events = []
+    for stage, text in sorted(done.items()):
+        if cache.get(stage) == text:
+            continue
+        name = doneset.configmap_name(ref.name, stage)
+        try:
+            with naming("ConfigMap", name, "applying"):
+                kube.apply(doneset.render(ref, stage, text))
+        except KubeError as e:
+            # A full ConfigMap quota included: the record is worth no failed pass.
+            if e.transient or not 400 <= e.status < 500:
+                raise
+            if stage not in refused:  # said once per loop, not at every status write
+                events.append(doneset.refused(stage, name, _why(e)))
+            refused.add(stage)
+        cache[stage] = text
+    return events
 
 
 def refusal(e: KubeError) -> bool:

@@ -1,0 +1,192 @@
+"""A stage's exact succeeded items, kept in its done-set ConfigMap where the status's
+2-KiB `succeededItems` is cut (pipelinerun/doneset.py): a retry or a lost Job's
+replacement whose Jobs before it are gone runs exactly what did not succeed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from nightshift.api import names, ranges
+from nightshift.config import OperatorConfig
+from nightshift.kube import KubeError
+from nightshift.pipelinerun import doneset
+from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun import reconcile as pipelinerun
+from nightshift.pipelinerun.plan import plan
+from nightshift.pipelinerun.reconcile import _keep_done, _read_done
+from tests.bad_pipelineruns import stage
+from tests.unit.test_chart_kubecalls import RecordingKube
+from tests.unit.test_plan import (
+    advance,
+    failed,
+    items_for,
+    jobs_of,
+    make_run,
+    observe,
+    stage_status,
+    start_a,
+    with_status,
+)
+
+N = 10_000
+BAD = [i for i in range(N) if i % 7 == 3]  # 1,429 scattered failures: no 2 KiB holds it
+GOOD = [i for i in range(N) if i % 7 != 3]
+
+
+def _failed_run() -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Stage a of N items ended Failed with BAD failed; the status record is cut."""
+    run = make_run([stage("a", forEach={"range": {"from": 0, "to": N - 1}})])
+    items = items_for(run, "a", count=N)
+    p, job = start_a(run)
+    run = advance(run, p)
+    first = failed(job, ranges.compress(GOOD), ranges.compress(BAD))
+    first["metadata"]["uid"] = "uid-0"
+    p = plan(observe(run, [first], items=items))
+    a = stage_status(p, "a")
+    assert a["phase"] == "Failed" and a["succeededItemsTruncated"] is True
+    # The exact set goes with the status, for the ConfigMap.
+    assert p.done == {"a": ranges.compress(GOOD)}
+    return advance(run, p), first, p.done["a"]
+
+
+def _retry_indexes(run: dict[str, Any], done_items: dict[str, str]) -> list[int]:
+    run = {**run, "spec": {**run["spec"], "rerunFailed": 1}}
+    p = plan(replace(observe(run, [], items=items_for(run, "a", count=N)),
+                     done_items=done_items))
+    cms = [m for m in p.apply if m["kind"] == "ConfigMap"]
+    (retry,) = jobs_of(p)
+    indexes = [int(x) for c in cms for v in c["data"].values() for x in v.split()]
+    assert retry["spec"]["completions"] == len(indexes)
+    return indexes
+
+
+def test_a_rerun_whose_jobs_are_gone_runs_exactly_the_failed_items() -> None:
+    run, _, text = _failed_run()
+    # Without the done set, the cut record makes the retry run succeeded items again.
+    assert len(_retry_indexes(run, {})) > len(BAD)
+    assert _retry_indexes(run, {"a": text}) == BAD
+
+
+def test_a_lost_job_with_a_cut_record_is_replaced_for_exactly_the_unfinished_items() -> None:
+    run = make_run([stage("a", forEach={"range": {"from": 0, "to": N - 1}})])
+    items = items_for(run, "a", count=N)
+    p, job = start_a(run)
+    run = advance(run, p)
+    seen = with_status(job, active=10, completedIndexes=ranges.compress(GOOD))
+    seen["metadata"]["uid"] = "uid-0"
+    p = plan(observe(run, [seen], items=items))
+    assert stage_status(p, "a")["succeededItemsTruncated"] is True
+    text = p.done["a"]
+    run = advance(run, p)
+    # The Job is deleted mid-run, its pods gone: the replacement runs BAD only.
+    p = plan(replace(observe(run, [], items=items), done_items={"a": text}))
+    (repl,) = jobs_of(p)
+    assert repl["spec"]["completions"] == len(BAD)
+    assert stage_status(p, "a")["succeeded"] == len(GOOD)
+
+
+def test_an_uncut_record_needs_no_done_set() -> None:
+    run = make_run()
+    p, job = start_a(run)
+    run = advance(run, p)
+    p = plan(observe(run, [with_status(job, active=10, completedIndexes="0-39,50-59")],
+                     items=items_for(run, "a")))
+    assert p.done == {}
+
+
+def test_a_damaged_done_set_claims_nothing() -> None:
+    assert doneset.parse("0-3,x", 10) == set()
+    assert doneset.parse("0-3,8-12", 10) == {0, 1, 2, 3, 8, 9}
+
+
+def _run_with_cut_record() -> dict[str, Any]:
+    return {"apiVersion": names.API_VERSION, "kind": names.PIPELINERUN,
+            "metadata": {"name": "nightly", "namespace": "physics", "uid": "u1"},
+            "status": {"stages": [{"name": "a", "succeededItemsTruncated": True},
+                                  {"name": "b", "succeededItems": "0-9"}]}}
+
+
+def test_the_done_set_is_read_once_per_loop_and_only_if_the_runs_own() -> None:
+    run = _run_with_cut_record()
+    ours = doneset.render(it.RunRef.of(run), "a", "0-5")
+    kube = RecordingKube([ours])
+    cache: dict[str, str] = {}
+    _read_done(kube, run, cache)
+    assert cache == {"a": "0-5"}  # b's record is whole: not read
+    kube.store.clear()
+    _read_done(kube, run, cache)
+    assert cache == {"a": "0-5"}  # read once, kept
+    # An earlier same-named run's ConfigMap (another uid) is not this run's record.
+    kube = RecordingKube([{**ours, "metadata": {
+        **ours["metadata"], "ownerReferences": [{**ours["metadata"]["ownerReferences"][0],
+                                                 "uid": "earlier"}]}}])
+    cache = {}
+    _read_done(kube, run, cache)
+    assert cache == {"a": ""}
+
+
+def test_the_done_set_is_written_when_it_changed_and_a_refusal_is_said_once() -> None:
+    run = _run_with_cut_record()
+    kube = RecordingKube()
+    cache: dict[str, str] = {}
+    assert _keep_done(kube, run, {"a": "0-5"}, cache, set()) == []
+    path = kube.path("v1", "ConfigMap", "physics", doneset.configmap_name("nightly", "a"))
+    cm = kube.store[path]
+    assert cm["data"] == {doneset.KEY: "0-5"}
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    version = cm["metadata"]["resourceVersion"]
+    _keep_done(kube, run, {"a": "0-5"}, cache, set())
+    assert kube.store[path]["metadata"]["resourceVersion"] == version  # unchanged: no write
+
+    class Refusing(RecordingKube):
+        def apply(self, obj: Mapping[str, Any], force: bool = True,
+                  subresource: str | None = None) -> dict[str, Any]:
+            raise KubeError(403, "Forbidden", 'configmaps "x" is forbidden: exceeded quota')
+
+    refused: set[str] = set()
+    first = _keep_done(Refusing(), run, {"a": "0-6"}, cache, refused)
+    assert [e.reason for e in first] == ["DoneSetNotKept"]
+    assert "exceeded quota" in first[0].message and "stage a" in first[0].message
+    assert _keep_done(Refusing(), run, {"a": "0-7"}, cache, refused) == []
+
+    class Unreachable(RecordingKube):
+        def apply(self, obj: Mapping[str, Any], force: bool = True,
+                  subresource: str | None = None) -> dict[str, Any]:
+            raise KubeError(503, "ServiceUnavailable", "try again")
+
+    try:
+        _keep_done(Unreachable(), run, {"a": "0-8"}, cache, refused)
+    except KubeError:
+        pass
+    else:
+        raise AssertionError("a transient error must fail the pass (retried)")
+    assert cache["a"] == "0-7"  # not taken as kept
+
+
+def test_reconcile_keeps_the_done_set_and_a_restarted_operator_reruns_exactly_the_failed(
+) -> None:
+    """The passes' I/O: the set written with the status, read back after a restart."""
+    run = make_run([{"name": "a", "image": "busybox:1.36",
+                     "forEach": {"range": {"from": 0, "to": N - 1}},
+                     "steps": [{"name": "main", "command": ["true"]}]}])
+    kube = RecordingKube([run])
+    config = OperatorConfig(runner_image="runner:dev")
+    state = pipelinerun.LoopState()
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    (job,) = [o for o in kube.store.values() if o["kind"] == "Job"]
+    job["status"] = failed(job, ranges.compress(GOOD), ranges.compress(BAD))["status"]
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
+    (a,) = kube.store[run_path]["status"]["stages"]
+    assert (a["phase"], a["succeededItemsTruncated"]) == ("Failed", True)
+    cm = kube.store[kube.path("v1", "ConfigMap", "physics",
+                              doneset.configmap_name("nightly", "a"))]
+    assert cm["data"][doneset.KEY] == ranges.compress(GOOD)
+    # A TTL removes the Job; the operator restarts; a rerun is asked for.
+    del kube.store[kube.path("batch/v1", "Job", "physics", job["metadata"]["name"])]
+    kube.store[run_path]["spec"]["rerunFailed"] = 1
+    pipelinerun.reconcile(kube, config, "physics", "nightly", pipelinerun.LoopState())
+    (retry,) = [o for o in kube.store.values() if o["kind"] == "Job"]
+    assert retry["spec"]["completions"] == len(BAD)
