@@ -350,12 +350,12 @@ YAML
 
 load() {
   [ -S "$REALNODE_SOCK" ] || die "images come from the local cluster's real node (make images); it is not running"
-  for image in "$@"; do
-    step "load $image"
-    ctr --address "$REALNODE_SOCK" -n k8s.io images export - "$image" \
-      | docker exec -i "$CLUSTER-control-plane" ctr -n k8s.io images import --digests - >/dev/null \
-      || die "loading $image failed"
-  done
+  # One archive for all: layers the images share (their base and Python) travel and
+  # unpack once (operator and runner: 648 MB together, 880 MB one by one).
+  step "load $*"
+  ctr --address "$REALNODE_SOCK" -n k8s.io images export - "$@" \
+    | docker exec -i "$CLUSTER-control-plane" ctr -n k8s.io images import --digests - >/dev/null \
+    || die "loading $* failed"
 }
 
 logs() { "$KIND" export logs "$KIND_DIR/logs" --name "$CLUSTER"; echo "$KIND_DIR/logs"; }
