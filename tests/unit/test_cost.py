@@ -233,8 +233,8 @@ def test_a_ready_change_is_timed_by_its_status_write_not_by_a_late_watch_event()
     assert cost.write_time(at(13), _status_write(10)) == at(11)
     # Seen within that second: the arrival itself is the closer bound.
     assert cost.write_time(at(10.4), _status_write(10)) == at(10.4)
-    # The operator's clock behind the API server's: never before the write.
-    assert cost.write_time(at(9), _status_write(10)) == at(10)
+    # Never after the arrival, whatever the managed fields say.
+    assert cost.write_time(at(9), _status_write(10)) == at(9)
     # No status entry (a Job whose status no one wrote): the arrival.
     assert cost.write_time(at(13), {"managedFields": []}) == at(13)
     assert cost.write_time(at(13), {}) == at(13)
@@ -260,3 +260,31 @@ def test_one_jobs_changes_in_one_second_keep_their_order() -> None:
                         [job("j", "a", 0)], rates, VC, at(20), listed_at=at(10))
     c, t = cost.advance(c, t, [], [job("j", "a", 6)], rates, VC, at(30), listed_at=at(30))
     assert c["stages"][0]["podSeconds"] == pytest.approx(6 * 19)
+
+
+def test_a_restart_with_a_finished_attempt_and_its_retry_counts_the_retrys_pods() -> None:
+    # Before the restart, stage a had attempt 0 (done, 0 Ready) and its retry (50 Ready).
+    rates = {"a": 2.5e-5}
+    jobs = [job("nightly-a", "a", 0), job("nightly-a-r1", "a", 50)]
+    c, _ = cost.advance(None, None, [], jobs, rates, VC, at(-10), listed_at=at(-10))
+    c, _ = cost.advance(c, None, [], jobs, rates, VC, at(0), listed_at=at(0))
+    base = c["stages"][0]["podSeconds"]
+    # Down 60 s; the initial listing brings both Jobs, timed by their last status writes:
+    # attempt 0's an hour ago, the retry's at 40 s (Ready 50 throughout).
+    samples = [(cost.write_time(at(59.5), _status_write(-3600)), "nightly-a", "a", 0),
+               (cost.write_time(at(59.5), _status_write(40)), "nightly-a-r1", "a", 50)]
+    c, _ = cost.advance(c, None, samples, jobs, rates, VC, at(60), listed_at=at(59))
+    assert c["stages"][0]["podSeconds"] - base == pytest.approx(3000)
+
+
+def test_a_late_event_the_last_list_already_had_is_dropped() -> None:
+    rates = {"a": 2.5e-5}
+    # 4 Ready until 8.2 s, 2 until 9.1 s, then 0; the watch delivers each 3 s late.
+    c, t = cost.advance(None, None, [], [job("j", "a", 4)], rates, VC, at(0), listed_at=at(0))
+    c, t = cost.advance(c, t, [], [job("j", "a", 0)], rates, VC, at(10), listed_at=at(9.5))
+    base = c["stages"][0]["podSeconds"]
+    c, t = cost.advance(c, t, [(at(9), "j", "a", 2)], [job("j", "a", 0)], rates, VC, at(12.2),
+                        listed_at=at(12.0))
+    c, t = cost.advance(c, t, [(at(10), "j", "a", 0)], [job("j", "a", 0)], rates, VC, at(20),
+                        listed_at=at(19.8))
+    assert c["stages"][0]["podSeconds"] - base == pytest.approx(0)

@@ -4,6 +4,7 @@ replacement whose Jobs before it are gone runs exactly what did not succeed."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -96,9 +97,39 @@ def test_an_uncut_record_needs_no_done_set() -> None:
     assert p.done == {}
 
 
-def test_a_damaged_done_set_claims_nothing() -> None:
-    assert doneset.parse("0-3,x", 10) == set()
-    assert doneset.parse("0-3,8-12", 10) == {0, 1, 2, 3, 8, 9}
+def test_a_damaged_done_set_claims_nothing_and_a_huge_one_is_cut_never_overclaims() -> None:
+    assert doneset.parse("0-3,x") == []
+    assert doneset.parse("0-3,8-9") == [0, 1, 2, 3, 8, 9]
+    every_other = range(0, 1_000_000, 2)  # 500,000 scattered items: over a ConfigMap's MiB
+    text = doneset.record(every_other)
+    assert len(text) <= doneset.CHARS
+    assert set(doneset.parse(text)) < set(every_other)
+    assert doneset.record(GOOD) == ranges.compress(GOOD)  # exact while it fits
+
+
+def test_a_tolerated_retry_whose_first_jobs_are_gone_succeeds() -> None:
+    """The done set counts before the tolerance is judged: 5 failures of 10 allowed."""
+    run = make_run([stage("a", forEach={"range": {"from": 0, "to": N - 1}},
+                          tolerateFailedItems=10)])
+    items = items_for(run, "a", count=N)
+    p, job = start_a(run)
+    run = advance(run, p)
+    first = failed(job, ranges.compress(GOOD), ranges.compress(BAD))
+    first["metadata"]["uid"] = "uid-0"
+    p = plan(observe(run, [first], items=items))
+    text = p.done["a"]
+    run = advance(run, p)
+    run = {**run, "spec": {**run["spec"], "rerunFailed": 1}}
+    p = plan(replace(observe(run, [], items=items), done_items={"a": text}))
+    (retry,) = jobs_of(p)
+    run = advance(run, p)
+    n = retry["spec"]["completions"]
+    r = failed(retry, f"5-{n - 1}", "0-4")
+    r["metadata"]["uid"] = "uid-1"
+    p = plan(replace(observe(run, [r], items=items), done_items={"a": text}))
+    a = stage_status(p, "a")
+    assert (a["phase"], a["succeeded"], a["failed"]) == ("Succeeded", N - 5, 5)
+    assert p.status["phase"] == "Succeeded"
 
 
 def _run_with_cut_record() -> dict[str, Any]:
@@ -149,7 +180,8 @@ def test_the_done_set_is_written_when_it_changed_and_a_refusal_is_said_once() ->
     first = _keep_done(Refusing(), run, {"a": "0-6"}, cache, refused)
     assert [e.reason for e in first] == ["DoneSetNotKept"]
     assert "exceeded quota" in first[0].message and "stage a" in first[0].message
-    assert _keep_done(Refusing(), run, {"a": "0-7"}, cache, refused) == []
+    assert _keep_done(Refusing(), run, {"a": "0-7"}, cache, refused) == []  # said once
+    assert cache["a"] == "0-5"  # not taken as kept: tried again next pass
 
     class Unreachable(RecordingKube):
         def apply(self, obj: Mapping[str, Any], force: bool = True,
@@ -162,7 +194,7 @@ def test_the_done_set_is_written_when_it_changed_and_a_refusal_is_said_once() ->
         pass
     else:
         raise AssertionError("a transient error must fail the pass (retried)")
-    assert cache["a"] == "0-7"  # not taken as kept
+    assert cache["a"] == "0-5"  # not taken as kept
 
 
 def test_reconcile_keeps_the_done_set_and_a_restarted_operator_reruns_exactly_the_failed(
@@ -190,3 +222,60 @@ def test_reconcile_keeps_the_done_set_and_a_restarted_operator_reruns_exactly_th
     pipelinerun.reconcile(kube, config, "physics", "nightly", pipelinerun.LoopState())
     (retry,) = [o for o in kube.store.values() if o["kind"] == "Job"]
     assert retry["spec"]["completions"] == len(BAD)
+
+
+def _failing_stage_run(uid: str = "u1") -> dict[str, Any]:
+    run = make_run([{"name": "a", "image": "busybox:1.36",
+                     "forEach": {"range": {"from": 0, "to": N - 1}},
+                     "steps": [{"name": "main", "command": ["true"]}]}])
+    run["metadata"]["uid"] = uid
+    return run
+
+
+def test_a_done_set_whose_write_failed_is_written_by_a_later_pass_that_changes_nothing(
+) -> None:
+    class Flaky(RecordingKube):
+        fail = 1
+
+        def apply(self, obj: Mapping[str, Any], force: bool = True,
+                  subresource: str | None = None) -> dict[str, Any]:
+            if obj["metadata"]["name"] == doneset.configmap_name("nightly", "a") and self.fail:
+                self.fail -= 1
+                raise KubeError(503, "ServiceUnavailable", "etcd leader change")
+            return super().apply(obj, force=force, subresource=subresource)
+
+    kube = Flaky([_failing_stage_run()])
+    config = OperatorConfig(runner_image="runner:dev")
+    state = pipelinerun.LoopState()
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    (job,) = [o for o in kube.store.values() if o["kind"] == "Job"]
+    job["status"] = failed(job, ranges.compress(GOOD), ranges.compress(BAD))["status"]
+    with contextlib.suppress(KubeError):  # after the status write: the engine retries
+        pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
+    assert kube.store[run_path]["status"]["phase"] == "Failed"
+    for _ in range(3):  # the engine's retries, then an operator restart: nothing to write
+        pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    pipelinerun.reconcile(kube, config, "physics", "nightly", pipelinerun.LoopState())
+    cm_path = kube.path("v1", "ConfigMap", "physics", doneset.configmap_name("nightly", "a"))
+    assert kube.store[cm_path]["data"][doneset.KEY] == ranges.compress(GOOD)
+
+
+def test_a_run_recreated_under_its_name_in_the_same_loop_inherits_nothing() -> None:
+    """Deleted and created again while the watch re-listed (no DELETED event): the same
+    loop and LoopState serve a new uid."""
+    kube = RecordingKube([_failing_stage_run("u1")])
+    config = OperatorConfig(runner_image="runner:dev")
+    state = pipelinerun.LoopState()
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    (job,) = [o for o in kube.store.values() if o["kind"] == "Job"]
+    job["status"] = failed(job, ranges.compress(GOOD), ranges.compress(BAD))["status"]
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    assert state.done
+    kube.store.clear()
+    kube.put(_failing_stage_run("u2"))
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
+    (a,) = kube.store[run_path]["status"]["stages"]
+    assert not a.get("succeeded") and not a.get("succeededItemsTruncated"), a

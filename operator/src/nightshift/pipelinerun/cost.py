@@ -41,20 +41,26 @@ class Tally:
     at: datetime
     ready: dict[str, int] = field(default_factory=dict)
     stage_of: dict[str, str] = field(default_factory=dict)
+    # When the last pass listed the Jobs whose counts `ready` holds: a change written
+    # before then is in that list already (or superseded in it), so a late event for it
+    # is dropped. None after a restart (nothing listed yet).
+    listed_at: datetime | None = None
 
 
 def write_time(arrived: datetime, meta: Mapping[str, Any]) -> datetime:
     """When the Job's status last changed, as near as its object says: its status
     subresource's managedFields time, which the API server sets on each write that
-    changes a field, to the whole second. The write was in [that, that + 1 s), and no
-    later than the watch event's arrival; without such an entry, the arrival."""
+    changes a field, to the whole second. The write was before that + 1 s and before
+    the watch event's arrival: the earlier of the two; without such an entry, the
+    arrival. (The API server's clock against the operator's: both NTP-synced, as on
+    EKS; a skew of a second or more would misplace changes by as much.)"""
     stamps = [t for e in meta.get("managedFields") or []
               if e.get("subresource") == "status"
               and (t := parse_rfc3339(e.get("time"))) is not None]
     if not stamps:
         return arrived
     wrote = max(stamps)
-    return min(max(arrived, wrote), wrote + timedelta(seconds=1))
+    return min(arrived, wrote + timedelta(seconds=1))
 
 
 def pod_requests(pod_spec: Mapping[str, Any]) -> tuple[float, float]:
@@ -154,18 +160,28 @@ def advance(prev: Mapping[str, Any] | None, tally: Tally | None,
     timed: list[Sample] = []
     last: dict[str, datetime] = {}
     for wrote, job_name, stage, ready in samples:
+        if tally.listed_at is not None and wrote <= tally.listed_at:
+            continue  # the last pass's list had it (`wrote` is an upper bound)
         t = min(max(wrote, tally.at, last.get(job_name, wrote)), now)
         last[job_name] = t
         timed.append((t, job_name, stage, ready))
     for t, job_name, stage, ready in sorted(timed, key=lambda s: s[0]):
         run_to(t)
-        # A restart's tally counts by stage (restore): the Job's own count replaces it.
-        tally.ready.pop(f"stage:{stage}", None)
+        # A restart's tally counts by stage (restore): the Jobs' own counts replace it,
+        # the listed ones for Jobs whose samples come later (a finished attempt's may
+        # come first, timed long before: the stage must not count 0 meanwhile).
+        if tally.ready.pop(f"stage:{stage}", None) is not None:
+            for job in jobs:
+                if _stage(job) == stage:
+                    name = str(job["metadata"]["name"])
+                    tally.ready[name] = int((job.get("status") or {}).get("ready") or 0)
+                    tally.stage_of[name] = stage
         tally.ready[job_name], tally.stage_of[job_name] = ready, stage
         if listed_at is not None and t > listed_at:
             newer[job_name] = ready
     run_to(now)
     tally.at = now
+    tally.listed_at = listed_at
     tally.ready = {}
     tally.stage_of = {}
     running: dict[str, int] = {}

@@ -6,9 +6,11 @@ they are gone (a TTL, a clean-up, a Job deleted mid-run) the cut record alone wo
 a rerunFailed retry or a lost Job's replacement run succeeded items again. So while a
 stage's record is cut, the run keeps the exact set in one ConfigMap of its own per
 stage (`<run>-<stage>-done`, key `succeeded`, compressed ranges: about 290 KB at worst
-for 100,000 items), written only in a pass that writes the status (so no more often)
-and read once per loop (after an operator restart, or when the run is first seen):
-pipelinerun/reconcile.py does both; this module is pure.
+for 100,000 items; exact up to about 300,000 scattered ones, cut past that), written in
+a pass whose status is not held back (so no more often than the status) when it
+differs from what was kept, and read once per loop (after an operator restart or a
+peering pause, or when the run is first seen): pipelinerun/reconcile.py does both; this
+module is pure.
 
 The set only ever holds items a Job of the run reported complete, so adding it to what
 the Jobs and the record say can never skip an item that did not succeed.
@@ -16,13 +18,18 @@ the Jobs and the record say can never skip an item that did not succeed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from nightshift.api import ranges
 from nightshift.api.events import Event
 from nightshift.pipelinerun.items import RunRef, object_name
+from nightshift.pipelinerun.progress import record_ranges
 
 KEY = "succeeded"
+# Characters of ranges: under the API server's 1 MiB for a ConfigMap, with room for its
+# metadata (managed fields included).
+CHARS = 900_000
 
 
 def configmap_name(run: str, stage: str) -> str:
@@ -45,11 +52,19 @@ def render(run: RunRef, stage: str, text: str) -> dict[str, Any]:
     }
 
 
-def parse(text: str, total: int) -> set[int]:
+def record(succeeded: Iterable[int]) -> str:
+    """The ranges the ConfigMap holds: exact up to its budget (about 300,000 scattered
+    items), past it cut as succeededItems is, longest ranges kept: never more than did
+    succeed, so items past the cut run again rather than being skipped."""
+    text, _ = record_ranges(succeeded, CHARS)
+    return text
+
+
+def parse(text: str) -> list[int]:
     try:
-        return {i for i in ranges.parse(text) if i < total}
+        return ranges.parse(text)
     except ValueError:
-        return set()  # a damaged record claims nothing
+        return []  # a damaged record claims nothing
 
 
 def refused(stage: str, name: str, why: str) -> Event:
@@ -57,6 +72,7 @@ def refused(stage: str, name: str, why: str) -> Event:
     record beside the status, not the work)."""
     return Event("Warning", "DoneSetNotKept", (
         f"stage {stage}: ConfigMap {name}, the exact record of its succeeded items "
-        f"(succeededItems is cut past 2 KiB), was refused: {why}. A lost Job's "
-        "replacement or a rerunFailed retry may run again succeeded items the cut record "
-        "leaves out; allow the run one more ConfigMap"))
+        f"(succeededItems is cut past 2 KiB), was refused: {why}. Until it is kept, a "
+        "lost Job's replacement or a rerunFailed retry may run again succeeded items the "
+        "cut record leaves out; mend what the API server names (a ConfigMap quota, a "
+        "policy, the operator's permissions); the run goes on meanwhile"))

@@ -115,11 +115,11 @@ class _Planner:
             if info is not None:
                 self.problems += validate.check_count(f"spec.stages[{i}].forEach", info.count, st)
             total = info.count if info else 0
-            v = views[st.name] = pg.stage_view(by_stage.get(st.name, {}), total,
-                                               st.tolerate_failed_items,
-                                               self.old_stages.get(st.name), batch=st.batch)
-            # What the cut record leaves out, where the Jobs that said it are gone.
-            v.succeeded |= donemod.parse(self.obs.done_items.get(st.name, ""), v.total)
+            # The done set: what a cut record leaves out, where the Jobs that said it are gone.
+            views[st.name] = pg.stage_view(
+                by_stage.get(st.name, {}), total, st.tolerate_failed_items,
+                self.old_stages.get(st.name), batch=st.batch,
+                done=donemod.parse(self.obs.done_items.get(st.name, "")))
         rerun_handled = max([int(self.old.get("rerunFailed") or 0)] + [
             int((j.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_RERUN, 0))
             for js in by_stage.values() for j in js.values()])
@@ -343,7 +343,7 @@ class _Planner:
                 rec = stage_record(st.name, v, old, self.obs.failure_samples.get(st.name) or [],
                                    self.now, cancelled=spec.cancel)
                 if rec.get("succeededItemsTruncated"):
-                    self.done[st.name] = ranges.compress(v.succeeded)
+                    self.done[st.name] = donemod.record(v.succeeded)
                 if ((self.problems or self.carried) and latest is not None
                         and latest.state == pg.LOST):
                     # Its pods still running, the stage and the run end when they do, not

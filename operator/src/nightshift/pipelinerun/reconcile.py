@@ -67,6 +67,19 @@ class LoopState:
     # once per loop, for stages whose succeededItems is cut.
     done: dict[str, str] = field(default_factory=dict)
     done_refused: set[str] = field(default_factory=set)
+    # The run these belong to: a run deleted and re-created under its name while the
+    # watch re-listed (no DELETED event) keeps the loop, never the old run's state.
+    uid: str = ""
+
+    def of_run(self, uid: str) -> None:
+        """Forget what belonged to another run of the same name (not at the loop's
+        first pass: the watch's samples before it are this run's)."""
+        if self.uid and uid != self.uid:
+            fresh = LoopState(uid=uid)
+            for f in ("pods", "ready_samples", "tally", "cost", "finished_jobs", "done",
+                      "done_refused"):
+                setattr(self, f, getattr(fresh, f))
+        self.uid = uid
 
 
 def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
@@ -74,6 +87,7 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
     run = kube.get(names.API_VERSION, names.PIPELINERUN, name, namespace)
     if run is None or run["metadata"].get("deletionTimestamp"):
         return Outcome(gone=True)  # the loop's end drops its metrics (handlers._forget)
+    state.of_run(str(run["metadata"].get("uid", "")))
     selector = f"{names.LABEL_RUN}={name}"
     listed_at = datetime.now(UTC)  # Ready changes the watch times after it are newer
     jobs = kube.list("batch/v1", "Job", namespace, label_selector=selector)
@@ -225,7 +239,10 @@ def _finish(kube: Kube, config: OperatorConfig, state: LoopState, run: dict[str,
     written = state.writer.write(kube, run, p.status)
     metrics.observe_run(meta["namespace"], meta["name"], p.status)
     post_events(kube, run, p.events)
-    if written:  # the done sets go with the status they complete, never more often
+    if written or state.writer.deferred is None:
+        # The done sets go with the status they complete, never more often; and again
+        # in a pass that changed nothing, if one was not kept (a failed write, a restart
+        # between the two), so a finished run's is not lost for good.
         post_events(kube, run, _keep_done(kube, run, p.done, state.done, state.done_refused))
     terminal = p.status.get("phase") in TERMINAL_PHASES
     return Outcome(requeue_after=None if terminal
@@ -303,9 +320,10 @@ def _keep_done(kube: Kube, run: dict[str, Any], done: dict[str, str],
             # A full ConfigMap quota included: the record is worth no failed pass.
             if e.transient or not 400 <= e.status < 500:
                 raise
-            if stage not in refused:  # said once per loop, not at every status write
+            if stage not in refused:  # said once per loop, not at every try
                 events.append(doneset.refused(stage, name, _why(e)))
             refused.add(stage)
+            continue
         cache[stage] = text
     return events
 
