@@ -15,8 +15,9 @@ from nightshift.kube import KubeError
 from nightshift.pipelinerun import doneset
 from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun import reconcile as pipelinerun
+from nightshift.pipelinerun.observe import read_done as _read_done
 from nightshift.pipelinerun.plan import plan
-from nightshift.pipelinerun.reconcile import _keep_done, _read_done
+from nightshift.pipelinerun.reconcile import _keep_done
 from tests.bad_pipelineruns import stage
 from tests.unit.test_chart_kubecalls import RecordingKube
 from tests.unit.test_plan import (
@@ -279,3 +280,43 @@ def test_a_run_recreated_under_its_name_in_the_same_loop_inherits_nothing() -> N
     run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
     (a,) = kube.store[run_path]["status"]["stages"]
     assert not a.get("succeeded") and not a.get("succeededItemsTruncated"), a
+
+
+# A retry whose skip list would not fit its annotation (10,000 scattered failures):
+# its map is its indexes ConfigMaps, read by the operator.
+M = 50_000
+MBAD = list(range(2, M, 5))
+MGOOD = [i for i in range(M) if i % 5 != 2]
+
+
+def test_a_retry_of_ten_thousand_scattered_failures_runs_exactly_them_and_counts_right(
+) -> None:
+    run = make_run([{"name": "a", "image": "busybox:1.36",
+                     "forEach": {"range": {"from": 0, "to": M - 1}},
+                     "steps": [{"name": "main", "command": ["true"]}]}])
+    kube = RecordingKube([run])
+    config = OperatorConfig(runner_image="runner:dev")
+    state = pipelinerun.LoopState()
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    (job,) = [o for o in kube.store.values() if o["kind"] == "Job"]
+    job["status"] = failed(job, ranges.compress(MGOOD), ranges.compress(MBAD))["status"]
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
+    kube.store[run_path]["spec"]["rerunFailed"] = 1
+    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    (retry,) = [o for o in kube.store.values()
+                if o["kind"] == "Job" and o["metadata"]["name"] != job["metadata"]["name"]]
+    ann = retry["metadata"]["annotations"]
+    assert names.ANNOTATION_SKIP_ITEMS not in ann  # 120 KB of ranges: no annotation
+    chunks = int(ann[names.ANNOTATION_INDEXES_CONFIGMAPS])
+    lines = [int(x) for c in range(chunks) for v in kube.store[kube.path(
+        "v1", "ConfigMap", "physics", it.indexes_configmap_name("nightly", "a", 1, c))
+    ]["data"].values() for x in v.split()]
+    assert lines == MBAD and retry["spec"]["completions"] == len(MBAD)
+    # The retry ends with its first ten failed again; a restarted operator reads its map.
+    n = len(MBAD)
+    retry["status"] = failed(retry, f"10-{n - 1}", "0-9")["status"]
+    pipelinerun.reconcile(kube, config, "physics", "nightly", pipelinerun.LoopState())
+    (a,) = kube.store[run_path]["status"]["stages"]
+    assert (a["phase"], a["succeeded"], a["failed"]) == ("Failed", M - 10, 10)
+    assert ranges.parse(a["failedItems"]) == MBAD[:10]

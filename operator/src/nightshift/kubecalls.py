@@ -126,7 +126,8 @@ CALLS: tuple[Call, ...] = tuple([
     *_rows(CORE, "configmaps", "get", NAMESPACE, _K,
            "pipelinerun/itemsource.resolve: forEach.fromConfigMap; pipelinerun/reconcile: "
            "the keys of each ConfigMap an env configMapKeyRef names "
-           "(pipelinerun/references.py), a stage's done set once per loop (doneset.py)"),
+           "(pipelinerun/references.py); pipelinerun/observe: a stage's done set (doneset.py) "
+           "and a retry Job's indexes ConfigMaps kept as its map, once per loop"),
     *_rows(CORE, "configmaps", "create patch", NAMESPACE, _K,
            f"pipelinerun/itemsource and plan: item and rerun-index ConfigMaps ({_SSA}); "
            "reconcile: a stage's done set where succeededItems is cut (doneset.py)"),

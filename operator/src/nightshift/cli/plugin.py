@@ -29,7 +29,9 @@ from nightshift.cli import plugin_items as pi
 from nightshift.cli import plugin_ops as ops
 from nightshift.cli import plugin_render as pr
 from nightshift.kube import Kube, KubeError, user_namespace
+from nightshift.pipelinerun import doneset
 from nightshift.pipelinerun import progress as pg
+from nightshift.pipelinerun.observe import index_maps, read_done
 
 PROG = "kubectl nightshift"
 POD_LIST_LIMIT = 20  # pods of one item: one per per-item retry, a handful at most
@@ -236,7 +238,13 @@ def _view(ctx: Ctx, run: Mapping[str, Any], stage: str, total: int) -> pg.StageV
     name = run["metadata"]["name"]
     jobs = ctx.kube.list("batch/v1", "Job", ctx.namespace, label_selector=(
         f"{names.LABEL_RUN}={name},{names.LABEL_STAGE}={stage}"))
-    return pg.stage_view(pi.stage_jobs(jobs, name, stage), total, _tolerate(run, stage))
+    # As the operator does: a retry Job's map kept in its indexes ConfigMaps, and the
+    # stage's done set where its succeededItems is cut (one GET each, only then).
+    maps = index_maps(ctx.kube, dict(run), jobs, {})
+    done: dict[str, str] = {}
+    read_done(ctx.kube, dict(run), done, only=stage)
+    return pg.stage_view(pi.stage_jobs(jobs, name, stage), total, _tolerate(run, stage),
+                         done=doneset.parse(done.get(stage, "")), maps=maps)
 
 
 def _items(ctx: Ctx, run: str, stage: str, indexes: Sequence[int] | None) -> pi.ItemList:

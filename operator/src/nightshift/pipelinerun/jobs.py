@@ -73,6 +73,7 @@ def render_job(
     runner_image: str,
     rerun: int = 0,
     skip_items: str | None = None,
+    map_in_configmaps: bool = False,
     positions: int | None = None,
     gather_configmaps: Mapping[str, Sequence[str]] | None = None,
     pool: PoolNodes = NO_POOL,
@@ -134,6 +135,10 @@ def render_job(
         if skip_items is not None:
             # The items this attempt does not run: its own completion-index map.
             metadata["annotations"][names.ANNOTATION_SKIP_ITEMS] = skip_items
+        elif map_in_configmaps:
+            # Too long for an annotation: the map is the indexes ConfigMaps themselves.
+            metadata["annotations"][names.ANNOTATION_INDEXES_CONFIGMAPS] = str(
+                len(indexes_configmaps))
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
 
 

@@ -7,7 +7,9 @@ moved (5 pods); a stalled Job's Pending pods or refusal events while it is stall
 (unmounted.py) or, on a VirtualCluster, that no node takes (unlaunched.py: whether
 Karpenter found no node to launch); a running Job's Failed pods at most every evicted.READ_SECONDS
 (evicted.py: the evictions its pod failure policy ignores, which nothing counts; a
-pass is asked for when one is due).
+pass is asked for when one is due). Besides pods: a stage's done set where its
+succeededItems is cut (doneset.py), and the index map of a retry Job that keeps it in
+its ConfigMaps, each once per loop.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from nightshift.api import names, refusals
 from nightshift.kube import Kube
-from nightshift.pipelinerun import evicted, mpijob, stalled, unlaunched, unmounted
+from nightshift.pipelinerun import doneset, evicted, mpijob, stalled, unlaunched, unmounted
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun.samples import failure_sample
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
@@ -208,3 +210,56 @@ def _read_stall(kube: Kube, namespace: str, job: dict[str, Any], what: str, stag
         found = stalled.workers_unready(stage, i, _pods(
             kube, namespace, job, "Running", min(stage.mpi.workers, stalled.WORKERS_READ)))
     return found
+
+
+def read_done(kube: Kube, run: dict[str, Any], cache: dict[str, str],
+              only: str | None = None) -> None:
+    """The done set of each stage whose status record is cut, into `cache` once per
+    loop: one GET each. Absent, or an earlier same-named run's: nothing ("")."""
+    ref = itemsmod.RunRef.of(run)
+    for rec in (run.get("status") or {}).get("stages") or []:
+        stage = str(rec.get("name") or "")
+        if not rec.get("succeededItemsTruncated") or stage in cache or only not in (None, stage):
+            continue
+        cm = kube.get("v1", "ConfigMap", doneset.configmap_name(ref.name, stage),
+                      ref.namespace)
+        ours = cm is not None and itemsmod.owned_by(cm.get("metadata") or {}, ref.uid)
+        cache[stage] = str(((cm or {}).get("data") or {}).get(doneset.KEY, "")) if ours else ""
+
+
+def index_maps(kube: Kube, run: dict[str, Any], jobs: list[dict[str, Any]],
+                cache: dict[str, list[int]]) -> dict[str, list[int]]:
+    """By Job name, the map of each retry Job that keeps it in its indexes ConfigMaps:
+    one GET per chunk, once per Job and loop. A chunk missing or not the run's leaves
+    the map empty (the Job's progress counts nothing: its items run again on a rerun,
+    none is skipped)."""
+    ref = itemsmod.RunRef.of(run)
+    out: dict[str, list[int]] = {}
+    for job in jobs:
+        meta = job["metadata"]
+        n = (meta.get("annotations") or {}).get(names.ANNOTATION_INDEXES_CONFIGMAPS)
+        if n is None:
+            continue
+        uid = str(meta.get("uid") or meta["name"])
+        if uid not in cache:
+            labels = meta.get("labels") or {}
+            stage, attempt = labels.get(names.LABEL_STAGE, ""), labels.get(names.LABEL_ATTEMPT, "")
+            cache[uid] = _read_map(kube, ref, stage, int(attempt or 0), int(n or 0))
+        out[str(meta["name"])] = cache[uid]
+    return out
+
+
+def _read_map(kube: Kube, ref: itemsmod.RunRef, stage: str, attempt: int,
+              chunks: int) -> list[int]:
+    lines: list[int] = []
+    for c in range(chunks):
+        cm = kube.get("v1", "ConfigMap",
+                      itemsmod.indexes_configmap_name(ref.name, stage, attempt, c),
+                      ref.namespace)
+        if cm is None or not itemsmod.owned_by(cm.get("metadata") or {}, ref.uid):
+            return []
+        try:
+            lines += [int(x) for v in (cm.get("data") or {}).values() for x in v.split()]
+        except ValueError:
+            return []
+    return lines

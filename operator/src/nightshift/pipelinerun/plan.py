@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nightshift.api import conditions as cond
-from nightshift.api import names, ranges
+from nightshift.api import names
 from nightshift.api.conditions import rfc3339
 from nightshift.api.events import Event
 from nightshift.api.fieldpath import field_path
@@ -46,8 +46,8 @@ MPI_POLL = 5.0
 STORAGE_WAIT = 30.0
 # A stage waits for an earlier same-named run's Job or ConfigMap (plantypes.earlier).
 EARLIER_RUN_OBJECTS = "EarlierRunObjects"
-# The most characters of a retry Job's skip-items annotation; beyond, fewer items are
-# skipped (they run again) so the Job stays far below the API's 256 KiB of annotations.
+# The most characters of a retry Job's skip-items annotation, so the Job stays far below
+# the API's 256 KiB of annotations; beyond, the Job's map is its indexes ConfigMaps.
 SKIP_ITEMS_CHARS = 65_536
 
 
@@ -119,7 +119,8 @@ class _Planner:
             views[st.name] = pg.stage_view(
                 by_stage.get(st.name, {}), total, st.tolerate_failed_items,
                 self.old_stages.get(st.name), batch=st.batch,
-                done=donemod.parse(self.obs.done_items.get(st.name, "")))
+                done=donemod.parse(self.obs.done_items.get(st.name, "")),
+                maps=self.obs.index_maps)
         rerun_handled = max([int(self.old.get("rerunFailed") or 0)] + [
             int((j.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_RERUN, 0))
             for js in by_stage.values() for j in js.values()])
@@ -236,11 +237,13 @@ class _Planner:
         completions = v.total
         skip: str | None = None
         indexes: list[int] | None = None
+        in_configmaps = False
         if attempt:
-            # The Job carries what it skips, so it maps its own indexes later on.
-            skip, _ = pg.record_ranges(v.succeeded, SKIP_ITEMS_CHARS)
-            skipped = set(ranges.parse(skip))
-            indexes = [i for i in range(v.total) if i not in skipped]
+            # The Job carries what it skips, so it maps its own indexes later on; or,
+            # where that does not fit, says its indexes ConfigMaps are its map.
+            text, in_configmaps = pg.record_ranges(v.succeeded, SKIP_ITEMS_CHARS)
+            skip = None if in_configmaps else text
+            indexes = v.not_succeeded
             cms = itemsmod.indexes_configmaps(self.ref, st.name, attempt, indexes)
             self.apply += cms
             index_cms = [c["metadata"]["name"] for c in cms]
@@ -261,6 +264,7 @@ class _Planner:
                 item_configmaps=item_cms, indexes_configmaps=index_cms,
                 parallelism=parallelism, suspend=spec.suspend or spec.cancel,
                 runner_image=self._runner_image(spec), rerun=rerun, skip_items=skip,
+                map_in_configmaps=in_configmaps,
                 positions=completions if st.batch > 1 else None,
                 gather_configmaps={g: self.obs.items[g].configmaps
                                    for g in runnerparts.gathered(st) if g in self.obs.items},

@@ -67,6 +67,9 @@ class Observed:
     # Stages whose succeededItems is cut: the exact succeeded items, as ranges, from the
     # stage's done-set ConfigMap (pipelinerun/doneset.py; "" when it has none).
     done_items: Mapping[str, str] = field(default_factory=dict)
+    # By Job name: the original item of each completion index of a retry Job whose map
+    # is its indexes ConfigMaps (names.ANNOTATION_INDEXES_CONFIGMAPS), as read.
+    index_maps: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

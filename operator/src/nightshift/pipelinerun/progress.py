@@ -14,7 +14,7 @@ keeps what the record says; a Job seen once and then gone while its stage ran is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,9 +127,14 @@ def _parse(text: Any) -> set[int]:
         return set()  # a damaged record claims nothing
 
 
-def _skip_mapping(job: Mapping[str, Any], total: int) -> list[int] | None:
-    """A retry or replacement Job's own map, from the items it was created to skip."""
-    ann = ((job.get("metadata") or {}).get("annotations") or {})
+def _skip_mapping(job: Mapping[str, Any], total: int,
+                  maps: Mapping[str, Sequence[int]]) -> list[int] | None:
+    """A retry or replacement Job's own map, from the items it was created to skip, or
+    read from its indexes ConfigMaps (`maps`, by Job name: none read, nothing counted)."""
+    meta = job.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    if names.ANNOTATION_INDEXES_CONFIGMAPS in ann:
+        return [i for i in maps.get(str(meta.get("name")), ()) if i < total]
     if names.ANNOTATION_SKIP_ITEMS not in ann:
         return None
     try:
@@ -142,13 +147,14 @@ def _skip_mapping(job: Mapping[str, Any], total: int) -> list[int] | None:
 def stage_view(
     jobs: Mapping[int, Mapping[str, Any]], total: int, tolerate: int | None,
     record: Mapping[str, Any] | None = None, batch: int = 1,
-    done: Iterable[int] = (),
+    done: Iterable[int] = (), maps: Mapping[str, Sequence[int]] | None = None,
 ) -> StageView:
     """Fold a stage's attempt Jobs (attempt -> Job) and its status entry into progress.
 
     `batch`: the stage's items per pod; a completion index stands for its batch's
     items (pipelinerun/batch.py), so everything here counts items, not pods. `done`:
     items known to have succeeded besides the record (the stage's done set, doneset.py).
+    `maps`: the completion-index maps of retry Jobs that keep theirs in ConfigMaps.
     """
     record = record or {}
     if not total:
@@ -168,7 +174,7 @@ def stage_view(
         status = job.get("status") or {}
         mapping: list[int] | None = None
         if attempt:
-            mapping = _skip_mapping(job, total)
+            mapping = _skip_mapping(job, total, maps or {})
             if mapping is None:
                 prev = known.get(attempt - 1)
                 # Without the annotation and the Job before it, nothing maps this one.

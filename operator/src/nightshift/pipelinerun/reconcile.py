@@ -29,7 +29,7 @@ from nightshift.pipelinerun import binding, cost, doneset, mpijob, references
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun.itemsource import ResolveError, frozen_items, resolve_and_freeze
 from nightshift.pipelinerun.lost import lost_jobs
-from nightshift.pipelinerun.observe import PodReads
+from nightshift.pipelinerun.observe import PodReads, index_maps, read_done
 from nightshift.pipelinerun.plan import plan
 from nightshift.pipelinerun.plantypes import Observed, Plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
@@ -67,6 +67,9 @@ class LoopState:
     # once per loop, for stages whose succeededItems is cut.
     done: dict[str, str] = field(default_factory=dict)
     done_refused: set[str] = field(default_factory=set)
+    # Job uid -> its completion-index map, for retry Jobs that keep it in ConfigMaps
+    # (immutable: read once per Job and loop).
+    index_maps: dict[str, list[int]] = field(default_factory=dict)
     # The run these belong to: a run deleted and re-created under its name while the
     # watch re-listed (no DELETED event) keeps the loop, never the old run's state.
     uid: str = ""
@@ -77,7 +80,7 @@ class LoopState:
         if self.uid and uid != self.uid:
             fresh = LoopState(uid=uid)
             for f in ("pods", "ready_samples", "tally", "cost", "finished_jobs", "done",
-                      "done_refused"):
+                      "done_refused", "index_maps"):
                 setattr(self, f, getattr(fresh, f))
         self.uid = uid
 
@@ -117,7 +120,8 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
     jobs = _own(jobs, name, uid, {st.name for st in spec.stages} if spec else set(), earlier)
     items = frozen_items(kube, namespace, name, spec, uid, earlier) if spec else {}
     waits = {st: itemsmod.earlier_run_wait(objs, namespace) for st, objs in earlier.items()}
-    _read_done(kube, run, state.done)
+    read_done(kube, run, state.done)
+    maps = index_maps(kube, run, jobs, state.index_maps)
     samples = state.pods.failure_samples(kube, namespace, jobs)
     stuck = state.pods.held(kube, namespace, jobs, spec, frozenset(
         str(st.get("name")) for st in (run.get("status") or {}).get("stages") or []
@@ -156,7 +160,8 @@ def reconcile(kube: Kube, config: OperatorConfig, namespace: str, name: str,
                         runner_images=config.runner_images,
                         live_pods=live, shared_storages=shared, virtual_clusters=vcs,
                         service_accounts=accounts, secrets=secrets, config_maps=config_maps,
-                        volume_claims=claims, earlier=waits, done_items=dict(state.done))
+                        volume_claims=claims, earlier=waits, done_items=dict(state.done),
+                        index_maps=maps)
 
     p = plan(observe())
     refused: list[tuple[str, str]] = []
@@ -287,20 +292,6 @@ def _apply(kube: Kube, namespace: str, p: Plan) -> list[tuple[str, str]]:
         kube.delete(ref["apiVersion"], ref["kind"], ref["name"], namespace,
                     propagation=ref.get("propagation", "Background"))
     return []
-
-
-def _read_done(kube: Kube, run: dict[str, Any], cache: dict[str, str]) -> None:
-    """The done set of each stage whose status record is cut, into `cache` once per
-    loop: one GET each. Absent, or an earlier same-named run's: nothing ("")."""
-    ref = itemsmod.RunRef.of(run)
-    for rec in (run.get("status") or {}).get("stages") or []:
-        stage = str(rec.get("name") or "")
-        if not rec.get("succeededItemsTruncated") or stage in cache:
-            continue
-        cm = kube.get("v1", "ConfigMap", doneset.configmap_name(ref.name, stage),
-                      ref.namespace)
-        ours = cm is not None and itemsmod.owned_by(cm.get("metadata") or {}, ref.uid)
-        cache[stage] = str(((cm or {}).get("data") or {}).get(doneset.KEY, "")) if ours else ""
 
 
 def _keep_done(kube: Kube, run: dict[str, Any], done: dict[str, str],
