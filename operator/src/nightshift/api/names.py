@@ -53,9 +53,9 @@ ANNOTATION_RERUN = f"{GROUP}/rerun-failed"
 # succeeded when it was created), as ranges. The Job's own map from completion index
 # to item, so it holds even when earlier attempts' Jobs are gone.
 ANNOTATION_SKIP_ITEMS = f"{GROUP}/skip-items"
-# Instead, where that list would not fit in an annotation (about 10,000 scattered
-# succeeded ranges): how many rerun-indexes ConfigMaps hold the Job's exact map, which
-# the operator reads once per Job (pipelinerun/reconcile.py).
+# Instead, where that list would not fit in an annotation (about 5,500 scattered
+# failures): how many rerun-indexes ConfigMaps hold the Job's exact map, which the
+# operator and kubectl nightshift read (pipelinerun/observe.py index_maps).
 ANNOTATION_INDEXES_CONFIGMAPS = f"{GROUP}/indexes-configmaps"
 # On each items (or rerun indexes) ConfigMap chunk: how many lines it holds, the list
 # index of its first line, and the length of the whole list (api/itemlookup.py).

@@ -234,17 +234,30 @@ def _tolerate(run: Mapping[str, Any], stage: str) -> int | None:
     return None
 
 
-def _view(ctx: Ctx, run: Mapping[str, Any], stage: str, total: int) -> pg.StageView:
+def _batch(run: Mapping[str, Any], stage: str) -> int:
+    for s in (run.get("spec") or {}).get("stages") or []:
+        if s.get("name") == stage:
+            return int(s.get("batch") or 1)
+    return 1
+
+
+def _view(ctx: Ctx, run: Mapping[str, Any], stage: str, total: int,
+          states: bool = True) -> pg.StageView:
+    """The stage as the operator sees it, from its Jobs. `states`: item states are
+    wanted, so the stage's done set is read where its succeededItems is cut (`logs`
+    needs only where an item ran)."""
     name = run["metadata"]["name"]
     jobs = ctx.kube.list("batch/v1", "Job", ctx.namespace, label_selector=(
         f"{names.LABEL_RUN}={name},{names.LABEL_STAGE}={stage}"))
-    # As the operator does: a retry Job's map kept in its indexes ConfigMaps, and the
-    # stage's done set where its succeededItems is cut (one GET each, only then).
+    # As the operator does: a retry Job's map kept in its indexes ConfigMaps (one GET
+    # per chunk, only for such Jobs), and the done set (one GET, only where cut).
     maps = index_maps(ctx.kube, dict(run), jobs, {})
     done: dict[str, str] = {}
-    read_done(ctx.kube, dict(run), done, only=stage)
+    if states:
+        read_done(ctx.kube, dict(run), done, only=stage)
     return pg.stage_view(pi.stage_jobs(jobs, name, stage), total, _tolerate(run, stage),
-                         done=doneset.parse(done.get(stage, "")), maps=maps)
+                         batch=_batch(run, stage), done=doneset.parse(done.get(stage, "")),
+                         maps=maps)
 
 
 def _items(ctx: Ctx, run: str, stage: str, indexes: Sequence[int] | None) -> pi.ItemList:
@@ -322,7 +335,8 @@ def cmd_logs(ctx: Ctx, args: argparse.Namespace) -> int:
             raise PluginError(f"--index {index} is outside stage {args.stage}'s "
                               f"0..{total - 1}")
     try:
-        where = pi.locate(_view(ctx, run, args.stage, total), index, args.attempt)
+        where = pi.locate(_view(ctx, run, args.stage, total, states=False), index,
+                          args.attempt)
     except LookupError as e:
         raise PluginError(f"stage {args.stage}: {e}") from None
     pods = ctx.kube.list("v1", "Pod", ctx.namespace,

@@ -213,7 +213,8 @@ class Where:
 def locate(view: pg.StageView, index: int, attempt: int | None = None) -> Where:
     """The Job and completion index of item `index` in `attempt` (default: the latest
     attempt that ran it). Retry Jobs run only the items earlier attempts left, in
-    ascending original index, so the completion index is the item's rank among them."""
+    ascending original index, so the item's position is its rank among them; a batched
+    stage's pod runs `batch` positions, so the completion index is position // batch."""
     if not view.attempts:
         raise LookupError("the stage has no Job yet")
     candidates = [a for a in view.attempts if attempt is None or a.attempt == attempt]
@@ -221,13 +222,14 @@ def locate(view: pg.StageView, index: int, attempt: int | None = None) -> Where:
         known = ", ".join(str(a.attempt) for a in view.attempts)
         raise LookupError(f"no attempt {attempt}; the stage's attempts are {known}")
     for av in reversed(candidates):
+        batch = max(1, av.batch)
         if av.indexes is None:
             if index < av.completions or av.completions == 0:
-                return Where(av.attempt, av.name, index)
+                return Where(av.attempt, av.name, index // batch)
             continue
         k = bisect.bisect_left(av.indexes, index)
         if k < len(av.indexes) and av.indexes[k] == index:
-            return Where(av.attempt, av.name, k)
+            return Where(av.attempt, av.name, k // batch)
     raise LookupError(f"item {index} was not run by attempt {attempt}" if attempt is not None
                       else f"item {index} is beyond the stage's {view.total} items")
 

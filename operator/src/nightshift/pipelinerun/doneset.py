@@ -5,8 +5,8 @@ at 100,000 items. While a stage's Jobs exist their `completedIndexes` say the re
 they are gone (a TTL, a clean-up, a Job deleted mid-run) the cut record alone would make
 a rerunFailed retry or a lost Job's replacement run succeeded items again. So while a
 stage's record is cut, the run keeps the exact set in one ConfigMap of its own per
-stage (`<run>-<stage>-done`, key `succeeded`, compressed ranges: about 290 KB at worst
-for 100,000 items; exact up to about 300,000 scattered ones, cut past that), written in
+stage (`<run>-<stage>-done`, key `succeeded`, compressed ranges: about 390 KB at worst
+for 100,000 items; exact in any stage of up to about 200,000 items, cut past that), written in
 a pass whose status is not held back (so no more often than the status) when it
 differs from what was kept, and read once per loop (after an operator restart or a
 peering pause, or when the run is first seen): pipelinerun/reconcile.py does both; this
@@ -53,9 +53,9 @@ def render(run: RunRef, stage: str, text: str) -> dict[str, Any]:
 
 
 def record(succeeded: Iterable[int]) -> str:
-    """The ranges the ConfigMap holds: exact up to its budget (about 300,000 scattered
-    items), past it cut as succeededItems is, longest ranges kept: never more than did
-    succeed, so items past the cut run again rather than being skipped."""
+    """The ranges the ConfigMap holds: exact up to its budget (any stage of up to
+    about 200,000 items), past it cut as succeededItems is, longest ranges kept: never
+    more than did succeed, so items past the cut run again rather than being skipped."""
     text, _ = record_ranges(succeeded, CHARS)
     return text
 

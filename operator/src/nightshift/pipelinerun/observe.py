@@ -243,8 +243,12 @@ def index_maps(kube: Kube, run: dict[str, Any], jobs: list[dict[str, Any]],
         uid = str(meta.get("uid") or meta["name"])
         if uid not in cache:
             labels = meta.get("labels") or {}
-            stage, attempt = labels.get(names.LABEL_STAGE, ""), labels.get(names.LABEL_ATTEMPT, "")
-            cache[uid] = _read_map(kube, ref, stage, int(attempt or 0), int(n or 0))
+            try:
+                attempt, chunks = int(labels.get(names.LABEL_ATTEMPT, "")), int(n)
+            except ValueError:  # edited by hand: not ours to trust, so it maps nothing
+                attempt, chunks = 0, 0
+            cache[uid] = _read_map(kube, ref, labels.get(names.LABEL_STAGE, ""), attempt,
+                                   chunks)
         out[str(meta["name"])] = cache[uid]
     return out
 

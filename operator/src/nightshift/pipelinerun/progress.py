@@ -201,6 +201,10 @@ def stage_view(
             batch=batch,
         )
         _finish_state(av, job, view, tolerate)
+        if mapping == [] and av.state == SUCCEEDED and av.completions:
+            # Its map could not be read (an indexes ConfigMap deleted or not the run's):
+            # nothing of it is counted, so it must not finish the stage as done either.
+            _unmapped(av, meta)
         view.attempts.append(av)
         known[attempt] = (mine, done)
     _recorded_latest(view, record, max(jobs) if jobs else -1)
@@ -247,6 +251,13 @@ def _originals(local: list[int], mapping: list[int] | None, batch: int,
     if mapping is None:
         return set(local)
     return {mapping[i] for i in local if i < len(mapping)}
+
+
+def _unmapped(av: AttemptView, meta: Mapping[str, Any]) -> None:
+    av.state = FAILED
+    av.reason = "IndexMapMissing"
+    av.message = (f"Job {meta.get('name')}'s index map (its indexes ConfigMaps) is "
+                  "unreadable: none of its items counts; bump spec.rerunFailed to rerun them")
 
 
 def _finish_state(av: AttemptView, job: Mapping[str, Any], view: StageView,

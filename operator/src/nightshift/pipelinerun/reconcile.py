@@ -316,6 +316,7 @@ def _keep_done(kube: Kube, run: dict[str, Any], done: dict[str, str],
             refused.add(stage)
             continue
         cache[stage] = text
+        refused.discard(stage)  # a later refusal is said again
     return events
 
 
