@@ -66,6 +66,15 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+def on_signal_set(event: threading.Event) -> None:
+    """Set `event` from a signal handler. Never event.set() in the handler itself: it
+    runs in the main thread, which may be inside event.wait() holding the Event's lock,
+    a plain Lock, so the set would wait for the main thread forever and the sidecar hang
+    until the kubelet's grace period kills it (seen once in a loaded CI run: the commit
+    container still up 30 s after its SIGTERM). A thread sets it once the lock is free."""
+    threading.Thread(target=event.set, daemon=True).start()
+
+
 class Sidecar:
     def __init__(self, cfg: RunnerConfig, paths: Paths, item: Item,
                  stores: dict[str, S3Store | DirStore], env: dict[str, str]) -> None:
@@ -84,7 +93,7 @@ class Sidecar:
         self.prepare_error = "not tried"
 
     def _on_term(self, signum: int, frame: object) -> None:
-        self.stop.set()
+        on_signal_set(self.stop)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
