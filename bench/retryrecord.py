@@ -19,6 +19,7 @@ Results: bench/results/retryrecord-<time>.json.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -33,6 +34,7 @@ from runside import NS_RUN, drain_run, start_operator
 from nightshift.api import names
 from nightshift.pipelinerun import doneset
 from nightshift.pipelinerun import items as it
+from tests.clusterutil import wait_for
 
 RUN = "retryrec"
 
@@ -58,16 +60,6 @@ def stage_status(bench: Bench) -> dict[str, Any]:
     return dict(stages[0]) | {"runPhase": (run.get("status") or {}).get("phase")}
 
 
-def wait(bench: Bench, what: str, cond: Any, timeout: float) -> Any:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        got = cond()
-        if got:
-            return got
-        time.sleep(1)
-    raise SystemExit(f"retryrecord: {what} not within {timeout:.0f}s: {stage_status(bench)}")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--items", type=int, default=900)
@@ -78,13 +70,14 @@ def main() -> int:
     n, k = args.items, args.every
     bad = list(range(k - 1, n, k))
     bench = prepared(args.nodes, [NS_RUN])
+    wait = functools.partial(wait_for, interval=1.0, explain=lambda: str(stage_status(bench)))
     drain_run(bench, RUN)
     op = start_operator(bench)
     out: dict[str, Any] = {"items": n, "failing": len(bad)}
     try:
         t0 = time.time()
         bench.kube.apply(pipelinerun(n, k))
-        first = wait(bench, "the first attempt to fail", lambda: (
+        first = wait("the first attempt to fail", lambda: (
             s if (s := stage_status(bench)).get("phase") == "Failed" else None), args.timeout)
         out["first"] = {k_: first.get(k_) for k_ in (
             "succeeded", "failed", "succeededItemsTruncated")} | {"seconds": time.time() - t0}
@@ -93,7 +86,7 @@ def main() -> int:
         # The first Job goes (a TTL), and so does the operator's memory of the run.
         job = it.job_name(RUN, "a", 0)
         bench.kube.delete("batch/v1", "Job", job, NS_RUN, propagation="Background")
-        wait(bench, "the Job to go", lambda: bench.kube.get(
+        wait("the Job to go", lambda: bench.kube.get(
             "batch/v1", "Job", job, NS_RUN) is None, 120)
         op.terminate()
         op.wait(30)
@@ -101,13 +94,13 @@ def main() -> int:
         bench.kube.merge_patch(names.API_VERSION, names.PIPELINERUN, RUN, NS_RUN,
                                {"spec": {"rerunFailed": 1}})
         retry_name = it.job_name(RUN, "a", 1)
-        retry = wait(bench, "the retry Job", lambda: bench.kube.get(
+        retry = wait("the retry Job", lambda: bench.kube.get(
             "batch/v1", "Job", retry_name, NS_RUN), 120)
         ann = retry["metadata"].get("annotations") or {}
         out["retry"] = {"completions": retry["spec"]["completions"],
                         "map": ("skip-items annotation" if names.ANNOTATION_SKIP_ITEMS in ann
                                 else "indexes ConfigMaps")}
-        last = wait(bench, "the retry to end", lambda: (
+        last = wait("the retry to end", lambda: (
             s if (s := stage_status(bench)).get("phase") in ("Succeeded", "Failed")
             and s.get("attempt") == 1 else None), args.timeout)
         out["after"] = {k_: last.get(k_) for k_ in ("phase", "succeeded", "failed", "total")}

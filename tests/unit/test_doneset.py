@@ -14,6 +14,7 @@ from nightshift.config import OperatorConfig
 from nightshift.kube import KubeError
 from nightshift.pipelinerun import doneset
 from nightshift.pipelinerun import items as it
+from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun import reconcile as pipelinerun
 from nightshift.pipelinerun.observe import read_done as _read_done
 from nightshift.pipelinerun.plan import plan
@@ -99,12 +100,12 @@ def test_an_uncut_record_needs_no_done_set() -> None:
 
 
 def test_a_damaged_done_set_claims_nothing_and_a_huge_one_is_cut_never_overclaims() -> None:
-    assert doneset.parse("0-3,x") == []
-    assert doneset.parse("0-3,8-9") == [0, 1, 2, 3, 8, 9]
+    assert pg.stage_view({}, 10, None, done_ranges="0-3,x").succeeded == set()
+    assert pg.stage_view({}, 10, None, done_ranges="0-3,8-12").succeeded == {0, 1, 2, 3, 8, 9}
     every_other = range(0, 1_000_000, 2)  # 500,000 scattered items: over a ConfigMap's MiB
     text = doneset.record(every_other)
     assert len(text) <= doneset.CHARS
-    assert set(doneset.parse(text)) < set(every_other)
+    assert set(ranges.parse(text)) < set(every_other)
     assert doneset.record(GOOD) == ranges.compress(GOOD)  # exact while it fits
 
 
@@ -198,31 +199,8 @@ def test_the_done_set_is_written_when_it_changed_and_a_refusal_is_said_once() ->
     assert cache["a"] == "0-5"  # not taken as kept
 
 
-def test_reconcile_keeps_the_done_set_and_a_restarted_operator_reruns_exactly_the_failed(
-) -> None:
-    """The passes' I/O: the set written with the status, read back after a restart."""
-    run = make_run([{"name": "a", "image": "busybox:1.36",
-                     "forEach": {"range": {"from": 0, "to": N - 1}},
-                     "steps": [{"name": "main", "command": ["true"]}]}])
-    kube = RecordingKube([run])
-    config = OperatorConfig(runner_image="runner:dev")
-    state = pipelinerun.LoopState()
-    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    (job,) = [o for o in kube.store.values() if o["kind"] == "Job"]
-    job["status"] = failed(job, ranges.compress(GOOD), ranges.compress(BAD))["status"]
-    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
-    (a,) = kube.store[run_path]["status"]["stages"]
-    assert (a["phase"], a["succeededItemsTruncated"]) == ("Failed", True)
-    cm = kube.store[kube.path("v1", "ConfigMap", "physics",
-                              doneset.configmap_name("nightly", "a"))]
-    assert cm["data"][doneset.KEY] == ranges.compress(GOOD)
-    # A TTL removes the Job; the operator restarts; a rerun is asked for.
-    del kube.store[kube.path("batch/v1", "Job", "physics", job["metadata"]["name"])]
-    kube.store[run_path]["spec"]["rerunFailed"] = 1
-    pipelinerun.reconcile(kube, config, "physics", "nightly", pipelinerun.LoopState())
-    (retry,) = [o for o in kube.store.values() if o["kind"] == "Job"]
-    assert retry["spec"]["completions"] == len(BAD)
+CONFIG = OperatorConfig(runner_image="runner:dev")
+RUN_PATH = RecordingKube().path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
 
 
 def _failing_stage_run(uid: str = "u1") -> dict[str, Any]:
@@ -231,6 +209,39 @@ def _failing_stage_run(uid: str = "u1") -> dict[str, Any]:
                      "steps": [{"name": "main", "command": ["true"]}]}])
     run["metadata"]["uid"] = uid
     return run
+
+
+def _pass(kube: RecordingKube, state: pipelinerun.LoopState) -> None:
+    pipelinerun.reconcile(kube, CONFIG, "physics", "nightly", state)
+
+
+def _first_attempt_fails(kube: RecordingKube, state: pipelinerun.LoopState
+                         ) -> dict[str, Any]:
+    """The run's first pass makes stage a's Job; it ends with BAD failed; the Job."""
+    _pass(kube, state)
+    (job,) = [o for o in kube.store.values() if o["kind"] == "Job"]
+    job["status"] = failed(job, ranges.compress(GOOD), ranges.compress(BAD))["status"]
+    return dict(job)
+
+
+def test_reconcile_keeps_the_done_set_and_a_restarted_operator_reruns_exactly_the_failed(
+) -> None:
+    """The passes' I/O: the set written with the status, read back after a restart."""
+    kube = RecordingKube([_failing_stage_run()])
+    state = pipelinerun.LoopState()
+    job = _first_attempt_fails(kube, state)
+    _pass(kube, state)
+    (a,) = kube.store[RUN_PATH]["status"]["stages"]
+    assert (a["phase"], a["succeededItemsTruncated"]) == ("Failed", True)
+    cm = kube.store[kube.path("v1", "ConfigMap", "physics",
+                              doneset.configmap_name("nightly", "a"))]
+    assert cm["data"][doneset.KEY] == ranges.compress(GOOD)
+    # A TTL removes the Job; the operator restarts; a rerun is asked for.
+    del kube.store[kube.path("batch/v1", "Job", "physics", job["metadata"]["name"])]
+    kube.store[RUN_PATH]["spec"]["rerunFailed"] = 1
+    _pass(kube, pipelinerun.LoopState())
+    (retry,) = [o for o in kube.store.values() if o["kind"] == "Job"]
+    assert retry["spec"]["completions"] == len(BAD)
 
 
 def test_a_done_set_whose_write_failed_is_written_by_a_later_pass_that_changes_nothing(
@@ -246,18 +257,14 @@ def test_a_done_set_whose_write_failed_is_written_by_a_later_pass_that_changes_n
             return super().apply(obj, force=force, subresource=subresource)
 
     kube = Flaky([_failing_stage_run()])
-    config = OperatorConfig(runner_image="runner:dev")
     state = pipelinerun.LoopState()
-    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    (job,) = [o for o in kube.store.values() if o["kind"] == "Job"]
-    job["status"] = failed(job, ranges.compress(GOOD), ranges.compress(BAD))["status"]
+    _first_attempt_fails(kube, state)
     with contextlib.suppress(KubeError):  # after the status write: the engine retries
-        pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
-    assert kube.store[run_path]["status"]["phase"] == "Failed"
+        _pass(kube, state)
+    assert kube.store[RUN_PATH]["status"]["phase"] == "Failed"
     for _ in range(3):  # the engine's retries, then an operator restart: nothing to write
-        pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    pipelinerun.reconcile(kube, config, "physics", "nightly", pipelinerun.LoopState())
+        _pass(kube, state)
+    _pass(kube, pipelinerun.LoopState())
     cm_path = kube.path("v1", "ConfigMap", "physics", doneset.configmap_name("nightly", "a"))
     assert kube.store[cm_path]["data"][doneset.KEY] == ranges.compress(GOOD)
 
@@ -266,57 +273,13 @@ def test_a_run_recreated_under_its_name_in_the_same_loop_inherits_nothing() -> N
     """Deleted and created again while the watch re-listed (no DELETED event): the same
     loop and LoopState serve a new uid."""
     kube = RecordingKube([_failing_stage_run("u1")])
-    config = OperatorConfig(runner_image="runner:dev")
     state = pipelinerun.LoopState()
-    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    (job,) = [o for o in kube.store.values() if o["kind"] == "Job"]
-    job["status"] = failed(job, ranges.compress(GOOD), ranges.compress(BAD))["status"]
-    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
+    _first_attempt_fails(kube, state)
+    _pass(kube, state)
     assert state.done
     kube.store.clear()
     kube.put(_failing_stage_run("u2"))
-    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
-    (a,) = kube.store[run_path]["status"]["stages"]
+    _pass(kube, state)
+    _pass(kube, state)
+    (a,) = kube.store[RUN_PATH]["status"]["stages"]
     assert not a.get("succeeded") and not a.get("succeededItemsTruncated"), a
-
-
-# A retry whose skip list would not fit its annotation (10,000 scattered failures):
-# its map is its indexes ConfigMaps, read by the operator.
-M = 50_000
-MBAD = list(range(2, M, 5))
-MGOOD = [i for i in range(M) if i % 5 != 2]
-
-
-def test_a_retry_of_ten_thousand_scattered_failures_runs_exactly_them_and_counts_right(
-) -> None:
-    run = make_run([{"name": "a", "image": "busybox:1.36",
-                     "forEach": {"range": {"from": 0, "to": M - 1}},
-                     "steps": [{"name": "main", "command": ["true"]}]}])
-    kube = RecordingKube([run])
-    config = OperatorConfig(runner_image="runner:dev")
-    state = pipelinerun.LoopState()
-    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    (job,) = [o for o in kube.store.values() if o["kind"] == "Job"]
-    job["status"] = failed(job, ranges.compress(MGOOD), ranges.compress(MBAD))["status"]
-    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    run_path = kube.path(names.API_VERSION, names.PIPELINERUN, "physics", "nightly")
-    kube.store[run_path]["spec"]["rerunFailed"] = 1
-    pipelinerun.reconcile(kube, config, "physics", "nightly", state)
-    (retry,) = [o for o in kube.store.values()
-                if o["kind"] == "Job" and o["metadata"]["name"] != job["metadata"]["name"]]
-    ann = retry["metadata"]["annotations"]
-    assert names.ANNOTATION_SKIP_ITEMS not in ann  # 120 KB of ranges: no annotation
-    chunks = int(ann[names.ANNOTATION_INDEXES_CONFIGMAPS])
-    lines = [int(x) for c in range(chunks) for v in kube.store[kube.path(
-        "v1", "ConfigMap", "physics", it.indexes_configmap_name("nightly", "a", 1, c))
-    ]["data"].values() for x in v.split()]
-    assert lines == MBAD and retry["spec"]["completions"] == len(MBAD)
-    # The retry ends with its first ten failed again; a restarted operator reads its map.
-    n = len(MBAD)
-    retry["status"] = failed(retry, f"10-{n - 1}", "0-9")["status"]
-    pipelinerun.reconcile(kube, config, "physics", "nightly", pipelinerun.LoopState())
-    (a,) = kube.store[run_path]["status"]["stages"]
-    assert (a["phase"], a["succeeded"], a["failed"]) == ("Failed", M - 10, 10)
-    assert ranges.parse(a["failedItems"]) == MBAD[:10]

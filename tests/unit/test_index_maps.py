@@ -14,6 +14,7 @@ from typing import Any
 from nightshift.api import names, ranges
 from nightshift.config import OperatorConfig
 from nightshift.pipelinerun import doneset
+from nightshift.pipelinerun import items as it
 from nightshift.pipelinerun import reconcile as pipelinerun
 from tests.unit.test_chart_kubecalls import RecordingKube
 from tests.unit.test_plan import complete, failed, make_run
@@ -53,6 +54,29 @@ def _retry_after(kube: RecordingKube, good: str, bad: str
     kube.store[RUN_PATH]["spec"]["rerunFailed"] = 1
     again()
     return again, _jobs(kube)[("a", "1")]
+
+
+def test_a_retry_of_ten_thousand_scattered_failures_runs_exactly_them_and_counts_right(
+) -> None:
+    m = 50_000
+    bad = list(range(2, m, 5))
+    kube = RecordingKube([make_run([_stage("a", m)])])
+    again, retry = _retry_after(kube, ranges.compress(i for i in range(m) if i % 5 != 2),
+                                ranges.compress(bad))
+    ann = retry["metadata"]["annotations"]
+    assert names.ANNOTATION_SKIP_ITEMS not in ann  # 120 KB of ranges: no annotation
+    chunks = int(ann[names.ANNOTATION_INDEXES_CONFIGMAPS])
+    lines = [int(x) for c in range(chunks) for v in kube.store[kube.path(
+        "v1", "ConfigMap", "physics", it.indexes_configmap_name("nightly", "a", 1, c))
+    ]["data"].values() for x in v.split()]
+    assert lines == bad and retry["spec"]["completions"] == len(bad)
+    # The retry ends with its first ten failed again; a restarted operator reads its map.
+    n = len(bad)
+    retry["status"] = failed(retry, f"10-{n - 1}", "0-9")["status"]
+    again(fresh=True)
+    (a,) = kube.store[RUN_PATH]["status"]["stages"]
+    assert (a["phase"], a["succeeded"], a["failed"]) == ("Failed", m - 10, 10)
+    assert ranges.parse(a["failedItems"]) == bad[:10]
 
 
 def test_a_batched_retry_mapped_over_several_chunks_counts_its_first_and_last_items() -> None:

@@ -29,7 +29,6 @@ from nightshift.cli import plugin_items as pi
 from nightshift.cli import plugin_ops as ops
 from nightshift.cli import plugin_render as pr
 from nightshift.kube import Kube, KubeError, user_namespace
-from nightshift.pipelinerun import doneset
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.observe import index_maps, read_done
 
@@ -227,18 +226,18 @@ def _records(run: Mapping[str, Any], stage: str | None) -> list[dict[str, Any]]:
     return [dict(recs.get(n) or {"name": n}) for n in order if stage in (None, n)]
 
 
+def _stage_spec(run: Mapping[str, Any], stage: str) -> Mapping[str, Any]:
+    return next((s for s in (run.get("spec") or {}).get("stages") or []
+                 if s.get("name") == stage), {})
+
+
 def _tolerate(run: Mapping[str, Any], stage: str) -> int | None:
-    for s in (run.get("spec") or {}).get("stages") or []:
-        if s.get("name") == stage and s.get("tolerateFailedItems") is not None:
-            return int(s["tolerateFailedItems"])
-    return None
+    tolerate = _stage_spec(run, stage).get("tolerateFailedItems")
+    return None if tolerate is None else int(tolerate)
 
 
 def _batch(run: Mapping[str, Any], stage: str) -> int:
-    for s in (run.get("spec") or {}).get("stages") or []:
-        if s.get("name") == stage:
-            return int(s.get("batch") or 1)
-    return 1
+    return int(_stage_spec(run, stage).get("batch") or 1)
 
 
 def _view(ctx: Ctx, run: Mapping[str, Any], stage: str, total: int,
@@ -256,7 +255,7 @@ def _view(ctx: Ctx, run: Mapping[str, Any], stage: str, total: int,
     if states:
         read_done(ctx.kube, dict(run), done, only=stage)
     return pg.stage_view(pi.stage_jobs(jobs, name, stage), total, _tolerate(run, stage),
-                         batch=_batch(run, stage), done=doneset.parse(done.get(stage, "")),
+                         batch=_batch(run, stage), done_ranges=done.get(stage, ""),
                          maps=maps)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from nightshift.api import ranges
 from nightshift.api.events import Event
 from nightshift.pipelinerun.items import RunRef, object_name
 from nightshift.pipelinerun.progress import record_ranges
@@ -58,13 +57,6 @@ def record(succeeded: Iterable[int]) -> str:
     more than did succeed, so items past the cut run again rather than being skipped."""
     text, _ = record_ranges(succeeded, CHARS)
     return text
-
-
-def parse(text: str) -> list[int]:
-    try:
-        return ranges.parse(text)
-    except ValueError:
-        return []  # a damaged record claims nothing
 
 
 def refused(stage: str, name: str, why: str) -> Event:

@@ -221,10 +221,8 @@ def read_done(kube: Kube, run: dict[str, Any], cache: dict[str, str],
         stage = str(rec.get("name") or "")
         if not rec.get("succeededItemsTruncated") or stage in cache or only not in (None, stage):
             continue
-        cm = kube.get("v1", "ConfigMap", doneset.configmap_name(ref.name, stage),
-                      ref.namespace)
-        ours = cm is not None and itemsmod.owned_by(cm.get("metadata") or {}, ref.uid)
-        cache[stage] = str(((cm or {}).get("data") or {}).get(doneset.KEY, "")) if ours else ""
+        cm = _own_configmap(kube, ref, doneset.configmap_name(ref.name, stage))
+        cache[stage] = str(((cm or {}).get("data") or {}).get(doneset.KEY, ""))
 
 
 def index_maps(kube: Kube, run: dict[str, Any], jobs: list[dict[str, Any]],
@@ -257,13 +255,19 @@ def _read_map(kube: Kube, ref: itemsmod.RunRef, stage: str, attempt: int,
               chunks: int) -> list[int]:
     lines: list[int] = []
     for c in range(chunks):
-        cm = kube.get("v1", "ConfigMap",
-                      itemsmod.indexes_configmap_name(ref.name, stage, attempt, c),
-                      ref.namespace)
-        if cm is None or not itemsmod.owned_by(cm.get("metadata") or {}, ref.uid):
+        cm = _own_configmap(kube, ref, itemsmod.indexes_configmap_name(ref.name, stage,
+                                                                       attempt, c))
+        if cm is None:
             return []
         try:
             lines += [int(x) for v in (cm.get("data") or {}).values() for x in v.split()]
         except ValueError:
             return []
     return lines
+
+
+def _own_configmap(kube: Kube, ref: itemsmod.RunRef, name: str) -> dict[str, Any] | None:
+    """The run's own ConfigMap of that name; None when absent or an earlier same-named
+    run's."""
+    cm = kube.get("v1", "ConfigMap", name, ref.namespace)
+    return cm if cm is not None and itemsmod.owned_by(cm.get("metadata") or {}, ref.uid) else None

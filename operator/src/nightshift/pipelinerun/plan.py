@@ -119,7 +119,7 @@ class _Planner:
             views[st.name] = pg.stage_view(
                 by_stage.get(st.name, {}), total, st.tolerate_failed_items,
                 self.old_stages.get(st.name), batch=st.batch,
-                done=donemod.parse(self.obs.done_items.get(st.name, "")),
+                done_ranges=self.obs.done_items.get(st.name, ""),
                 maps=self.obs.index_maps)
         rerun_handled = max([int(self.old.get("rerunFailed") or 0)] + [
             int((j.get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_RERUN, 0))

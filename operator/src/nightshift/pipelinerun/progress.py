@@ -147,13 +147,14 @@ def _skip_mapping(job: Mapping[str, Any], total: int,
 def stage_view(
     jobs: Mapping[int, Mapping[str, Any]], total: int, tolerate: int | None,
     record: Mapping[str, Any] | None = None, batch: int = 1,
-    done: Iterable[int] = (), maps: Mapping[str, Sequence[int]] | None = None,
+    done_ranges: str = "", maps: Mapping[str, Sequence[int]] | None = None,
 ) -> StageView:
     """Fold a stage's attempt Jobs (attempt -> Job) and its status entry into progress.
 
     `batch`: the stage's items per pod; a completion index stands for its batch's
-    items (pipelinerun/batch.py), so everything here counts items, not pods. `done`:
-    items known to have succeeded besides the record (the stage's done set, doneset.py).
+    items (pipelinerun/batch.py), so everything here counts items, not pods. `done_ranges`:
+    ranges of items known to have succeeded besides the record (the stage's done set,
+    doneset.py; a damaged one claims nothing).
     `maps`: the completion-index maps of retry Jobs that keep theirs in ConfigMaps.
     """
     record = record or {}
@@ -164,7 +165,7 @@ def stage_view(
         view.total = total = batchmod.job_positions(jobs[0]) or int(
             (jobs[0].get("spec") or {}).get("completions") or 0)
     view.succeeded |= {i for i in _parse(record.get("succeededItems")) if i < total}
-    view.succeeded |= {i for i in done if i < total}
+    view.succeeded |= {i for i in _parse(done_ranges) if i < total}
     # attempt -> (the original indexes it runs, those it completed), for the rule.
     known: dict[int, tuple[list[int], set[int]]] = {}
     for attempt in sorted(jobs):
