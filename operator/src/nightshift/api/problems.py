@@ -10,6 +10,10 @@ from dataclasses import dataclass
 class Problem:
     path: str
     message: str
+    # A check added after runs could already start with this problem: it refuses a new
+    # run and never stops one that is going (Kubernetes ratchets its validation the same
+    # way), so an operator upgrade does not fail runs mid-way.
+    ratchet: bool = False
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"

@@ -14,7 +14,8 @@ from typing import Any
 
 from nightshift.api.conditions import parse_rfc3339
 from nightshift.pipelinerun import progress as pg
-from nightshift.pipelinerun.spec import PipelineRunSpec
+from nightshift.pipelinerun.jobs import max_parallelism
+from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
 
 # Seconds between the parallelism raises of a staggered launch.
 LAUNCH_STEP = 10
@@ -40,6 +41,25 @@ def paced(target: int, rate: int | None, start: str, now: datetime) -> tuple[int
     if allowed < target:
         return allowed, LAUNCH_STEP * steps - elapsed
     return target, None
+
+
+def attempt_start(record: Mapping[str, Any] | None, attempt: int, fallback: str) -> str:
+    """When a stage's attempt started: from its status record first, so an operator
+    restart keeps the stagger where it was."""
+    for a in (record or {}).get("attempts") or []:
+        if a.get("attempt") == attempt and a.get("startTime"):
+            return str(a["startTime"])
+    return fallback
+
+
+def stage_parallelism(spec: PipelineRunSpec, st: Stage, completions: int, start: str,
+                      now: datetime) -> tuple[int, float | None]:
+    """A stage Job's parallelism now (its stage's or the run's knob, capped by the Job
+    API and paced), and the seconds until it is raised again (None: not paced)."""
+    target = spec.parallelism.get(st.name, st.parallelism)
+    cap = max_parallelism(max(completions, 1))
+    return paced(cap if target is None else min(target, cap),
+                 spec.launch.max_pods_per_minute, start, now)
 
 
 def paused(spec: PipelineRunSpec | None, records: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -80,6 +80,7 @@ class _Planner:
         self.invalid_reason = "ValidationFailed"
         self.records: dict[str, StageRecord] = {}
         self.extra_events: list[Event] = []
+        self.waived: list[Problem] = []
         # Finished before this pass, and nothing of it runs: the record stands.
         self.final = False
         old_stages = self.old.get("stages") or []
@@ -109,6 +110,10 @@ class _Planner:
         self.problems += bad_items
         by_stage = itemsmod.jobs_by_stage(self.obs.jobs, self.ref.name,
                                             {st.name for st in spec.stages})
+        if by_stage or self.old.get("startTime"):
+            # Started: a check added since (Problem.ratchet) lets it go on, and says so.
+            self.waived = [p for p in self.problems if p.ratchet]
+            self.problems = [p for p in self.problems if not p.ratchet]
         views: dict[str, pg.StageView] = {}
         for i, st in enumerate(spec.stages):
             info = self.obs.items.get(st.name)
@@ -312,20 +317,11 @@ class _Planner:
         return spec.runner_image or self.obs.runner_image
 
     def _start_time(self, stage: str, attempt: int, fallback: str | None) -> str:
-        """When an attempt started: from status first, so a restart keeps the stagger."""
-        rec = self.old_stages.get(stage) or {}
-        for a in rec.get("attempts") or []:
-            if a.get("attempt") == attempt and a.get("startTime"):
-                return str(a["startTime"])
-        return fallback or self.now
+        return launch.attempt_start(self.old_stages.get(stage), attempt, fallback or self.now)
 
     def _parallelism(self, spec: PipelineRunSpec, st: Any, completions: int,
                      start: str) -> int:
-        target = spec.parallelism.get(st.name, st.parallelism)
-        cap = jobsmod.max_parallelism(max(completions, 1))
-        target = cap if target is None else min(target, cap)
-        allowed, wait = launch.paced(int(target), spec.launch.max_pods_per_minute, start,
-                                     self.obs.now)
+        allowed, wait = launch.stage_parallelism(spec, st, completions, start, self.obs.now)
         if wait is not None:
             self.requeue = sooner(self.requeue, wait)
         return allowed
@@ -385,7 +381,8 @@ class _Planner:
             waiting_reason=self.refs.reason or (
                 "WaitingForStorage" if self.binding.missing or off_pool
                 else "WaitingForLostJobPods" if self.lost_waits else "Paused"),
-            stalled=stuck, ending="; ".join(self.lost_waits))
+            stalled=stuck, ending="; ".join(self.lost_waits),
+            waived="; ".join(map(str, self.waived)))
         out_events = [*self.extra_events, *(Event(*e) for e in events)]
         resolve, requeue = self.resolve, self.requeue
         waiting_items = {stage: why for stage, (why, invalid) in self.obs.unresolved.items()

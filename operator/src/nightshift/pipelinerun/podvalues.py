@@ -104,7 +104,7 @@ def env_problems(path: str, env: Sequence[Mapping[str, Any]]) -> list[Problem]:
             p.append(Problem(f"{at}.name", f"{name} is set by "
                              f"{'the Job controller' if name[0] == 'J' else 'Nightshift'} "
                              "for each pod (the item's index, the run's own settings); "
-                             "rename the variable"))
+                             "rename the variable", ratchet=True))
         value = e.get("value")
         if value is not None and not isinstance(value, str):
             p.append(Problem(f"{at}.value", f"{value!r} must be a string; quote it"))

@@ -26,6 +26,9 @@ MAX_SAMPLES = 3
 MESSAGE_CHARS = 200
 MAX_ATTEMPT_RECORDS = 5
 CONDITION_MESSAGE_CHARS = 1024
+# The Invalid condition's reason (status False) for a run that checks added since its
+# start would refuse: it goes on (Problem.ratchet).
+STARTED_BEFORE_CHECK = "StartedBeforeCheck"
 
 
 def stage_record(
@@ -193,6 +196,7 @@ def build_status(
     stalled: Sequence[tuple[str, str]] = (),
     invalid_reason: str = "ValidationFailed",
     ending: str = "",
+    waived: str = "",
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """The run's status and the events of its transitions.
 
@@ -205,6 +209,8 @@ def build_status(
     ValidationFailed (the spec, a refusal) or InvalidItems (a stage's resolved items).
     `ending`: what a Failing or Invalid run's end waits for beside its running Jobs (a
     lost Job's pods), said in its Progressing message.
+    `waived`: what checks added since the run started find in its spec (Problem.ratchet):
+    said in the Invalid condition (False, reason StartedBeforeCheck), once as an event.
     """
     old_phase = old.get("phase")
     phase = (str(old_phase) if final
@@ -236,8 +242,9 @@ def build_status(
         status["conditions"] = cond.merge(
             old.get("conditions"),
             _conditions(phase, records, problems, generation, resolving, waiting,
-                        waiting_reason, stalled, invalid_reason, ending), now)
-    return status, ([] if final else _events(old, records, phase, problems, invalid_reason))
+                        waiting_reason, stalled, invalid_reason, ending, waived), now)
+    return status, ([] if final else
+                    _events(old, records, phase, problems, invalid_reason, waived))
 
 
 def _failed_reason(invalid_reason: str) -> str:
@@ -250,7 +257,7 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
                 waiting_reason: str = "WaitingForStorage",
                 stalled: Sequence[tuple[str, str]] = (),
                 invalid_reason: str = "ValidationFailed",
-                ending: str = "") -> list[dict[str, Any]]:
+                ending: str = "", waived: str = "") -> list[dict[str, Any]]:
     g = generation
     failed_stages = [r for r in records if r["phase"] == pg.FAILED]
     if problems:
@@ -261,7 +268,9 @@ def _conditions(phase: str, records: list[StageRecord], problems: list[str],
                   if phase == "Failed" else
                   cond.condition(cond.FAILED, cond.FALSE, "NoFailure", "", g))
     else:
-        invalid = cond.condition(cond.INVALID, cond.FALSE, "Valid", "", g)
+        invalid = (cond.condition(cond.INVALID, cond.FALSE, STARTED_BEFORE_CHECK,
+                                  _waived_text(waived), g) if waived
+                   else cond.condition(cond.INVALID, cond.FALSE, "Valid", "", g))
         if phase == "Failed" and failed_stages:
             text = "; ".join(_failure_text(r) for r in failed_stages)[:CONDITION_MESSAGE_CHARS]
             failed = cond.condition(cond.FAILED, cond.TRUE, "StageFailed", text, g)
@@ -328,9 +337,19 @@ def _failure_text(r: StageRecord) -> str:
     return "; ".join([text, *fixes])
 
 
+def _waived_text(waived: str) -> str:
+    tail = ("; checks added since this run started: it goes on as before, and a new run "
+            "with this spec is refused")
+    return waived[:CONDITION_MESSAGE_CHARS - len(tail)] + tail
+
+
 def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
-            problems: list[str], invalid_reason: str) -> list[tuple[str, str, str]]:
+            problems: list[str], invalid_reason: str,
+            waived: str = "") -> list[tuple[str, str, str]]:
     events: list[tuple[str, str, str]] = []
+    said = cond.find(old.get("conditions"), cond.INVALID) or {}
+    if waived and said.get("reason") != STARTED_BEFORE_CHECK:
+        events.append(("Warning", STARTED_BEFORE_CHECK, _waived_text(waived)))
     prior = {s.get("name"): s for s in old.get("stages") or []}
     for r in records:
         before = prior.get(r["name"]) or {}

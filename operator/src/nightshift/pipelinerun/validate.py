@@ -313,20 +313,24 @@ def matrix_value_problem(value: str) -> str | None:
 def check_items(path: str, values: list[str] | tuple[str, ...], st: Stage) -> list[Problem]:
     """Per-item checks, also for items the I/O layer read from a ConfigMap or S3."""
     p = check_count(path, len(values), st)
-    bad = 0
+    bad, more_repeats_only = 0, True
     first: dict[str, int] = {}
     for i, v in enumerate(values):
-        problem = itemsmod.item_problem(v)
+        problem, repeat = itemsmod.item_problem(v), False
         if problem is None and (j := first.setdefault(v, i)) != i:
             # Two pods would commit one item's outputs (and task record) to one place.
             problem = (f"repeats item {j}; list each item once (to run one several times, "
                        "use forEach.matrix with a field that numbers the repeats)")
+            repeat = True  # refused since runs could start with repeats
         if problem:
             bad += 1
             if bad <= 5:  # the first few say enough; 10^5 lines of errors say nothing
-                p.append(Problem(f"{path}[{i}]", f"{v[:60]!r} {problem}"))
+                p.append(Problem(f"{path}[{i}]", f"{v[:60]!r} {problem}", ratchet=repeat))
+            else:
+                more_repeats_only = more_repeats_only and repeat
     if bad > 5:
-        p.append(Problem(path, f"{bad - 5} more items have the same kinds of problem"))
+        p.append(Problem(path, f"{bad - 5} more items have the same kinds of problem",
+                         ratchet=more_repeats_only))
     return p
 
 
