@@ -18,7 +18,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nightshift.api import conditions as cond
 from nightshift.api import names
 from nightshift.api.conditions import rfc3339
 from nightshift.api.events import Event
@@ -26,7 +25,15 @@ from nightshift.api.fieldpath import field_path
 from nightshift.api.problems import Problem
 from nightshift.api.requeue import sooner
 from nightshift.pipelinerun import batch as batchmod
-from nightshift.pipelinerun import binding, launch, mpijob, references, runnerparts, validate
+from nightshift.pipelinerun import (
+    binding,
+    launch,
+    mpijob,
+    references,
+    runnerparts,
+    validate,
+    validity,
+)
 from nightshift.pipelinerun import doneset as donemod
 from nightshift.pipelinerun import items as itemsmod
 from nightshift.pipelinerun import jobs as jobsmod
@@ -38,8 +45,6 @@ from nightshift.pipelinerun.plantypes import Observed, Plan
 from nightshift.pipelinerun.spec import TERMINAL_PHASES, PipelineRunSpec
 from nightshift.pipelinerun.status import StageRecord, build_status, stage_record, unresolved_status
 
-# The Invalid condition's reasons that stand until the run ends (status.py writes them).
-INVALID_REASONS = ("ValidationFailed", "InvalidItems")
 # Seconds between looks at a running MPI stage's MPIJob.
 MPI_POLL = 5.0
 # Seconds between looks for a SharedStorage a stage waits for (its creation wakes too).
@@ -74,13 +79,10 @@ class _Planner:
         self.lost_waits: list[str] = []  # lost Jobs whose pods a replacement waits for
         self.requeue: float | None = None
         self.problems: list[Problem] = []
-        self.carried: list[str] = []  # an earlier pass's Invalid message, still standing
-        # The Invalid condition's reason: ValidationFailed (the spec, a refusal, the runner
-        # image) or InvalidItems (a stage's resolved items).
-        self.invalid_reason = "ValidationFailed"
+        self.carried: list[str] = []  # validity.Validity.carried
+        self.validity = validity.Validity([])
         self.records: dict[str, StageRecord] = {}
         self.extra_events: list[Event] = []
-        self.waived: list[Problem] = []
         # Finished before this pass, and nothing of it runs: the record stands.
         self.final = False
         old_stages = self.old.get("stages") or []
@@ -110,10 +112,6 @@ class _Planner:
         self.problems += bad_items
         by_stage = itemsmod.jobs_by_stage(self.obs.jobs, self.ref.name,
                                             {st.name for st in spec.stages})
-        if by_stage or self.old.get("startTime"):
-            # Started: a check added since (Problem.ratchet) lets it go on, and says so.
-            self.waived = [p for p in self.problems if p.ratchet]
-            self.problems = [p for p in self.problems if not p.ratchet]
         views: dict[str, pg.StageView] = {}
         for i, st in enumerate(spec.stages):
             info = self.obs.items.get(st.name)
@@ -133,18 +131,9 @@ class _Planner:
         self.final = self.old.get("phase") in TERMINAL_PHASES and not any(
             a.state in (pg.RUNNING, pg.SUSPENDED) and a.record is None
             for v in views.values() for a in v.attempts[-1:])
-        said = cond.find(self.old.get("conditions"), cond.INVALID) or {}
-        if said.get("status") == cond.TRUE and said.get("reason") in INVALID_REASONS:
-            # Found invalid in an earlier pass (a refusal or invalid items are seen only in
-            # the pass that met them): it stands, so the refused write is not retried, nor
-            # the items resolved again, even for a rerunFailed request (a new run is
-            # needed); problems found since are added to it.
-            message = str(said.get("message") or "")
-            self.carried = [message]
-            self.problems = [p for p in self.problems if str(p) not in message]
-        if ((self.problems or self.carried) and all(p in bad_items for p in self.problems)
-                and (not self.carried or said.get("reason") == "InvalidItems")):
-            self.invalid_reason = "InvalidItems"
+        self.validity = validity.judge(self.old, self.problems, bad_items,
+                                       started=bool(by_stage or self.old.get("startTime")))
+        self.problems, self.carried = self.validity.problems, self.validity.carried
         if not self.problems and not self.carried:
             rerun_handled = self._decide(spec, views, rerun_handled)
         else:
@@ -372,7 +361,7 @@ class _Planner:
         status, events = build_status(
             old=self.old, records=records,
             problems=[*self.carried, *(str(p) for p in self.problems)],
-            invalid_reason=self.invalid_reason,
+            invalid_reason=self.validity.reason,
             generation=self.generation, now=self.now, rerun_handled=rerun_handled,
             suspend=bool(spec and spec.suspend), cancel=bool(spec and spec.cancel),
             resolving=bool(self.resolve), final=self.final,
@@ -382,7 +371,7 @@ class _Planner:
                 "WaitingForStorage" if self.binding.missing or off_pool
                 else "WaitingForLostJobPods" if self.lost_waits else "Paused"),
             stalled=stuck, ending="; ".join(self.lost_waits),
-            waived="; ".join(map(str, self.waived)))
+            waived="; ".join(map(str, self.validity.waived)))
         out_events = [*self.extra_events, *(Event(*e) for e in events)]
         resolve, requeue = self.resolve, self.requeue
         waiting_items = {stage: why for stage, (why, invalid) in self.obs.unresolved.items()
