@@ -240,11 +240,13 @@ def _batch(run: Mapping[str, Any], stage: str) -> int:
     return int(_stage_spec(run, stage).get("batch") or 1)
 
 
-def _view(ctx: Ctx, run: Mapping[str, Any], stage: str, total: int,
+def _view(ctx: Ctx, run: Mapping[str, Any], rec: Mapping[str, Any], total: int,
           states: bool = True) -> pg.StageView:
-    """The stage as the operator sees it, from its Jobs. `states`: item states are
-    wanted, so the stage's done set is read where its succeededItems is cut (`logs`
-    needs only where an item ran)."""
+    """The stage as the operator sees it, from its Jobs and its status entry `rec` (what
+    earlier attempts whose Jobs are gone did). `states`: item states are wanted, so the
+    stage's done set is read where its succeededItems is cut (`logs` needs only where an
+    item ran)."""
+    stage = str(rec["name"])
     name = run["metadata"]["name"]
     jobs = ctx.kube.list("batch/v1", "Job", ctx.namespace, label_selector=(
         f"{names.LABEL_RUN}={name},{names.LABEL_STAGE}={stage}"))
@@ -255,7 +257,7 @@ def _view(ctx: Ctx, run: Mapping[str, Any], stage: str, total: int,
     if states:
         read_done(ctx.kube, dict(run), done, only=stage)
     return pg.stage_view(pi.stage_jobs(jobs, name, stage), total, _tolerate(run, stage),
-                         batch=_batch(run, stage), done_ranges=done.get(stage, ""),
+                         rec, batch=_batch(run, stage), done_ranges=done.get(stage, ""),
                          maps=maps)
 
 
@@ -285,12 +287,12 @@ def stage_items(ctx: Ctx, run: Mapping[str, Any], rec: Mapping[str, Any], failed
     if failed_only:
         indexes = pi.failed_from_status(rec)
         if indexes is None:  # cut short in the status: the Job has them all
-            view = _view(ctx, run, stage, total)
+            view = _view(ctx, run, rec, total)
             indexes = sorted(view.failed)
         state_of = None
     else:
         if not pi.trivially_succeeded(rec):
-            view = _view(ctx, run, stage, total)
+            view = _view(ctx, run, rec, total)
             total = total or view.total
         indexes = list(range(total))
         state_of = pi.states(total, rec, view)
@@ -334,7 +336,7 @@ def cmd_logs(ctx: Ctx, args: argparse.Namespace) -> int:
             raise PluginError(f"--index {index} is outside stage {args.stage}'s "
                               f"0..{total - 1}")
     try:
-        where = pi.locate(_view(ctx, run, args.stage, total, states=False), index,
+        where = pi.locate(_view(ctx, run, rec, total, states=False), index,
                           args.attempt)
     except LookupError as e:
         raise PluginError(f"stage {args.stage}: {e}") from None
