@@ -170,6 +170,20 @@ def test_rerun_failed_bumps_by_one_and_only_once() -> None:
         ops.rerun_failed(finished("Cancelled", cancel=True))
 
 
+@pytest.mark.parametrize("reason", ["ValidationFailed", "InvalidItems"])
+def test_rerun_failed_refuses_an_invalid_run_which_the_operator_never_reruns(
+        reason: str) -> None:
+    bad = finished()
+    bad["status"]["conditions"] = [{"type": "Invalid", "status": "True", "reason": reason,
+                                    "message": "spec.stages[0].forEach: gives no items"}]
+    with pytest.raises(ops.OpRefusedError, match=r"is Invalid \(spec.stages\[0\].forEach: "
+                       r"gives no items\): a rerun cannot resume it; fix the spec"):
+        ops.rerun_failed(bad)
+    # Started before a check it now fails: not Invalid, so a rerun goes on as ever.
+    bad["status"]["conditions"][0].update(status="False", reason="StartedBeforeCheck")
+    assert ops.rerun_failed(bad).spec == {"rerunFailed": 1}
+
+
 def test_suspend_resume_cancel() -> None:
     assert ops.suspend(finished("Running")).spec == {"suspend": True}
     assert ops.suspend(finished("Running", suspend=True)).spec is None

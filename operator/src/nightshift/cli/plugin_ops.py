@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from nightshift.api import conditions as cond
 from nightshift.pipelinerun.spec import TERMINAL_PHASES
+from nightshift.pipelinerun.validity import INVALID_REASONS
 
 
 class OpRefusedError(Exception):
@@ -36,6 +38,12 @@ def rerun_failed(run: Mapping[str, Any]) -> Change:
     name, spec, status, phase = _parts(run)
     if spec.get("cancel"):
         raise OpRefusedError(f"run {name} is cancelled, which is final; create a new run")
+    invalid = cond.find(status.get("conditions"), cond.INVALID) or {}
+    if invalid.get("status") == cond.TRUE and invalid.get("reason") in INVALID_REASONS:
+        # The operator never acts on a rerun of an Invalid run: its finding stands.
+        raise OpRefusedError(
+            f"run {name} is Invalid ({str(invalid.get('message') or '')[:300]}): a rerun "
+            "cannot resume it; fix the spec or its items and create a new run")
     requested = int(spec.get("rerunFailed") or 0)
     handled = int(status.get("rerunFailed") or 0)
     if requested > handled:
