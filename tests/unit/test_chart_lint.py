@@ -114,6 +114,20 @@ def test_schema_refuses_unknown_and_unsafe_values() -> None:
     assert "poolz" in render_error(COLLABORATION, {"virtualCluster.spec": {"poolz": []}})
 
 
+def test_schema_refuses_settings_the_operator_would_not_start_with() -> None:
+    # No port: a NetworkPolicy rule without ports allows all egress.
+    assert "/networkPolicy/apiServerPorts" in render_error(
+        NIGHTSHIFT, {"networkPolicy.enabled": True, "networkPolicy.apiServerPorts": []})
+    for bad in ("http://minio_store:9000", "https://s3.local:99999", "http://s3.local:"):
+        assert "/config/s3Endpoints/0" in render_error(
+            NIGHTSHIFT, {"config.s3Endpoints": [bad]}), bad
+    good = ["http://minio.data.svc:9000", "https://[fd00::1]:*", "https://s3.example/x"]
+    env = {e["name"]: e.get("value") for d in render(NIGHTSHIFT, {"config.s3Endpoints": good})
+           if d["kind"] == "Deployment"
+           for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["NIGHTSHIFT_S3_ENDPOINTS"] == ",".join(good)
+
+
 def test_a_role_arn_for_a_service_account_the_chart_does_not_make_is_refused() -> None:
     arn = "arn:aws:iam::123456789012:role/x"
     err = render_error(NIGHTSHIFT, {"serviceAccount.irsaRoleArn": arn,

@@ -230,3 +230,17 @@ def test_own_identity_never_needs_a_passwd_entry() -> None:
     # Without POD_ID: host and PID, not getpass.getuser() (which raises KeyError for a
     # uid without a passwd entry, as the chart's 65532 in the operator image).
     assert "/" in own_identity({})
+
+
+def test_a_bad_setting_exits_at_once_saying_which(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    # kopf would retry the failed startup each minute, the pod Running, nothing done.
+    def never(**_: object) -> None:
+        raise AssertionError("kopf.run with a bad configuration")
+
+    monkeypatch.setattr(kopf, "run", never)
+    monkeypatch.setenv("NIGHTSHIFT_CLUSTER_CIDRS", "10.0.0.1/16")
+    assert op.run_operator(namespaces=["x"], health_port=0) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nightshift operator: bad configuration: NIGHTSHIFT_CLUSTER_CIDRS: "
+                          "10.0.0.1/16 has host bits set")

@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import socket
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 import kopf
 from kopf._core.engines.peering import Identity  # a NewType of str: kopf.run's type
 
+from nightshift.config import OperatorConfig
 from nightshift.engine.loop import Loops
 
 log = logging.getLogger("nightshift")
@@ -153,6 +155,15 @@ def run_operator(namespaces: list[str], health_port: int, health_host: str = "0.
     from nightshift.sharedstorage import handlers as _ss  # noqa: F401
     from nightshift.virtualcluster import handlers as _vc  # noqa: F401
 
+    try:
+        OperatorConfig.from_env()
+    except ValueError as e:
+        # A bad setting never mends itself: say it once and exit, so the pod's restarts
+        # and its termination message show it (kopf retries a failed startup each minute,
+        # with the pod Running and nothing reconciled).
+        sys.stderr.write(f"nightshift operator: bad configuration: {e}; fix it (the "
+                         "chart's config.* values set these) and the pod starts\n")
+        return 2
     liveness = f"http://{health_host}:{health_port}/healthz" if health_port else None
     peering = peering_from_env()
     if peering["standalone"]:
