@@ -217,3 +217,17 @@ def test_status_shows_a_stage_whose_pods_do_not_start() -> None:
     out = render(pr.status_view(s, now=NOW, width=200), width=200)
     assert f"pods not starting:\n  {why}\n" in out
     assert f"Progressing=False PodsNotStarting: {why}" in out
+
+
+@pytest.mark.parametrize(("now", "said"), [
+    (datetime(2026, 1, 1, 0, 5, 2, tzinfo=UTC), "started 5m00s ago"),
+    # A client clock a little behind the API server's: a run just started.
+    (datetime(2026, 1, 1, 0, 0, 0, tzinfo=UTC), "started 0s ago"),
+    # Far behind: the stamp, never a negative or a stamp followed by "ago".
+    (datetime(2025, 12, 31, 23, 0, 0, tzinfo=UTC), "started 2026-01-01T00:00:02Z"),
+])
+def test_the_start_reads_right_whatever_the_clients_clock(now: datetime, said: str) -> None:
+    run = {"metadata": {"name": "r", "namespace": "ns"},
+           "status": {"phase": "Running", "startTime": "2026-01-01T00:00:02Z", "stages": []}}
+    head = render(pr.status_view(pr.summary(run), now=now)).splitlines()[0]
+    assert head.endswith(f"0/0 items done  {said}"), head

@@ -126,16 +126,24 @@ def bar(s: Mapping[str, Any], width: int = BAR_WIDTH) -> Text:
     return text
 
 
-def _ago(stamp: str | None, now: datetime | None) -> str:
-    if not stamp:
-        return ""
+# Seconds a client's clock may run behind the API server's and still read "0s ago".
+CLOCK_SKEW = 60
+
+
+def _since(stamp: str, now: datetime | None) -> str:
+    """"started 5m02s ago"; the stamp itself where the time cannot be read or lies
+    ahead by more than clock skew explains."""
     try:
         t = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
-        return stamp
+        return f"started {stamp}"
     secs = int(((now or datetime.now(UTC)) - t).total_seconds())
-    if secs < 0:
-        return stamp
+    if secs < -CLOCK_SKEW:
+        return f"started {stamp}"
+    return f"started {_duration(max(secs, 0))} ago"
+
+
+def _duration(secs: int) -> str:
     d, rem = divmod(secs, 86400)
     h, rem = divmod(rem, 3600)
     m, s = divmod(rem, 60)
@@ -164,7 +172,7 @@ def status_view(s: Mapping[str, Any], now: datetime | None = None,
         if s.get("completionTime"):
             head.append(f"  ran {s['startTime']} → {s['completionTime']}")
         else:
-            head.append(f"  started {_ago(s['startTime'], now)} ago")
+            head.append(f"  {_since(str(s['startTime']), now)}")
     if s.get("stale"):
         head.append("  (spec changed; the operator has not caught up yet)", style="italic")
     table = Table(box=None, pad_edge=False, header_style="bold")
