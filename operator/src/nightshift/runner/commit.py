@@ -2,12 +2,13 @@
 
 Protocol per output (prefix P = storage prefix + expanded path):
 1. before the first upload of an attempt: read P/_SUCCESS (the previous attempt's
-   manifest, if any), delete it, abort multipart uploads left under P;
+   manifest, if any), keep its keys in P/_SUCCESS.withdrawn (with those of an earlier
+   withdrawn one a lost attempt left), delete it, abort multipart uploads left under P;
 2. upload files (batch: after the last step succeeded; interleave: each file once no
    process holds it open and it has not changed for a while, then the rest at the end),
    each with its SHA-256 in metadata and checked by the server on upload;
-3. delete keys the previous manifest listed that this attempt did not produce;
-4. write P/_SUCCESS last: every key, size and checksum.
+3. delete keys the withdrawn manifests listed that this attempt did not produce;
+4. write P/_SUCCESS last: every key, size and checksum; then P/_SUCCESS.withdrawn goes.
 When a step fails, keys interleaved into P this attempt are deleted and the local
 outputs go to <storage prefix><failedPrefix><path>attempt-<n>/ instead: never into P.
 """
@@ -25,13 +26,14 @@ from pathlib import Path
 
 from nightshift.aws.s3store import S3Store
 from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, fill_template
+from nightshift.runner.manifest import MANIFEST, MANIFEST_VERSION
 from nightshift.runner.storageerr import storage_error
 from nightshift.runner.store import DirStore, ObjectInfo, sha256_file, walk_files
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "_SUCCESS"
-MANIFEST_VERSION = 1
+# The previous manifest's keys, kept while no manifest stands (see Committer.prepare).
+WITHDRAWN = MANIFEST + ".withdrawn"
 QUIET_SECONDS = 2.0
 BLIND_QUIET_SECONDS = 10.0  # when we cannot see which files are open
 FILE_THREADS = 4
@@ -81,18 +83,38 @@ class Committer:
                                        failed))
 
     def prepare(self) -> None:
-        """Withdraw the previous attempt's manifest before touching any of its keys."""
+        """Withdraw the previous attempt's manifest before touching any of its keys.
+
+        Its keys are kept in P/_SUCCESS.withdrawn before it goes: this attempt may be
+        lost before its commit deletes those it does not produce, and the next attempt,
+        finding no manifest, would otherwise leave them for good. Only keys a manifest of
+        this P listed are ever deleted; listing P would reach other items' keys (an item
+        `a` and an item `a/b`).
+        """
         for out in self.outputs:
-            old = out.store.get_bytes(out.prefix + MANIFEST)
+            old = self._listed(out, MANIFEST, "files")
+            earlier = self._listed(out, WITHDRAWN, "keys")
+            out.previous = sorted({*(old or []), *(earlier or [])})
             if old is not None:
-                try:
-                    out.previous = [f["key"] for f in json.loads(old).get("files", [])]
-                except (ValueError, TypeError, KeyError):
-                    log.warning("outputs[%d]: unreadable previous manifest", out.index)
+                out.store.put_bytes(out.prefix + WITHDRAWN,
+                                    json.dumps({"keys": out.previous}).encode())
                 out.store.delete([out.prefix + MANIFEST])
             aborted = out.store.abort_uploads(out.prefix)
             if aborted:
                 log.info("outputs[%d]: aborted %d stale multipart uploads", out.index, aborted)
+
+    @staticmethod
+    def _listed(out: Output, name: str, field: str) -> list[str] | None:
+        """The keys P/<name> lists; None when it is not there, [] when unreadable."""
+        raw = out.store.get_bytes(out.prefix + name)
+        if raw is None:
+            return None
+        try:
+            entries = json.loads(raw)[field]
+            return [str(e["key"] if field == "files" else e) for e in entries]
+        except (ValueError, TypeError, KeyError):
+            log.warning("outputs[%d]: unreadable %s%s", out.index, out.prefix, name)
+            return []
 
     def _upload(self, out: Output, files: list[Path], prefix: str,
                 record: bool = True) -> list[ObjectInfo]:
@@ -163,7 +185,8 @@ class Committer:
             for r in gone:
                 del out.uploaded[r]
             keys = {out.prefix + r for r in out.uploaded}
-            stale = [k for k in out.previous if k not in keys and k.startswith(out.prefix)]
+            stale = [k for k in out.previous if k not in keys and k.startswith(out.prefix)
+                     and k not in (out.prefix + MANIFEST, out.prefix + WITHDRAWN)]
             out.store.delete(stale)
             files = [{"key": i.key, "size": i.size, "sha256": i.sha256}
                      for _, _, i in sorted(out.uploaded.values(), key=lambda u: u[2].key)]
@@ -177,6 +200,12 @@ class Committer:
             res.files += len(files)
             res.bytes += int(manifest["totalBytes"])  # type: ignore[call-overload]
             res.manifests.append(out.prefix + MANIFEST)
+        for out in self.outputs:
+            try:  # what it lists is deleted; one left over is read again and is harmless
+                out.store.delete([out.prefix + WITHDRAWN])
+            except Exception as e:
+                log.warning("outputs[%d]: %s%s not deleted: %s", out.index, out.prefix,
+                            WITHDRAWN, e)
         return res
 
     def _said_empty(self, out: Output) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from nightshift.api.itemlookup import DirVolume, all_lines
 from nightshift.aws.s3store import STORAGE_ERRORS, S3Store
+from nightshift.runner import manifest
 from nightshift.runner.cache import NodeCache
 from nightshift.runner.config import (
     ConfigError,
@@ -72,7 +73,10 @@ def plan_ranges(size: int, chunk: int = RANGE_SIZE) -> list[tuple[int, int]]:
 
 
 def verifier(obj: ObjectInfo, meta: dict[str, str]) -> tuple[str, str | None]:
-    """Which checksum to check and its expected hex value."""
+    """Which checksum to check and its expected hex value: a manifest's SHA-256 first
+    (what was committed), then the runner's own metadata, the ETag, the size."""
+    if obj.sha256:
+        return "sha256", obj.sha256
     if meta.get(META_SHA256):
         return "sha256", meta[META_SHA256]
     if _MD5_ETAG.match(obj.etag):
@@ -159,46 +163,58 @@ def relative_dest(base: Path, prefix: str, key: str, single: bool) -> Path:
     return dest
 
 
+def _manifest_dest(base: Path, prefix: str) -> Path:
+    return relative_dest(base, prefix, prefix + manifest.MANIFEST, single=False)
+
+
 def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | None,
              stats: StageStats, threads: int = OBJECT_THREADS) -> None:
     single = not prefix_or_key.endswith("/")
-    if single:
-        one = store.head(prefix_or_key)
-        if one is None:
-            return  # nothing staged: stage_in says which input matched nothing
-        objs = [one]
-    else:
-        objs = [o for o in store.ls(prefix_or_key) if not o.key.endswith("/")]
     dl = Downloader(store)
-
-    def one_object(obj: ObjectInfo) -> None:
-        dest = relative_dest(base, prefix_or_key, obj.key, single)
-        if cache is None:
-            dl.download(obj, dest)
-            return
-        cache.fetch(store.endpoint, store.bucket, obj.key, obj.etag, obj.size, dest,
-                    lambda tmp: dl.download(obj, tmp))
-
     try:
+        done: list[ObjectInfo] = []
+        if single:
+            one = store.head(prefix_or_key)
+            if one is None:
+                return  # nothing staged: stage_in says which input matched nothing
+            objs = [one]
+        else:
+            objs, done = manifest.to_stage(store, prefix_or_key,
+                                           _manifest_dest(base, prefix_or_key), dl.download)
+
+        def one_object(obj: ObjectInfo) -> None:
+            dest = relative_dest(base, prefix_or_key, obj.key, single)
+            if cache is None:
+                dl.download(obj, dest)
+                return
+            cache.fetch(store.endpoint, store.bucket, obj.key, obj.etag, obj.size, dest,
+                        lambda tmp: dl.download(obj, tmp))
+
         with ThreadPoolExecutor(threads, thread_name_prefix="object") as pool:
             for f in [pool.submit(one_object, o) for o in objs]:
                 f.result()
     finally:
         dl.close()
-    stats.files += len(objs)
-    stats.bytes += sum(o.size for o in objs)
+    stats.files += len(objs) + len(done)
+    stats.bytes += sum(o.size for o in [*objs, *done])
     for k, v in dl.verified.items():
         stats.verified[k] += v
 
 
 def stage_dir(store: DirStore, prefix_or_key: str, base: Path, stats: StageStats) -> None:
     single = not prefix_or_key.endswith("/")
-    objs = store.ls(prefix_or_key)
+    done: list[ObjectInfo] = []
+    if single:
+        objs = store.ls(prefix_or_key)
+    else:
+        objs, done = manifest.to_stage(store, prefix_or_key, _manifest_dest(base, prefix_or_key),
+                                       store.copy_to)
     with ThreadPoolExecutor(OBJECT_THREADS) as pool:
         for f in [pool.submit(store.copy_to, o,
                               relative_dest(base, prefix_or_key if not single else "", o.key,
                                             single)) for o in objs]:
             f.result()
+    objs += done
     stats.files += len(objs)
     stats.bytes += sum(o.size for o in objs)
     stats.verified["sha256" if all(o.sha256 for o in objs) else "size"] += len(objs)

@@ -1,0 +1,97 @@
+"""The `_SUCCESS` manifest an output commits, as the next stage's stage-in reads it.
+
+A committed output's prefix P may hold more than its manifest lists: keys a lost or
+interrupted attempt interleaved, which no manifest ever named. A consumer reads exactly
+the keys `P/_SUCCESS` lists; only a prefix without one (raw data) is listed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from nightshift.aws.s3store import S3Store
+from nightshift.runner.config import ConfigError
+from nightshift.runner.storageerr import url
+from nightshift.runner.store import ChecksumError, DirStore, ObjectInfo
+
+MANIFEST = "_SUCCESS"
+MANIFEST_VERSION = 1
+HEAD_THREADS = 16
+
+
+class ManifestError(ChecksumError):
+    """A manifest that does not describe its prefix (a listed key missing, outside it, or
+    not the bytes it lists): what the consumer would read is not what was committed."""
+
+
+def parse(raw: bytes, prefix: str, where: str) -> list[ObjectInfo] | None:
+    """The files a Nightshift manifest lists (key, size, sha256), or None when the
+    `_SUCCESS` is another tool's marker (Spark and Hadoop write an empty one): then the
+    prefix is raw data."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(doc, dict) or "files" not in doc or "version" not in doc:
+        return None
+    if doc["version"] != MANIFEST_VERSION:
+        raise ConfigError(f"{where}: manifest version {doc['version']!r}, this runner reads "
+                          f"version {MANIFEST_VERSION}: run the producing and the consuming "
+                          "stage with one Nightshift release")
+    files = doc["files"]
+    out = []
+    try:
+        for f in files:
+            key, size, sha = f["key"], f["size"], f["sha256"]
+            if not (isinstance(key, str) and isinstance(size, int) and isinstance(sha, str)):
+                raise TypeError(f"entry {f!r}")
+            if not key.startswith(prefix) or key == prefix or key == prefix + MANIFEST:
+                raise ManifestError(f"{where} lists {key!r}, which is not a file under "
+                                    f"{prefix!r}: the manifest is damaged or not this "
+                                    "output's; commit the upstream item again")
+            out.append(ObjectInfo(key, size, "", sha))
+    except (TypeError, KeyError) as e:
+        raise ManifestError(f"{where}: an unreadable manifest ({e}): commit the upstream "
+                            "item again") from None
+    return out
+
+
+def to_stage(store: S3Store | DirStore, prefix: str, dest: Path,
+             fetch: Callable[[ObjectInfo, Path], object]
+             ) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
+    """(what to stage from `prefix`, what this staged already). An upstream Nightshift
+    output (a `_SUCCESS` manifest of ours) gives exactly the keys its manifest lists:
+    anything else under it an attempt left and never committed (a lost pod's
+    interleaved files), and a listing would stage it too. Only raw data is listed. The
+    manifest itself is staged first, as before, so an output committed with no files is
+    still not "no file"."""
+    man = store.head(prefix + MANIFEST)
+    if man is None:
+        return [o for o in store.ls(prefix) if not o.key.endswith("/")], []
+    fetch(man, dest)
+    where = url(store, man.key)
+    listed = parse(dest.read_bytes(), prefix, where)
+    if listed is None:  # another tool's marker (Spark, Hadoop): raw data
+        return [o for o in store.ls(prefix)
+                if not o.key.endswith("/") and o.key != man.key], [man]
+    with ThreadPoolExecutor(HEAD_THREADS, thread_name_prefix="head") as pool:
+        return list(pool.map(lambda e: _as_listed(store, e, where), listed)), [man]
+
+
+def _as_listed(store: S3Store | DirStore, entry: ObjectInfo, where: str) -> ObjectInfo:
+    """The object a manifest entry names, to be verified against the manifest's SHA-256."""
+    info = store.head(entry.key)
+    if info is None:
+        raise ManifestError(
+            f"{where} lists {url(store, entry.key)}, which is not there: something deleted "
+            "it after the commit; commit the upstream item again")
+    if info.size != entry.size or (info.sha256 and info.sha256 != entry.sha256):
+        raise ManifestError(
+            f"{where} lists {url(store, entry.key)} with {entry.size} bytes, sha256 "
+            f"{entry.sha256}; the object has {info.size} bytes, sha256 {info.sha256}: it was "
+            "written again after the commit; commit the upstream item again")
+    return dataclasses.replace(info, sha256=entry.sha256)
