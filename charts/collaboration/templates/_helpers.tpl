@@ -39,6 +39,10 @@ run (what `kubectl nightshift status/logs/items` reads). */ -}}
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [get, list, watch]
+# An mpi stage runs as a Kubeflow MPIJob (kubectl nightshift items and logs read it).
+- apiGroups: [kubeflow.org]
+  resources: [mpijobs]
+  verbs: [get, list, watch]
 - apiGroups: [""]
   resources: [pods, configmaps, events]
   verbs: [get, list, watch]

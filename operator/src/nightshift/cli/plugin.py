@@ -29,6 +29,7 @@ from nightshift.cli import plugin_items as pi
 from nightshift.cli import plugin_ops as ops
 from nightshift.cli import plugin_render as pr
 from nightshift.kube import Kube, KubeError, user_namespace
+from nightshift.pipelinerun import mpijob
 from nightshift.pipelinerun import progress as pg
 from nightshift.pipelinerun.observe import index_maps, read_done
 
@@ -248,8 +249,16 @@ def _view(ctx: Ctx, run: Mapping[str, Any], rec: Mapping[str, Any], total: int,
     item ran)."""
     stage = str(rec["name"])
     name = run["metadata"]["name"]
-    jobs = ctx.kube.list("batch/v1", "Job", ctx.namespace, label_selector=(
-        f"{names.LABEL_RUN}={name},{names.LABEL_STAGE}={stage}"))
+    selector = f"{names.LABEL_RUN}={name},{names.LABEL_STAGE}={stage}"
+    jobs = ctx.kube.list("batch/v1", "Job", ctx.namespace, label_selector=selector)
+    if _stage_spec(run, stage).get("mpi"):
+        # An mpi stage runs as an MPIJob, read as the operator reads it (one item).
+        try:
+            jobs += [mpijob.as_job(m) for m in ctx.kube.list(
+                mpijob.API_VERSION, mpijob.KIND, ctx.namespace, label_selector=selector)]
+        except KubeError as e:
+            if e.status != 404:  # no MPI Operator: no MPIJob either
+                raise
     # As the operator does: a retry Job's map kept in its indexes ConfigMaps (one GET
     # per chunk, only for such Jobs), and the done set (one GET, only where cut).
     maps = index_maps(ctx.kube, dict(run), jobs, {})
@@ -340,8 +349,9 @@ def cmd_logs(ctx: Ctx, args: argparse.Namespace) -> int:
                           args.attempt)
     except LookupError as e:
         raise PluginError(f"stage {args.stage}: {e}") from None
+    mpi = bool(_stage_spec(run, args.stage).get("mpi"))
     pods = ctx.kube.list("v1", "Pod", ctx.namespace,
-                         label_selector=pi.pod_selector(args.run, args.stage, where),
+                         label_selector=pi.pod_selector(args.run, args.stage, where, mpi=mpi),
                          limit=POD_LIST_LIMIT)
     pod = pi.newest_pod(pods)
     if pod is None:

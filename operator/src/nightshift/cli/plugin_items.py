@@ -234,11 +234,18 @@ def locate(view: pg.StageView, index: int, attempt: int | None = None) -> Where:
                       else f"item {index} is beyond the stage's {view.total} items")
 
 
-def pod_selector(run: str, stage: str, where: Where) -> str:
+# The MPI Operator's label on an MPIJob's pods; the launcher runs mpirun and logs the
+# program's output.
+MPI_ROLE = "training.kubeflow.org/job-role"
+
+
+def pod_selector(run: str, stage: str, where: Where, mpi: bool = False) -> str:
     """The pods of one item in one attempt: the attempt's labels (its Job's selector)
-    and the item's completion index."""
+    and the item's completion index; for an mpi stage (one item), its launcher."""
+    which = {MPI_ROLE: "launcher"} if mpi else {
+        LABEL_COMPLETION_INDEX: str(where.completion_index)}
     return itemsmod.label_selector({**itemsmod.attempt_labels(run, stage, where.attempt),
-                                    LABEL_COMPLETION_INDEX: str(where.completion_index)})
+                                    **which})
 
 
 def newest_pod(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
