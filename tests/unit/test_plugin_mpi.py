@@ -55,3 +55,9 @@ def test_logs_of_an_mpi_stage_are_its_launchers(capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().out == "EP Benchmark Completed.\n"
     assert [c[1] for c in kube.calls if c[0] == "log"] == [
         f"{kube.objects[1]['metadata']['name']}-launcher-x1"]
+
+
+def test_records_skip_an_mpi_stage_saying_why(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = call(_running(), "records", "npb")
+    assert code == 0, out
+    assert "stage ep: an mpi stage writes no task records; skipped" in out

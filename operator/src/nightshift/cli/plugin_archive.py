@@ -48,6 +48,12 @@ def stage_rows(kube: Kube, namespace: str, run: Mapping[str, Any], record: Mappi
     from nightshift.runner.record import record_key
 
     stage, job_name = str(record.get("name")), record.get("jobName")
+    if any(s.get("name") == stage and s.get("mpi")
+           for s in (run.get("spec") or {}).get("stages") or []):
+        # Its MPIJob runs no runner (no inputs, outputs or archive per item).
+        bar.console.print(f"stage {stage}: an mpi stage writes no task records; skipped",
+                          style="dim", highlight=False, markup=False)
+        return [], 0
     if not job_name:
         return [], int(record.get("total") or 0)
     job = kube.get("batch/v1", "Job", str(job_name), namespace)
