@@ -9,8 +9,10 @@ Protocol per output (prefix P = storage prefix + expanded path):
    each with its SHA-256 in metadata and checked by the server on upload;
 3. delete keys the withdrawn manifests listed that this attempt did not produce;
 4. write P/_SUCCESS last: every key, size and checksum; then P/_SUCCESS.withdrawn goes.
-When a step fails, keys interleaved into P this attempt are deleted and the local
-outputs go to <storage prefix><failedPrefix><path>attempt-<n>/ instead: never into P.
+Steps 2 and 3 run for every output before step 4 writes any manifest. When a step
+fails, or the commit fails part-way, keys interleaved into P this attempt are deleted
+(with any manifest written) and the local outputs go to
+<storage prefix><failedPrefix><path>attempt-<n>/ instead: never into P.
 """
 
 from __future__ import annotations
@@ -170,36 +172,38 @@ class Committer:
                 and next(walk_files(out.local), None) is None]
 
     def commit_success(self) -> CommitResult:
+        """Every output's files first, then the manifests: a consumer sees all of the
+        item's outputs or none. On any error the manifests come back out and the outputs
+        go the failed way (commit_failure) before the error is raised: an item that
+        fails (exit 75) leaves nothing that looks committed."""
         if empty := self.empty_required():
             # The item fails: what was interleaved into the other outputs comes back out.
             res = self.commit_failure()
             res.ok, res.error = False, "; ".join(self._said_empty(out) for out in empty)
             return res
-        res = CommitResult(ok=True)
-        for out in self.outputs:
-            self._upload(out, self._changed(out), out.prefix)
-            present = {p.relative_to(out.local).as_posix() for p in walk_files(out.local)}
-            # A file uploaded while interleaving and deleted later is not an output.
-            gone = [r for r in out.uploaded if r not in present]
-            out.store.delete([out.prefix + r for r in gone])
-            for r in gone:
-                del out.uploaded[r]
-            keys = {out.prefix + r for r in out.uploaded}
-            stale = [k for k in out.previous if k not in keys and k.startswith(out.prefix)
-                     and k not in (out.prefix + MANIFEST, out.prefix + WITHDRAWN)]
-            out.store.delete(stale)
-            files = [{"key": i.key, "size": i.size, "sha256": i.sha256}
-                     for _, _, i in sorted(out.uploaded.values(), key=lambda u: u[2].key)]
-            manifest = {
-                "version": MANIFEST_VERSION, "run": self.cfg.run, "stage": self.cfg.stage,
-                "item": self.item.value, "index": self.item.index, "attempt": self.attempt,
-                "committed": utcnow(), "storage": out.ref.storage, "prefix": out.prefix,
-                "files": files, "totalBytes": sum(f["size"] for f in files),  # type: ignore[misc]
-            }
-            out.store.put_bytes(out.prefix + MANIFEST, json.dumps(manifest, indent=1).encode())
-            res.files += len(files)
-            res.bytes += int(manifest["totalBytes"])  # type: ignore[call-overload]
-            res.manifests.append(out.prefix + MANIFEST)
+        try:
+            for out in self.outputs:
+                self._settle(out)
+            res = CommitResult(ok=True)
+            for out in self.outputs:
+                infos = sorted((u[2] for u in out.uploaded.values()), key=lambda i: i.key)
+                files = [{"key": i.key, "size": i.size, "sha256": i.sha256} for i in infos]
+                total = sum(i.size for i in infos)
+                manifest = {
+                    "version": MANIFEST_VERSION, "run": self.cfg.run, "stage": self.cfg.stage,
+                    "item": self.item.value, "index": self.item.index,
+                    "attempt": self.attempt, "committed": utcnow(),
+                    "storage": out.ref.storage, "prefix": out.prefix, "files": files,
+                    "totalBytes": total,
+                }
+                out.store.put_bytes(out.prefix + MANIFEST,
+                                    json.dumps(manifest, indent=1).encode())
+                res.files += len(files)
+                res.bytes += total
+                res.manifests.append(out.prefix + MANIFEST)
+        except Exception:
+            self._undo()
+            raise
         for out in self.outputs:
             try:  # what it lists is deleted; one left over is read again and is harmless
                 out.store.delete([out.prefix + WITHDRAWN])
@@ -207,6 +211,37 @@ class Committer:
                 log.warning("outputs[%d]: %s%s not deleted: %s", out.index, out.prefix,
                             WITHDRAWN, e)
         return res
+
+    def _settle(self, out: Output) -> None:
+        """Upload what changed; delete what the steps deleted and what the withdrawn
+        manifests listed that this attempt did not produce."""
+        self._upload(out, self._changed(out), out.prefix)
+        present = {p.relative_to(out.local).as_posix() for p in walk_files(out.local)}
+        # A file uploaded while interleaving and deleted later is not an output.
+        gone = [r for r in out.uploaded if r not in present]
+        out.store.delete([out.prefix + r for r in gone])
+        for r in gone:
+            del out.uploaded[r]
+        keys = {out.prefix + r for r in out.uploaded}
+        stale = [k for k in out.previous if k not in keys and k.startswith(out.prefix)
+                 and k not in (out.prefix + MANIFEST, out.prefix + WITHDRAWN)]
+        out.store.delete(stale)
+
+    def _undo(self) -> None:
+        """A commit that failed part-way: every output's manifest out (also one whose
+        write failed after all, its answer lost; prepare withdrew the old ones), then
+        the failed way. Errors here are logged: the commit's own error is the one the
+        item reports."""
+        for out in self.outputs:
+            try:
+                out.store.delete([out.prefix + MANIFEST])
+            except Exception:
+                log.exception("outputs[%d]: withdrawing %s%s after a failed commit",
+                              out.index, out.prefix, MANIFEST)
+        try:
+            self.commit_failure()
+        except Exception:
+            log.exception("saving the outputs of a failed commit")
 
     def _said_empty(self, out: Output) -> str:
         where = "$NIGHTSHIFT_OUTPUTS" + (f"/{out.ref.local_path}" if out.ref.local_path else "")
