@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -274,14 +275,19 @@ def safe(fn: Callable[[], CommitResult], what: str) -> CommitResult:
         return CommitResult(ok=False, error=storage_error(e))
 
 
-def fifo_signal(path: Path, message: str, stop: float = 3600.0) -> bool:
-    """Hand the step script its result; it blocks reading the FIFO until we write."""
+def fifo_signal(path: Path, message: str, stop: float = 3600.0,
+                cancel: threading.Event | None = None) -> bool:
+    """Hand the step script its result; it blocks reading the FIFO until we write.
+    `cancel` (SIGTERM) ends the wait: no step is left to read it."""
     deadline = time.monotonic() + stop
     while time.monotonic() < deadline:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
         except OSError:  # ENXIO: no reader yet (the script is about to open it)
-            time.sleep(0.1)
+            if cancel is not None and cancel.wait(0.1):
+                return False
+            if cancel is None:
+                time.sleep(0.1)
             continue
         try:
             os.write(fd, (message + "\n").encode())

@@ -3,7 +3,8 @@
 It runs as a native sidecar (an init container with restartPolicy: Always) so it lives
 beside every step container, whichever step is running. A sidecar that exits is
 restarted by the kubelet, so after its work it idles until SIGTERM; a restarted sidecar
-finds `commit.result` and does not commit twice.
+finds `commit.result` (the message the step script waits for) and does not commit
+twice, but hands the message to the step again.
 """
 
 from __future__ import annotations
@@ -99,7 +100,14 @@ class Sidecar:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         if (self.state / RESULT).exists():
-            log.info("commit already done (sidecar restarted); idling")
+            # Restarted: the one before may have died between the result and the FIFO,
+            # and the step would wait on the FIFO for ever. Say it again (no reader, the
+            # step has it already: nothing happens until SIGTERM).
+            message = (self.state / RESULT).read_text().strip()
+            log.info("commit already done (sidecar restarted): %r; handing it to the step "
+                     "again, then idling", message[:80])
+            threading.Thread(target=fifo_signal, args=(self.state / FIFO, message),
+                             kwargs={"cancel": self.stop}, daemon=True).start()
             return self._idle()
         node = threading.Thread(target=lambda: self.node.update(record.node_info(self.env)),
                                 daemon=True)
@@ -133,11 +141,15 @@ class Sidecar:
         phase = "succeeded" if rc == 0 and res.ok else "failed"
         # The pod's exit code: the user's, or EX_TEMPFAIL when only the commit failed.
         self._write_record(EX_TEMPFAIL if rc == 0 and not res.ok else rc, phase, res, step)
-        (self.state / RESULT).write_text("ok\n" if res.ok else "failed\n")
         # "failed <why>" on one line: the step script prints it last, so it becomes the
         # step's termination message and the run's failure sample.
         why = " ".join((res.error or "").split())[:600]  # the advice comes last
-        fifo_signal(self.state / FIFO, "ok" if res.ok else f"failed {why}".rstrip())
+        message = "ok" if res.ok else f"failed {why}".rstrip()
+        # The whole message, written whole: a restarted sidecar signals it again.
+        tmp = self.state / (RESULT + ".tmp")
+        tmp.write_text(message + "\n")
+        tmp.replace(self.state / RESULT)
+        fifo_signal(self.state / FIFO, message, cancel=self.stop)
         return self._idle()
 
     def _prepare(self) -> bool:
