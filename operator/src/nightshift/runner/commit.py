@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 # The previous manifest's keys, kept while no manifest stands (see Committer.prepare).
 WITHDRAWN = MANIFEST + ".withdrawn"
+RESERVED = frozenset({MANIFEST, WITHDRAWN})  # at the top of P: the commit's, not a step's
 QUIET_SECONDS = 2.0
 BLIND_QUIET_SECONDS = 10.0  # when we cannot see which files are open
 FILE_THREADS = 4
@@ -57,6 +58,7 @@ class Output:
     previous: list[str] = field(default_factory=list)  # keys in the previous manifest
     uploaded: dict[str, tuple[int, int, ObjectInfo]] = field(default_factory=dict)
     seen: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+    skipped: set[str] = field(default_factory=set)  # reserved names the steps wrote
 
 
 @dataclass
@@ -132,9 +134,26 @@ class Committer:
         with ThreadPoolExecutor(FILE_THREADS, thread_name_prefix="upload") as pool:
             return list(pool.map(one, files))
 
+    def _files(self, out: Output) -> Iterator[Path]:
+        """The output's files for P: all but a file at its top named like the manifest
+        (or the withdrawn list), skipped with a warning. Spark and Hadoop write an empty
+        `_SUCCESS` there, and a step may copy the inputs' one: uploaded, the manifest
+        would overwrite it and list it with the user's checksum. Refusing it would fail
+        every Spark step for a marker the manifest stands in for."""
+        for p in walk_files(out.local):
+            if p.parent == out.local and p.name in RESERVED:
+                if p.name not in out.skipped:
+                    out.skipped.add(p.name)
+                    log.warning("outputs[%d]: %s not committed: %s%s is the commit's own "
+                                "manifest (it stands in for a Spark or Hadoop marker); "
+                                "it goes to failedPrefix only if the item fails", out.index,
+                                p, out.prefix, p.name)
+                continue
+            yield p
+
     def _changed(self, out: Output) -> list[Path]:
         todo = []
-        for p in walk_files(out.local):
+        for p in self._files(out):
             st = p.stat()
             prev = out.uploaded.get(p.relative_to(out.local).as_posix())
             if prev is None or prev[:2] != (st.st_size, st.st_mtime_ns):
@@ -170,7 +189,7 @@ class Committer:
     def empty_required(self) -> list[Output]:
         """Required outputs the steps left empty: nothing uploaded, no file to upload."""
         return [out for out in self.outputs if out.ref.required and not out.uploaded
-                and next(walk_files(out.local), None) is None]
+                and next(self._files(out), None) is None]
 
     def commit_success(self) -> CommitResult:
         """Every output's files first, then the manifests: a consumer sees all of the
@@ -217,7 +236,7 @@ class Committer:
         """Upload what changed; delete what the steps deleted and what the withdrawn
         manifests listed that this attempt did not produce."""
         self._upload(out, self._changed(out), out.prefix)
-        present = {p.relative_to(out.local).as_posix() for p in walk_files(out.local)}
+        present = {p.relative_to(out.local).as_posix() for p in self._files(out)}
         # A file uploaded while interleaving and deleted later is not an output.
         gone = [r for r in out.uploaded if r not in present]
         out.store.delete([out.prefix + r for r in gone])
@@ -225,7 +244,7 @@ class Committer:
             del out.uploaded[r]
         keys = {out.prefix + r for r in out.uploaded}
         stale = [k for k in out.previous if k not in keys and k.startswith(out.prefix)
-                 and k not in (out.prefix + MANIFEST, out.prefix + WITHDRAWN)]
+                 and k[len(out.prefix):] not in RESERVED]
         out.store.delete(stale)
 
     def _undo(self) -> None:
