@@ -140,7 +140,10 @@ class Sidecar:
             res = safe(self.committer.commit_failure, "saving failed outputs")
         phase = "succeeded" if rc == 0 and res.ok else "failed"
         # The pod's exit code: the user's, or EX_TEMPFAIL when only the commit failed.
-        self._write_record(EX_TEMPFAIL if rc == 0 and not res.ok else rc, phase, res, step)
+        # failedStep names a step only when it failed: a commit that failed is the
+        # record's error, not the last step's fault.
+        self._write_record(EX_TEMPFAIL if rc == 0 and not res.ok else rc, phase, res,
+                           step if rc else None)
         # "failed <why>" on one line: the step script prints it last, so it becomes the
         # step's termination message and the run's failure sample.
         why = " ".join((res.error or "").split())[:600]  # the advice comes last
@@ -190,7 +193,7 @@ class Sidecar:
         return 0
 
     def _write_record(self, rc: int | None, phase: str, res: CommitResult,
-                      step: str | None) -> None:
+                      failed_step: str | None) -> None:
         key = record.record_key(self.cfg, self.item)
         if key is None or self.cfg.archive is None:
             return
@@ -200,7 +203,7 @@ class Sidecar:
             previous=self.staged.get("previousRecord"),
             pod=self.env.get("NIGHTSHIFT_POD_NAME"), **self.node,
             start=self.staged.get("start"), end=utcnow(), phase=phase, exitCode=rc,
-            failedStep=step if rc else None, steps=step_times(self.state),
+            failedStep=failed_step, steps=step_times(self.state),
             bytesIn=staged.get("bytes", 0), filesIn=staged.get("files", 0),
             stageInSeconds=round(staged.get("seconds", 0.0), 3),
             verified=staged.get("verified"),
