@@ -9,6 +9,7 @@ SHA-256 (objects Nightshift wrote), else the single-part ETag (an MD5), else its
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -35,7 +36,13 @@ from nightshift.runner.config import (
     as_prefix,
     fill_template,
 )
-from nightshift.runner.storageerr import INPUTS_NEED, storage_error, url
+from nightshift.runner.storageerr import (
+    INPUTS_NEED,
+    UnstageableKeyError,
+    as_file,
+    storage_error,
+    url,
+)
 from nightshift.runner.store import (
     META_SHA256,
     ChecksumError,
@@ -185,10 +192,11 @@ def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | 
         def one_object(obj: ObjectInfo) -> None:
             dest = relative_dest(base, prefix_or_key, obj.key, single)
             if cache is None:
-                dl.download(obj, dest)
+                as_file(obj.key, lambda: dl.download(obj, dest))
                 return
-            cache.fetch(store.endpoint, store.bucket, obj.key, obj.etag, obj.size, dest,
-                        lambda tmp: dl.download(obj, tmp))
+            as_file(obj.key, lambda: cache.fetch(
+                store.endpoint, store.bucket, obj.key, obj.etag, obj.size, dest,
+                lambda tmp: dl.download(obj, tmp)))
 
         with ThreadPoolExecutor(threads, thread_name_prefix="object") as pool:
             for f in [pool.submit(one_object, o) for o in objs]:
@@ -210,9 +218,9 @@ def stage_dir(store: DirStore, prefix_or_key: str, base: Path, stats: StageStats
         objs, done = manifest.to_stage(store, prefix_or_key, _manifest_dest(base, prefix_or_key),
                                        store.copy_to)
     with ThreadPoolExecutor(OBJECT_THREADS) as pool:
-        for f in [pool.submit(store.copy_to, o,
-                              relative_dest(base, prefix_or_key if not single else "", o.key,
-                                            single)) for o in objs]:
+        for f in [pool.submit(as_file, o.key, functools.partial(
+                store.copy_to, o, relative_dest(base, prefix_or_key if not single else "",
+                                                o.key, single))) for o in objs]:
             f.result()
     objs += done
     stats.files += len(objs)
@@ -339,6 +347,9 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
                     if use_cache and cache is None:
                         cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
                     stage_s3(store, full, base, cache if use_cache else None, stats)
+            except UnstageableKeyError as e:
+                raise InputStorageError(
+                    f"inputs[{i}] ({st.name}: {url(store, full)}): {e}") from e
             except INPUT_ERRORS as e:
                 if isinstance(e, PermissionError) and not isinstance(store, DirStore):
                     raise  # the pod's own scratch or cache, not this input's storage

@@ -4,6 +4,7 @@ for the errors a user's setup causes, what to check. Pure."""
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 
 from nightshift.api.names import MOUNT_STORAGE
 from nightshift.aws.s3store import S3Store, denied, error_code, http_status, no_credentials
@@ -67,3 +68,25 @@ def url(store: S3Store | DirStore, full: str) -> str:
     """A key of a storage as a user finds it: an s3:// URL, or the path in the pod."""
     return (f"s3://{store.bucket}/{full}" if isinstance(store, S3Store)
             else f"{store.root}/{full}")
+
+
+# What the pod's file system says of a key that can never be a file there: the same on
+# every attempt, so not retried (ENOSPC, EIO and the like may be a moment's, or a node's).
+UNSTAGEABLE = frozenset({errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR, errno.EEXIST})
+
+
+class UnstageableKeyError(Exception):
+    """An object's key cannot be a file under inputs/ (stage-in exits 1, not 75)."""
+
+
+def as_file(key: str, stage: Callable[[], object]) -> None:
+    try:
+        stage()
+    except OSError as e:
+        if e.errno not in UNSTAGEABLE:
+            raise
+        raise UnstageableKeyError(
+            f"object {key!r} cannot be staged as a file: {e.strerror} ({e.filename}); a "
+            "name over 255 bytes, or a key that is both a file and a folder's prefix (x "
+            "and x/y), can never be one: rename or remove the object, or stage a prefix "
+            "that holds no such key") from e
