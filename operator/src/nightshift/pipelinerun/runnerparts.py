@@ -14,6 +14,7 @@ Pod shape (one pod per item; see docs/data-placement.md for why):
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -217,6 +218,33 @@ def runner_problems(stage: Stage, storage: Mapping[str, StorageRef],
                        f"the item's {kind}/ directory")
     if archive is not None and archive.storage not in storage:
         out.append(f"spec.archive.storage: no storage named {archive.storage!r} in spec.storage")
+    return out
+
+
+def output_overlaps(stage: Stage, where: str = "spec.stages[?]") -> list[str]:
+    """Outputs whose localPath lies inside another's ("" is all of outputs/), as field
+    path: problem, fix. Each commits every file under its directory, so the inner one's
+    files would be committed twice, to both places, and listed in both manifests."""
+    dirs = []
+    for i, d in enumerate(stage.outputs):
+        if d.local_path.startswith("/") or ".." in d.local_path.split("/"):
+            continue  # refused by runner_problems
+        norm = posixpath.normpath(d.local_path) if d.local_path else "."
+        dirs.append((i, "" if norm == "." else norm))
+    out = []
+    for j, inner in dirs:
+        for i, outer in dirs:
+            same = inner == outer
+            if i == j or (same and i > j) or not (
+                    same or outer == "" or inner.startswith(outer + "/")):
+                continue
+            what = ("is the same directory as" if same else "lies inside")
+            out.append(
+                f"{where}.outputs[{j}].localPath: {stage.outputs[j].local_path!r} {what} "
+                f"outputs[{i}].localPath {stage.outputs[i].local_path!r}, so its files "
+                f"would be committed twice, by both outputs; give each output a directory "
+                f"of its own under outputs/ (e.g. outputs[{i}].localPath: main)")
+            break
     return out
 
 
