@@ -212,8 +212,9 @@ def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | 
 def stage_dir(store: DirStore, prefix_or_key: str, base: Path, stats: StageStats) -> None:
     single = not prefix_or_key.endswith("/")
     done: list[ObjectInfo] = []
-    if single:
-        objs = store.ls(prefix_or_key)
+    if single:  # one file: a directory named without its / is refused by stage_in
+        one = store.head(prefix_or_key)
+        objs = [one] if one else []
     else:
         objs, done = manifest.to_stage(store, prefix_or_key, _manifest_dest(base, prefix_or_key),
                                        store.copy_to)
@@ -358,6 +359,11 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
                     f"{storage_error(e, INPUTS_NEED)}") from e
             if stats.files > before:
                 staged += 1
+            elif isinstance(store, DirStore) and not full.endswith("/") and store.is_dir(full):
+                raise FileNotFoundError(
+                    f"inputs[{i}].path {ref.path!r} names a directory in storage {st.name!r} "
+                    f"({url(store, full)}), not a file: add a trailing / to stage the files "
+                    "under it")
             else:
                 missing.append(url(store, full))
         _check_matched(i, ref, st.name, staged, missing)

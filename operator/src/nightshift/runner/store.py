@@ -158,6 +158,9 @@ class DirStore:
     def head(self, key: str) -> ObjectInfo | None:
         return self._info(key) if self._path(key).is_file() else None
 
+    def is_dir(self, key: str) -> bool:
+        return self._path(key).is_dir()
+
     def put_file(self, local: Path, key: str, sha256: str) -> ObjectInfo:
         dest = self._path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
