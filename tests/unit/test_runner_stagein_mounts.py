@@ -42,7 +42,7 @@ def test_the_mount_is_waited_for_before_the_previous_record_is_read(
     monkeypatch.setattr(mounts, "wait", lambda cfg, env: calls.append("wait"))
     real_previous = record.previous
 
-    def previous(store: Any, key: str) -> dict[str, Any] | None:
+    def previous(store: Any, key: str) -> tuple[dict[str, Any] | None, BaseException | None]:
         calls.append("previous")
         return real_previous(store, key)
 
@@ -131,3 +131,42 @@ def test_a_root_stage_in_leaves_a_mounted_archive_to_the_sidecar(
     assert (vol / KEY).read_text() == before
     stats = json.loads((tmp_path / "pod" / "work" / ".nightshift" / "stagein.json").read_text())
     assert stats["attempt"] == 2
+
+
+def _refuse_reads(monkeypatch: pytest.MonkeyPatch, times: int | None) -> None:
+    """Reads of the archive's records refused (EACCES) `times` times (None: always)."""
+    real, left = DirStore.get_bytes, [times]
+
+    def get_bytes(self: DirStore, key: str) -> bytes | None:
+        if key.endswith(KEY) and (left[0] is None or left[0] > 0):
+            if left[0] is not None:
+                left[0] -= 1
+            raise OSError(errno.EACCES, "Permission denied", f"{MOUNT_STORAGE}/g/{key}")
+        return real(self, key)
+
+    monkeypatch.setattr(DirStore, "get_bytes", get_bytes)
+
+
+def test_an_archive_that_takes_records_but_never_gives_them_back_fails_the_item(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attempts would all be numbered 1 and overwrite each other's failed outputs."""
+    env, _ = _env(tmp_path)
+    monkeypatch.setattr(mounts, "wait", lambda cfg, env: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 65532)
+    _refuse_reads(monkeypatch, None)
+    said: list[str] = []
+    monkeypatch.setattr(main, "termination_message", said.append)
+    assert main.cmd_stage_in(env) == 1
+    assert said[0].startswith("stage-in failed (exit 1): archive (g: ")
+    assert "task record written but not readable, so attempts could not be counted: " \
+        "PermissionError: [Errno 13] Permission denied" in said[0]
+
+
+def test_a_refused_first_read_that_reads_back_is_a_record_not_there_yet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3 answers 403 for a key that is not there where s3:ListBucket is not granted."""
+    env, _ = _env(tmp_path)
+    monkeypatch.setattr(mounts, "wait", lambda cfg, env: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 65532)
+    _refuse_reads(monkeypatch, 1)
+    assert main.cmd_stage_in(env) == 0

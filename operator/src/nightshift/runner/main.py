@@ -75,7 +75,7 @@ def cmd_stage_in(env: dict[str, str]) -> int:
     archive = cfg.archive.storage if key and cfg.archive else None
     if archive and not_mounted and cfg.storage(archive).kind == "dir":
         archive = None  # its volume may be the one not mounted: neither read nor written
-    prev = record.previous(stores[archive], key) if archive and key else None
+    prev, refused = record.previous(stores[archive], key) if archive and key else (None, None)
     if archive and cfg.storage(archive).kind == "dir" and os.geteuid() == 0:
         # Stage-in runs as root only to fill the node cache (runnerparts.CACHE_WRITER).
         # A record or folder it made in a mounted archive would be root's, and the
@@ -96,6 +96,8 @@ def cmd_stage_in(env: dict[str, str]) -> int:
             record.write_running(stores[archive], archive, key, record.build(
                 cfg, item, attempt, previous=prev, pod=env.get(names.ENV_POD_NAME),
                 node=env.get(names.ENV_NODE_NAME), start=start))
+            if refused is not None:
+                record.check_readable(stores[archive], archive, key)
         stats = stage_in(cfg, paths, item, stores)
         write_stats(paths, stats, extra)
         log.info("staged %d files, %d bytes in %.1fs (cache %d hits, %d misses)",

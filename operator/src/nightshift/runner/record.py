@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nightshift.api import names
-from nightshift.aws.s3store import S3Store
+from nightshift.aws.s3store import S3Store, denied, http_status
 from nightshift.runner.config import ConfigError, Item, RunnerConfig
 from nightshift.runner.storageerr import RECORDS_NEED, storage_error, url
 from nightshift.runner.store import DirStore
@@ -111,13 +111,33 @@ def _short(e: BaseException) -> str:
     return " ".join(str(e).split())[:200]
 
 
-def previous(store: S3Store | DirStore, key: str) -> dict[str, Any] | None:
+def previous(store: S3Store | DirStore, key: str
+             ) -> tuple[dict[str, Any] | None, BaseException | None]:
+    """The item's last record, and the read's refusal if it was refused: no s3:GetObject,
+    or no such key on a bucket that grants no s3:ListBucket (S3 answers 403 for both;
+    `check_readable` after stage-in's own write tells them apart)."""
     try:
         raw = store.get_bytes(key)
-        return json.loads(raw) if raw else None
+        return (json.loads(raw) if raw else None), None
     except Exception as e:  # a missing or damaged old record must not fail the item
         log.warning("previous task record %s: %s", key, e)
-        return None
+        return None, (e if http_status(e) == 403 or denied(e) else None)
+
+
+def check_readable(store: S3Store | DirStore, storage: str, key: str) -> None:
+    """Read back the record stage-in just wrote, where reading the last one was refused:
+    an archive that takes records but never gives them back numbers every attempt 1 and
+    lets each overwrite the last one's failed outputs, so it fails the item, naming the
+    grant."""
+    try:
+        store.get_bytes(key)
+    except Exception as e:
+        if http_status(e) == 403 or denied(e):
+            raise RefusedError(
+                f"archive ({storage}: {url(store, key)}): task record written but not "
+                f"readable, so attempts could not be counted: "
+                f"{storage_error(e, RECORDS_NEED)}") from e
+        log.warning("reading back task record %s: %s", key, e)
 
 
 def next_attempt(prev: dict[str, Any] | None, env: dict[str, str]) -> int:
