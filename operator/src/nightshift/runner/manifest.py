@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nightshift.aws.s3store import S3Store
@@ -20,7 +19,6 @@ from nightshift.runner.store import ChecksumError, DirStore, ObjectInfo
 
 MANIFEST = "_SUCCESS"
 MANIFEST_VERSION = 1
-HEAD_THREADS = 16
 
 
 class ManifestError(ChecksumError):
@@ -66,25 +64,30 @@ def to_stage(store: S3Store | DirStore, prefix: str, dest: Path,
     """(what to stage from `prefix`, what this staged already). An upstream Nightshift
     output (a `_SUCCESS` manifest of ours) gives exactly the keys its manifest lists:
     anything else under it an attempt left and never committed (a lost pod's
-    interleaved files), and a listing would stage it too. Only raw data is listed. The
-    manifest itself is staged first, as before, so an output committed with no files is
-    still not "no file"."""
-    man = store.head(prefix + MANIFEST)
+    interleaved files). Only raw data is staged as listed. The manifest itself is staged
+    first, as before, so an output committed with no files is still not "no file".
+
+    One listing, as for raw data (not a HEAD per file: an output of 10,000 files stays
+    a few LIST calls, and a refused listing says why as before); the listed files are
+    then checked against the manifest's sizes, and their bytes against its SHA-256 as
+    they are fetched."""
+    objs = [o for o in store.ls(prefix) if not o.key.endswith("/")]
+    man = next((o for o in objs if o.key == prefix + MANIFEST), None)
     if man is None:
-        return [o for o in store.ls(prefix) if not o.key.endswith("/")], []
+        return objs, []
     fetch(man, dest)
     where = url(store, man.key)
     listed = parse(dest.read_bytes(), prefix, where)
     if listed is None:  # another tool's marker (Spark, Hadoop): raw data
-        return [o for o in store.ls(prefix)
-                if not o.key.endswith("/") and o.key != man.key], [man]
-    with ThreadPoolExecutor(HEAD_THREADS, thread_name_prefix="head") as pool:
-        return list(pool.map(lambda e: _as_listed(store, e, where), listed)), [man]
+        return [o for o in objs if o.key != man.key], [man]
+    found = {o.key: o for o in objs}
+    return [_as_listed(store, found.get(e.key), e, where) for e in listed], [man]
 
 
-def _as_listed(store: S3Store | DirStore, entry: ObjectInfo, where: str) -> ObjectInfo:
-    """The object a manifest entry names, to be verified against the manifest's SHA-256."""
-    info = store.head(entry.key)
+def _as_listed(store: S3Store | DirStore, info: ObjectInfo | None, entry: ObjectInfo,
+               where: str) -> ObjectInfo:
+    """The listed object a manifest entry names, to be verified against the manifest's
+    SHA-256 as it is fetched."""
     if info is None:
         raise ManifestError(
             f"{where} lists {url(store, entry.key)}, which is not there: something deleted "
