@@ -60,7 +60,7 @@ def validate_spec(spec: PipelineRunSpec, run_name: str) -> list[Problem]:
             where, _, message = text.partition(": ")
             if str(Problem(where, message)) not in known:
                 p.append(Problem(where, message))
-        # Checked since 2026-12-01: a run started with such outputs goes on.
+        # Checked since 2026-11-30: a run started with such outputs goes on.
         for text in runner.output_overlaps(st, where=path):
             where, _, message = text.partition(": ")
             p.append(Problem(where, message, ratchet=True))
