@@ -144,3 +144,19 @@ def test_a_listed_file_that_is_not_what_was_committed_fails_stage_in(
             rf"s3://{BUCKET}/proj/out/n1/_SUCCESS lists s3://{BUCKET}/proj/out/n1/x.txt.*"
             "commit the upstream item again")):
         stage_in(downstream(), Paths(tmp_path / "down"), ITEM, stores(downstream(), s3))
+
+
+def test_an_output_withdrawn_and_never_committed_again_is_no_input(s3: Any,
+                                                                   tmp_path: Path) -> None:
+    # Its last commit's files are still there, and a withdrawn list: not raw data.
+    up = config([], [{"storage": "data", "path": "out/{item}/"}], stage="up")
+    first = Paths(tmp_path / "a1")
+    c1 = Committer(up, first, ITEM, 1, stores(up, s3))
+    c1.prepare()
+    write(first.outputs, "a.txt", b"a")
+    assert c1.commit_success().ok
+    Committer(up, Paths(tmp_path / "lost"), ITEM, 2, stores(up, s3)).prepare()
+    assert keys(s3, "proj/out/n1/") == {"proj/out/n1/a.txt", "proj/out/n1/_SUCCESS.withdrawn"}
+    with pytest.raises(FileNotFoundError, match=r"inputs\[0\].path 'out/\{item\}/' matched "
+                       "no file"):
+        stage_in(downstream(), Paths(tmp_path / "down"), ITEM, stores(downstream(), s3))

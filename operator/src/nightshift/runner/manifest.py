@@ -19,6 +19,8 @@ from nightshift.runner.store import ChecksumError, DirStore, ObjectInfo
 
 MANIFEST = "_SUCCESS"
 MANIFEST_VERSION = 1
+# The keys of a manifest an attempt withdrew, kept until its own stands (commit.py).
+WITHDRAWN = MANIFEST + ".withdrawn"
 
 
 class ManifestError(ChecksumError):
@@ -74,6 +76,10 @@ def to_stage(store: S3Store | DirStore, prefix: str, dest: Path,
     objs = [o for o in store.ls(prefix) if not o.key.endswith("/")]
     man = next((o for o in objs if o.key == prefix + MANIFEST), None)
     if man is None:
+        if any(o.key == prefix + WITHDRAWN for o in objs):
+            # An upstream output an attempt withdrew and none committed again (it failed
+            # or was lost): nothing here is committed, as if nothing were.
+            return [], []
         return objs, []
     fetch(man, dest)
     where = url(store, man.key)
