@@ -160,3 +160,49 @@ def test_an_output_withdrawn_and_never_committed_again_is_no_input(s3: Any,
     with pytest.raises(FileNotFoundError, match=r"inputs\[0\].path 'out/\{item\}/' matched "
                        "no file"):
         stage_in(downstream(), Paths(tmp_path / "down"), ITEM, stores(downstream(), s3))
+
+
+def _dir_config(path: Path, prefix: str, inputs: list[Any], outputs: list[Any]
+                ) -> RunnerConfig:
+    return RunnerConfig.loads(json.dumps({
+        "version": 1, "run": "r", "namespace": "ns", "stage": "s",
+        "storages": {"data": {"kind": "dir", "path": str(path), "prefix": prefix}},
+        "inputs": inputs, "outputs": outputs}))
+
+
+def test_a_consumer_mounting_the_claim_elsewhere_reads_the_manifest_relative_to_it(
+        tmp_path: Path) -> None:
+    # The manifest's keys are the producer's; this stage mounts the claim with subPath proj.
+    vol = tmp_path / "claim"
+    up = _dir_config(vol, "proj/", [], [{"storage": "data", "path": "out/{item}/"}])
+    p = Paths(tmp_path / "up")
+    com = Committer(up, p, ITEM, 1, {"data": DirStore("data", vol)})
+    com.prepare()
+    write(p.outputs, "cube.fits", b"cube")
+    assert com.commit_success().ok
+    down = _dir_config(vol / "proj", "", [{"storage": "data", "path": "out/{item}/"}], [])
+    paths = Paths(tmp_path / "down")
+    stats = stage_in(down, paths, ITEM, {"data": DirStore("data", vol / "proj")})
+    assert (paths.inputs / "cube.fits").read_bytes() == b"cube" and stats.files == 2
+
+
+def test_an_older_runners_manifest_listing_a_steps_own_marker_is_still_read(
+        s3: Any, tmp_path: Path) -> None:
+    # Before 2026-11-30 a step's Spark/Hadoop _SUCCESS was uploaded, listed, then written
+    # over by the manifest itself.
+    part = b"parquet bytes"
+    s3.put_object(Bucket=BUCKET, Key="proj/out/n1/part-0.parquet", Body=part,
+                  Metadata={"sha256": hashlib.sha256(part).hexdigest()})
+    files = [{"key": "proj/out/n1/_SUCCESS", "size": 0,
+              "sha256": hashlib.sha256(b"").hexdigest()},
+             {"key": "proj/out/n1/part-0.parquet", "size": len(part),
+              "sha256": hashlib.sha256(part).hexdigest()}]
+    manifest = {"version": 1, "run": "r", "stage": "up", "item": "n1", "index": 0,
+                "attempt": 1, "committed": "2026-11-29T00:00:00Z", "storage": "data",
+                "prefix": "proj/out/n1/", "files": files, "totalBytes": len(part)}
+    s3.put_object(Bucket=BUCKET, Key="proj/out/n1/_SUCCESS",
+                  Body=json.dumps(manifest, indent=1).encode())
+    paths = Paths(tmp_path / "down")
+    stage_in(downstream(), paths, ITEM, stores(downstream(), s3))
+    assert staged(paths) == ["_SUCCESS", "part-0.parquet"]
+    assert (paths.inputs / "part-0.parquet").read_bytes() == part

@@ -29,13 +29,12 @@ from pathlib import Path
 
 from nightshift.aws.s3store import S3Store
 from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, fill_template
-from nightshift.runner.manifest import MANIFEST, MANIFEST_VERSION, WITHDRAWN
+from nightshift.runner.manifest import MANIFEST, MANIFEST_VERSION, RESERVED, WITHDRAWN
 from nightshift.runner.storageerr import storage_error
 from nightshift.runner.store import DirStore, ObjectInfo, sha256_file, walk_files
 
 log = logging.getLogger(__name__)
 
-RESERVED = frozenset({MANIFEST, WITHDRAWN})  # at the top of P: the commit's, not a step's
 QUIET_SECONDS = 2.0
 BLIND_QUIET_SECONDS = 10.0  # when we cannot see which files are open
 FILE_THREADS = 4

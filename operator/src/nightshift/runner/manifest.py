@@ -21,6 +21,8 @@ MANIFEST = "_SUCCESS"
 MANIFEST_VERSION = 1
 # The keys of a manifest an attempt withdrew, kept until its own stands (commit.py).
 WITHDRAWN = MANIFEST + ".withdrawn"
+# Names at the top of an output that are the commit's own, never a step's file.
+RESERVED = frozenset({MANIFEST, WITHDRAWN})
 
 
 class ManifestError(ChecksumError):
@@ -42,18 +44,25 @@ def parse(raw: bytes, prefix: str, where: str) -> list[ObjectInfo] | None:
         raise ConfigError(f"{where}: manifest version {doc['version']!r}, this runner reads "
                           f"version {MANIFEST_VERSION}: run the producing and the consuming "
                           "stage with one Nightshift release")
-    files = doc["files"]
+    # Keys are the producer's: a consumer may reach the same files under another prefix
+    # (a claim mounted with another subPath, a storage with another prefix), so each is
+    # taken relative to the manifest's own prefix where it has one.
+    base = doc.get("prefix") if isinstance(doc.get("prefix"), str) else None
     out = []
     try:
-        for f in files:
+        for f in doc["files"]:
             key, size, sha = f["key"], f["size"], f["sha256"]
             if not (isinstance(key, str) and isinstance(size, int) and isinstance(sha, str)):
                 raise TypeError(f"entry {f!r}")
-            if not key.startswith(prefix) or key == prefix or key == prefix + MANIFEST:
+            rel = (key[len(base):] if base and key.startswith(base)
+                   else key[len(prefix):] if key.startswith(prefix) else None)
+            if rel in RESERVED:
+                continue  # a step's own _SUCCESS an older runner listed: the manifest now
+            if not rel or rel.startswith("/") or ".." in rel.split("/"):
                 raise ManifestError(f"{where} lists {key!r}, which is not a file under "
-                                    f"{prefix!r}: the manifest is damaged or not this "
-                                    "output's; commit the upstream item again")
-            out.append(ObjectInfo(key, size, "", sha))
+                                    f"{base or prefix!r}: the manifest is damaged or not "
+                                    "this output's; commit the upstream item again")
+            out.append(ObjectInfo(prefix + rel, size, "", sha))
     except (TypeError, KeyError) as e:
         raise ManifestError(f"{where}: an unreadable manifest ({e}): commit the upstream "
                             "item again") from None
