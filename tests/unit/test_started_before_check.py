@@ -96,3 +96,17 @@ def test_the_count_of_further_items_ratchets_only_when_all_are_repeats() -> None
     assert repeats[-1].message == "2 more items have the same kinds of problem"
     mixed = check_items("p", ["x"] * 7 + ["bad\nline"], st)
     assert [p.ratchet for p in mixed] == [True] * 5 + [False]
+
+
+def test_an_invalid_run_never_says_it_goes_on() -> None:
+    # Waived checks beside one it always met: Invalid, and no StartedBeforeCheck event.
+    run = make_run([stage("a", forEach={"items": ["n1", "n2", "n3"]})])
+    first = _pass(run, [])
+    (job,) = jobs_of(first)
+    run = _older_spec(advance(run, first))
+    run["spec"]["stages"][0]["env"] = [*ENV, {"name": "BAD=NAME", "value": "1"}]
+    for _ in range(2):
+        p = _pass(run, [with_status(job, active=3)])
+        assert condition(p, "Invalid")["status"] == "True"
+        assert "StartedBeforeCheck" not in [e.reason for e in p.events]
+        run = advance(run, p)

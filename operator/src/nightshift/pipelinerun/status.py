@@ -348,7 +348,8 @@ def _events(old: Mapping[str, Any], records: list[StageRecord], phase: str,
             waived: str = "") -> list[tuple[str, str, str]]:
     events: list[tuple[str, str, str]] = []
     said = cond.find(old.get("conditions"), cond.INVALID) or {}
-    if waived and said.get("reason") != STARTED_BEFORE_CHECK:
+    if waived and not problems and said.get("reason") != STARTED_BEFORE_CHECK:
+        # Said once, and only where the condition says it: an Invalid run says Invalid.
         events.append(("Warning", STARTED_BEFORE_CHECK, _waived_text(waived)))
     prior = {s.get("name"): s for s in old.get("stages") or []}
     for r in records:
