@@ -244,3 +244,19 @@ def test_a_bad_setting_exits_at_once_saying_which(monkeypatch: pytest.MonkeyPatc
     err = capsys.readouterr().err
     assert err.startswith("nightshift operator: bad configuration: NIGHTSHIFT_CLUSTER_CIDRS: "
                           "10.0.0.1/16 has host bits set")
+
+
+@pytest.mark.parametrize(("name", "value", "said"), [
+    ("NIGHTSHIFT_RESYNC", "5m", "NIGHTSHIFT_RESYNC: '5m' is not a number of seconds, "
+                                "without a unit"),
+    ("NIGHTSHIFT_METRICS_PORT", "80.5", "NIGHTSHIFT_METRICS_PORT: '80.5' is not a port number"),
+    ("NIGHTSHIFT_LB_GRACE", "-1", "NIGHTSHIFT_LB_GRACE: '-1' must be a number of seconds, "
+                                  "without a unit, 0 or more"),
+])
+def test_a_bad_number_names_its_variable(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str], name: str,
+                                         value: str, said: str) -> None:
+    monkeypatch.setattr(kopf, "run", lambda **_: None)
+    monkeypatch.setenv(name, value)
+    assert op.run_operator(namespaces=["x"], health_port=0) == 2
+    assert f"bad configuration: {said}; fix it" in capsys.readouterr().err

@@ -35,6 +35,22 @@ class Endpoint:
                 and self.port in (None, other.port))
 
 
+def _number(name: str, default: float, whole: bool = False) -> float:
+    """A number setting (seconds; a port where `whole`); a bad one names its variable,
+    and the operator exits on it."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    what = "a port number" if whole else "a number of seconds, without a unit"
+    try:
+        value = float(int(raw)) if whole else float(raw)
+    except ValueError:
+        raise ValueError(f"{name}: {raw!r} is not {what}") from None
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"{name}: {raw!r} must be {what}, 0 or more")
+    return value
+
+
 def parse_endpoint(url: str, any_port: bool = False) -> Endpoint:
     """Parse strictly: what cannot be read one way only (user info, a query, an odd port)
     is refused, so the URL checked is the URL boto3 connects to."""
@@ -159,19 +175,16 @@ class OperatorConfig:
         return cls(
             runner_image=os.environ.get("NIGHTSHIFT_RUNNER_IMAGE", cls.runner_image),
             runner_images=_images(os.environ.get(ENV_RUNNER_IMAGES, "")),
-            min_pass_interval=float(os.environ.get("NIGHTSHIFT_MIN_PASS_INTERVAL",
-                                                   cls.min_pass_interval)),
-            progress_interval=float(os.environ.get("NIGHTSHIFT_PROGRESS_INTERVAL",
-                                                   cls.progress_interval)),
-            resync=float(os.environ.get("NIGHTSHIFT_RESYNC", cls.resync)),
+            min_pass_interval=_number("NIGHTSHIFT_MIN_PASS_INTERVAL", cls.min_pass_interval),
+            progress_interval=_number("NIGHTSHIFT_PROGRESS_INTERVAL", cls.progress_interval),
+            resync=_number("NIGHTSHIFT_RESYNC", cls.resync),
             instance_catalog=os.environ.get("NIGHTSHIFT_INSTANCE_CATALOG", ""),
-            metrics_port=int(os.environ.get("NIGHTSHIFT_METRICS_PORT", "0") or 0),
+            metrics_port=int(_number("NIGHTSHIFT_METRICS_PORT", 0, whole=True)),
             s3_endpoints=_endpoints(os.environ.get(ENV_S3_ENDPOINTS, "")),
             s3_operator_identity=_flag(ENV_S3_OPERATOR_IDENTITY,
                                        os.environ.get(ENV_S3_OPERATOR_IDENTITY, "")),
             cluster_cidrs=_cidrs(os.environ.get(ENV_CLUSTER_CIDRS, "")),
             storage_image_registry=os.environ.get(ENV_STORAGE_IMAGE_REGISTRY, "").strip(),
             storage_image_tag=os.environ.get(ENV_STORAGE_IMAGE_TAG, "").strip(),
-            load_balancer_grace=float(os.environ.get("NIGHTSHIFT_LB_GRACE",
-                                                     cls.load_balancer_grace)),
+            load_balancer_grace=_number("NIGHTSHIFT_LB_GRACE", cls.load_balancer_grace),
         )
