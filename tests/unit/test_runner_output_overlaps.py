@@ -49,3 +49,31 @@ def test_the_problem_refuses_a_new_run_but_ratchets() -> None:
     [problem] = [p for p in validate_spec(PipelineRunSpec.model_validate(spec), "r")
                  if "localPath" in p.path]
     assert problem.path == "spec.stages[0].outputs[1].localPath" and problem.ratchet
+
+
+@pytest.mark.parametrize(("paths", "said"), [
+    ((("data", "out/{item}/"), ("data", "out/{item}")),
+     "outputs[1].path: 'out/{item}' is the same prefix as outputs[0].path 'out/{item}/'"),
+    ((("data", "out/{item}/"), ("data", "out/{item}/logs/")),
+     "outputs[1].path: 'out/{item}/logs/' lies inside outputs[0].path 'out/{item}/'"),
+])
+def test_outputs_committing_to_one_prefix_are_named_with_the_fix(
+        paths: tuple[tuple[str, str], ...], said: str) -> None:
+    # An interleave output for the big files, a batch one for the rest: one _SUCCESS
+    # would hide the other's files from the next stage.
+    st = Stage.model_validate({
+        "name": "s", "image": "busybox:1.36", "steps": [{"name": "m", "command": ["true"]}],
+        "outputs": [{"storage": s, "path": p, "localPath": f"o{k}"}
+                    for k, (s, p) in enumerate(paths)]})
+    [problem] = output_overlaps(st, where="spec.stages[0]")
+    assert problem.startswith(f"spec.stages[0].{said}, so both would commit to one prefix, "
+                              "and the second _SUCCESS would list only its own files"), problem
+
+
+def test_outputs_on_other_storages_or_sibling_paths_are_fine() -> None:
+    st = Stage.model_validate({
+        "name": "s", "image": "busybox:1.36", "steps": [{"name": "m", "command": ["true"]}],
+        "outputs": [{"storage": "a", "path": "out/{item}/", "localPath": "x"},
+                    {"storage": "b", "path": "out/{item}/", "localPath": "y"},
+                    {"storage": "a", "path": "out/{item}-logs/", "localPath": "z"}]})
+    assert output_overlaps(st) == []

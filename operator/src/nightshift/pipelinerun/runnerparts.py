@@ -222,30 +222,40 @@ def runner_problems(stage: Stage, storage: Mapping[str, StorageRef],
 
 
 def output_overlaps(stage: Stage, where: str = "spec.stages[?]") -> list[str]:
-    """Outputs whose localPath lies inside another's ("" is all of outputs/), as field
-    path: problem, fix. Each commits every file under its directory, so the inner one's
-    files would be committed twice, to both places, and listed in both manifests."""
-    dirs = []
-    for i, d in enumerate(stage.outputs):
-        if d.local_path.startswith("/") or ".." in d.local_path.split("/"):
-            continue  # refused by runner_problems
-        norm = posixpath.normpath(d.local_path) if d.local_path else "."
-        dirs.append((i, "" if norm == "." else norm))
+    """Outputs that would commit the same files twice, as field path: problem, fix.
+
+    A localPath inside another's ("" is all of outputs/): each output commits every file
+    under its directory, so the inner one's files would go to both places. A path (on
+    the same storage) equal to or inside another's: the two commits share a prefix, and
+    the last `_SUCCESS` written would list only its own files, so the next stage would
+    never read the other's."""
+    local = [(i, "" if (n := posixpath.normpath(d.local_path or ".")) == "." else n + "/")
+             for i, d in enumerate(stage.outputs)
+             if not (d.local_path.startswith("/") or ".." in d.local_path.split("/"))]
+    remote = [(i, f"{d.storage}:{d.path.rstrip('/')}/") for i, d in enumerate(stage.outputs)]
     out = []
-    for j, inner in dirs:
-        for i, outer in dirs:
-            same = inner == outer
-            if i == j or (same and i > j) or not (
-                    same or outer == "" or inner.startswith(outer + "/")):
+    for name, dirs, why in (
+            ("localPath", local, "its files would be committed twice, by both outputs; "
+             "give each output a directory of its own under outputs/ (e.g. "
+             "outputs[{i}].localPath: main)"),
+            ("path", remote, "both would commit to one prefix, and the second _SUCCESS "
+             "would list only its own files; give each output a path of its own (e.g. "
+             "out/{{item}}/main/ and out/{{item}}/logs/), or make them one output")):
+        for j, inner in dirs:
+            outer_i = next((i for i, outer in dirs if i != j and (
+                inner.startswith(outer) if inner != outer else i < j)), None)
+            if outer_i is None:
                 continue
-            what = ("is the same directory as" if same else "lies inside")
-            out.append(
-                f"{where}.outputs[{j}].localPath: {stage.outputs[j].local_path!r} {what} "
-                f"outputs[{i}].localPath {stage.outputs[i].local_path!r}, so its files "
-                f"would be committed twice, by both outputs; give each output a directory "
-                f"of its own under outputs/ (e.g. outputs[{i}].localPath: main)")
-            break
+            same = "directory" if name == "localPath" else "prefix"
+            what = f"is the same {same} as" if dict(dirs)[outer_i] == inner else "lies inside"
+            mine, theirs = (getattr(stage.outputs[k], _attr(name)) for k in (j, outer_i))
+            out.append(f"{where}.outputs[{j}].{name}: {mine!r} {what} outputs[{outer_i}]."
+                       f"{name} {theirs!r}, so {why.format(i=outer_i)}")
     return out
+
+
+def _attr(name: str) -> str:
+    return "local_path" if name == "localPath" else "path"
 
 
 def _env(run: str, namespace: str, stage: Stage) -> list[dict[str, Any]]:
