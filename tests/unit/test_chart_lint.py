@@ -121,7 +121,9 @@ def test_schema_refuses_settings_the_operator_would_not_start_with() -> None:
     for bad in ("http://minio_store:9000", "https://s3.local:99999", "http://s3.local:"):
         assert "/config/s3Endpoints/0" in render_error(
             NIGHTSHIFT, {"config.s3Endpoints": [bad]}), bad
-    good = ["http://minio.data.svc:9000", "https://[fd00::1]:*", "https://s3.example/x"]
+    # What the operator accepts, a leading 0 in the port too.
+    good = ["http://minio.data.svc:9000", "https://[fd00::1]:*", "https://s3.example/x",
+            "http://s3.local:09000"]
     env = {e["name"]: e.get("value") for d in render(NIGHTSHIFT, {"config.s3Endpoints": good})
            if d["kind"] == "Deployment"
            for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
