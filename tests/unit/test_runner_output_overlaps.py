@@ -77,3 +77,16 @@ def test_outputs_on_other_storages_or_sibling_paths_are_fine() -> None:
                     {"storage": "b", "path": "out/{item}/", "localPath": "y"},
                     {"storage": "a", "path": "out/{item}-logs/", "localPath": "z"}]})
     assert output_overlaps(st) == []
+
+
+
+@pytest.mark.parametrize(("p0", "p1"), [
+    ("./out/{item}/", "out/{item}/logs/"),  # one directory on a pvc, one prefix
+    ("out//{item}/", "out/{item}/"),
+    ("", "out/{item}/"),  # the storage's own prefix holds every path
+])
+def test_paths_are_compared_as_normalised(p0: str, p1: str) -> None:
+    st = Stage.model_validate(stage(outputs=[
+        {"storage": "raw", "path": p0, "localPath": "a"},
+        {"storage": "raw", "path": p1, "localPath": "b"}]))
+    assert output_overlaps(st, where="spec.stages[0]"), "not refused"

@@ -232,7 +232,8 @@ def output_overlaps(stage: Stage, where: str = "spec.stages[?]") -> list[str]:
     local = [(i, "" if (n := posixpath.normpath(d.local_path or ".")) == "." else n + "/")
              for i, d in enumerate(stage.outputs)
              if not (d.local_path.startswith("/") or ".." in d.local_path.split("/"))]
-    remote = [(i, f"{d.storage}:{d.path.rstrip('/')}/") for i, d in enumerate(stage.outputs)]
+    remote = [(i, f"{d.storage}:" + ("" if (n := posixpath.normpath(d.path or ".")) == "."
+                                      else n + "/")) for i, d in enumerate(stage.outputs)]
     out = []
     for name, dirs, why in (
             ("localPath", local, "its files would be committed twice, by both outputs; "

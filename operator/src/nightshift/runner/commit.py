@@ -97,9 +97,12 @@ class Committer:
             old = self._listed(out, MANIFEST, "files")
             earlier = self._listed(out, WITHDRAWN, "keys")
             out.previous = sorted({*(old or []), *(earlier or [])})
+            # Written on a first attempt too (no keys): a prefix an attempt touched and
+            # none committed is then no input downstream, never raw data, whatever an
+            # interleaving attempt lost with its pod left there.
+            out.store.put_bytes(out.prefix + WITHDRAWN,
+                                json.dumps({"keys": out.previous}).encode())
             if old is not None:
-                out.store.put_bytes(out.prefix + WITHDRAWN,
-                                    json.dumps({"keys": out.previous}).encode())
                 out.store.delete([out.prefix + MANIFEST])
             aborted = out.store.abort_uploads(out.prefix)
             if aborted:
@@ -232,17 +235,19 @@ class Committer:
     def _settle(self, out: Output) -> None:
         """Upload what changed; delete what the steps deleted and what the withdrawn
         manifests listed that this attempt did not produce."""
-        self._upload(out, self._changed(out), out.prefix)
         present = {p.relative_to(out.local).as_posix() for p in self._files(out)}
+        keys = {out.prefix + r for r in present}
+        stale = [k for k in out.previous if k not in keys and k.startswith(out.prefix)
+                 and k[len(out.prefix):] not in RESERVED]
+        # Before the uploads (the manifest is withdrawn already): on a mounted storage a
+        # name that was a file may now be a folder, or the other way round.
+        out.store.delete(stale)
+        self._upload(out, self._changed(out), out.prefix)
         # A file uploaded while interleaving and deleted later is not an output.
         gone = [r for r in out.uploaded if r not in present]
         out.store.delete([out.prefix + r for r in gone])
         for r in gone:
             del out.uploaded[r]
-        keys = {out.prefix + r for r in out.uploaded}
-        stale = [k for k in out.previous if k not in keys and k.startswith(out.prefix)
-                 and k[len(out.prefix):] not in RESERVED]
-        out.store.delete(stale)
 
     def _undo(self) -> None:
         """A commit that failed part-way: every output's manifest out (also one whose

@@ -194,8 +194,11 @@ def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | 
             if cache is None:
                 as_file(obj.key, lambda: dl.download(obj, dest))
                 return
+            # An entry is the bytes checked against the checksum it was fetched for: a
+            # manifest's SHA-256 keys its own (a hit never skips that check).
+            version = obj.etag + (f"/sha256:{obj.sha256}" if obj.sha256 else "")
             as_file(obj.key, lambda: cache.fetch(
-                store.endpoint, store.bucket, obj.key, obj.etag, obj.size, dest,
+                store.endpoint, store.bucket, obj.key, version, obj.size, dest,
                 lambda tmp: dl.download(obj, tmp)))
 
         with ThreadPoolExecutor(threads, thread_name_prefix="object") as pool:

@@ -141,11 +141,14 @@ class DirStore:
         base = self._path(prefix) if prefix else real_root
         if base.is_file():
             return [self._info(prefix)]
+        # Keys under the prefix as given, not as resolved: a folder reached through a
+        # link (latest -> run-7) keeps the names the manifest and the caller use.
+        pre = prefix if not prefix or prefix.endswith("/") else prefix + "/"
         out = []
         for p in walk_files(base):
             if p.name.endswith(".nightshift-meta"):
                 continue
-            out.append(self._info(str(p.relative_to(real_root))))
+            out.append(self._info(pre + p.relative_to(base).as_posix()))
         return out
 
     def _info(self, key: str) -> ObjectInfo:
@@ -189,9 +192,20 @@ class DirStore:
             return None
 
     def delete(self, keys: list[str]) -> None:
+        root = Path(os.path.realpath(self.root))
         for key in keys:
-            for p in (self._path(key), self._sidecar(key)):
+            path = self._path(key)
+            for p in (path, self._sidecar(key)):
                 p.unlink(missing_ok=True)
+            # Folders it leaves empty go too, as S3 has none: a later commit may write a
+            # file under that name.
+            parent = path.parent
+            while parent != root and parent.is_relative_to(root):
+                try:
+                    parent.rmdir()
+                except OSError:  # not empty (or not there): the rest stays
+                    break
+                parent = parent.parent
 
     def abort_uploads(self, prefix: str) -> int:
         return 0
