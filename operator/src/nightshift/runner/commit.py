@@ -74,6 +74,8 @@ class Committer:
         self.cfg = cfg
         self.item = item
         self.attempt = attempt
+        # What a commit that failed part-way saved the failed way (its record's counts).
+        self.undone: CommitResult | None = None
         self.outputs: list[Output] = []
         for i, ref in enumerate(cfg.outputs):
             st = cfg.storage(ref.storage)
@@ -261,7 +263,7 @@ class Committer:
                 log.exception("outputs[%d]: withdrawing %s%s after a failed commit",
                               out.index, out.prefix, MANIFEST)
         try:
-            self.commit_failure()
+            self.undone = self.commit_failure()
         except Exception:
             log.exception("saving the outputs of a failed commit")
 
