@@ -117,12 +117,6 @@ def keys(gw: VersityGW, prefix: str) -> set[str]:
     return {o["Key"] for p in pages for o in p.get("Contents", [])}
 
 
-def withdrawn(*prefixes: str) -> set[str]:
-    """What an attempt that committed nothing leaves under its outputs: each one's marker
-    that it touched them, which makes them no input downstream."""
-    return {f"{p}_SUCCESS.withdrawn" for p in prefixes}
-
-
 @pytest.fixture
 def gw(s3server: VersityGW) -> VersityGW:
     s3server.client().create_bucket(Bucket=BUCKET)
@@ -174,7 +168,7 @@ def test_failed_step_outputs_go_to_failed_prefix(gw: VersityGW, tmp_path: Path) 
              ("crash", "exit 3"), ("never", "exit 0")]
     pod = run_pod(gw, tmp_path, cfg, steps, ["a"], cache=False)
     assert pod.step_rcs == [0, 3]  # the user's exit code, for podFailurePolicy
-    assert keys(gw, "proj/out/") == withdrawn("proj/out/a/")
+    assert keys(gw, "proj/out/") == set()
     assert keys(gw, "proj/failed/") == {"proj/failed/out/a/attempt-1/part.txt"}
     rec = get_json(gw, "proj/_nightshift/run1/reduce/0.json")
     assert rec["exitCode"] == 3 and rec["failedStep"] == "crash" and rec["phase"] == "failed"
@@ -213,8 +207,7 @@ def test_a_required_output_left_empty_fails_the_item(gw: VersityGW, tmp_path: Pa
                     "required, but the steps wrote no file under $NIGHTSHIFT_OUTPUTS/catalog "
                     "(to commit to data: proj/cat/n7/); check where the step writes, or drop "
                     "required if some items have no outputs"), last
-    assert keys(gw, "proj/out/") == withdrawn("proj/out/n7/"), "nothing committed"
-    assert keys(gw, "proj/cat/") == withdrawn("proj/cat/n7/"), "nothing committed"
+    assert not keys(gw, "proj/out/") and not keys(gw, "proj/cat/"), "nothing committed"
     assert keys(gw, "proj/failed/") == {"proj/failed/out/n7/attempt-1/run.log"}
     rec = get_json(gw, "proj/_nightshift/run1/reduce/0.json")
     assert rec["phase"] == "failed" and rec["exitCode"] == 75, rec

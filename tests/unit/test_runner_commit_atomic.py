@@ -52,9 +52,7 @@ def test_an_upload_failing_in_the_second_output_commits_neither(
     monkeypatch.setattr(S3Store, "put_file", reset_on_y2)
     res = safe(com.commit_success, "commit")
     assert not res.ok and res.error == "ConnectionResetError: [Errno 104] Connection reset by peer"
-    # Nothing but the withdrawn lists, which make each prefix no input downstream.
-    assert keys(s3, "proj/out/") == {"proj/out/n1/_SUCCESS.withdrawn"}
-    assert keys(s3, "proj/cat/") == {"proj/cat/n1/_SUCCESS.withdrawn"}
+    assert keys(s3, "proj/out/") == set() and keys(s3, "proj/cat/") == set()
     assert keys(s3, "proj/failed/") == {"proj/failed/out/n1/attempt-1/x.txt",
                                         "proj/failed/cat/n1/attempt-1/y1.txt",
                                         "proj/failed/cat/n1/attempt-1/y2.txt"}
@@ -75,7 +73,5 @@ def test_a_manifest_write_failing_takes_the_first_outputs_manifest_back(
     monkeypatch.setattr(S3Store, "put_bytes", refused_on_cat)
     res = safe(com.commit_success, "commit")
     assert not res.ok
-    # Nothing but the withdrawn lists, which make each prefix no input downstream.
-    assert keys(s3, "proj/out/") == {"proj/out/n1/_SUCCESS.withdrawn"}
-    assert keys(s3, "proj/cat/") == {"proj/cat/n1/_SUCCESS.withdrawn"}
+    assert keys(s3, "proj/out/") == set() and keys(s3, "proj/cat/") == set()
     assert len(keys(s3, "proj/failed/")) == 3

@@ -99,12 +99,13 @@ class Committer:
             old = self._listed(out, MANIFEST, "files")
             earlier = self._listed(out, WITHDRAWN, "keys")
             out.previous = sorted({*(old or []), *(earlier or [])})
-            # Written on a first attempt too (no keys): a prefix an attempt touched and
-            # none committed is then no input downstream, never raw data, whatever an
-            # interleaving attempt lost with its pod left there.
-            out.store.put_bytes(out.prefix + WITHDRAWN,
-                                json.dumps({"keys": out.previous}).encode())
             if old is not None:
+                # Only where a manifest goes: an item that never committed leaves no
+                # marker, so a stage reading its own output prefix, or a consumer of a
+                # parent prefix, still sees what it saw (a first attempt lost with its pod
+                # after interleaving leaves its files unmarked: data-placement.md).
+                out.store.put_bytes(out.prefix + WITHDRAWN,
+                                    json.dumps({"keys": out.previous}).encode())
                 out.store.delete([out.prefix + MANIFEST])
             aborted = out.store.abort_uploads(out.prefix)
             if aborted:
@@ -241,15 +242,14 @@ class Committer:
         keys = {out.prefix + r for r in present}
         stale = [k for k in out.previous if k not in keys and k.startswith(out.prefix)
                  and k[len(out.prefix):] not in RESERVED]
-        # Before the uploads (the manifest is withdrawn already): on a mounted storage a
-        # name that was a file may now be a folder, or the other way round.
-        out.store.delete(stale)
-        self._upload(out, self._changed(out), out.prefix)
         # A file uploaded while interleaving and deleted later is not an output.
         gone = [r for r in out.uploaded if r not in present]
-        out.store.delete([out.prefix + r for r in gone])
+        # Both before the uploads (the manifest is withdrawn already): on a mounted
+        # storage a name that was a file may now be a folder, or the other way round.
+        out.store.delete(stale + [out.prefix + r for r in gone])
         for r in gone:
             del out.uploaded[r]
+        self._upload(out, self._changed(out), out.prefix)
 
     def _undo(self) -> None:
         """A commit that failed part-way: every output's manifest out (also one whose

@@ -54,7 +54,7 @@ def parse(raw: bytes, prefix: str, where: str) -> list[ObjectInfo] | None:
             key, size, sha = f["key"], f["size"], f["sha256"]
             if not (isinstance(key, str) and isinstance(size, int) and isinstance(sha, str)):
                 raise TypeError(f"entry {f!r}")
-            rel = (key[len(base):] if base and key.startswith(base)
+            rel = (key[len(base):] if base is not None and key.startswith(base)
                    else key[len(prefix):] if key.startswith(prefix) else None)
             if rel in RESERVED:
                 continue  # a step's own _SUCCESS an older runner listed: the manifest now
@@ -89,7 +89,7 @@ def to_stage(store: S3Store | DirStore, prefix: str, dest: Path,
             # An upstream output an attempt withdrew and none committed again (it failed
             # or was lost): nothing here is committed, as if nothing were.
             return [], []
-        return objs, []
+        return _raw(objs), []
     fetch(man, dest)
     where = url(store, man.key)
     listed = parse(dest.read_bytes(), prefix, where)
@@ -97,6 +97,26 @@ def to_stage(store: S3Store | DirStore, prefix: str, dest: Path,
         return [o for o in objs if o.key != man.key], [man]
     found = {o.key: o for o in objs}
     return [_as_listed(store, found.get(e.key), e, where) for e in listed], [man]
+
+
+def _raw(objs: list[ObjectInfo]) -> list[ObjectInfo]:
+    """A listing as raw data, less what lies in a Nightshift output withdrawn and not
+    committed again (a folder holding `_SUCCESS.withdrawn` and no `_SUCCESS`: a parent
+    prefix over a stage's outputs, or raw data with an output inside it), marker and
+    all."""
+    names = {o.key for o in objs}
+    dead = {k[:-len(WITHDRAWN)] for k in names
+            if k.endswith("/" + WITHDRAWN) and k[:-len(WITHDRAWN)] + MANIFEST not in names}
+
+    def in_dead(key: str) -> bool:  # by its folders: a listing may hold 10^5 outputs
+        i = key.find("/")
+        while i != -1:
+            if key[:i + 1] in dead:
+                return True
+            i = key.find("/", i + 1)
+        return False
+
+    return [o for o in objs if not dead or not in_dead(o.key)]
 
 
 def _as_listed(store: S3Store | DirStore, info: ObjectInfo | None, entry: ObjectInfo,

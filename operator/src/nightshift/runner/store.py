@@ -13,7 +13,7 @@ import json
 import os
 import posixpath
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -109,6 +109,19 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _into_folder(dest: Path, write: Callable[[], object]) -> None:
+    """Make dest's folder and write beside it; once more if another pod's delete took the
+    folder away in between (it removes folders it empties: items `a` and `a/b`)."""
+    for last in (False, True):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            write()
+            return
+        except FileNotFoundError:
+            if last:
+                raise
+
+
 def walk_files(root: Path) -> Iterator[Path]:
     """Regular files under root, sorted, following no symlinks (outputs are real files)."""
     if not root.is_dir():
@@ -166,9 +179,8 @@ class DirStore:
 
     def put_file(self, local: Path, key: str, sha256: str) -> ObjectInfo:
         dest = self._path(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        shutil.copyfile(local, tmp)
+        _into_folder(dest, lambda: shutil.copyfile(local, tmp))
         if sha256_file(tmp) != sha256:
             tmp.unlink()
             raise ChecksumError(f"{self.name}:{key}: copy does not match {local}")
@@ -178,9 +190,8 @@ class DirStore:
 
     def put_bytes(self, key: str, data: bytes, content_type: str = "application/json") -> None:
         dest = self._path(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(data)
+        _into_folder(dest, lambda: tmp.write_bytes(data))
         with tmp.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, dest)
@@ -196,7 +207,10 @@ class DirStore:
         for key in keys:
             path = self._path(key)
             for p in (path, self._sidecar(key)):
-                p.unlink(missing_ok=True)
+                # Not a file (any more): nothing to delete, as on S3.
+                with contextlib.suppress(FileNotFoundError, IsADirectoryError,
+                                         NotADirectoryError):
+                    p.unlink()
             # Folders it leaves empty go too, as S3 has none: a later commit may write a
             # file under that name.
             parent = path.parent
