@@ -18,7 +18,7 @@ import pytest
 from moto import mock_aws
 
 from nightshift.aws.s3store import S3Store
-from nightshift.runner.config import RunnerConfig
+from nightshift.runner.config import Paths, RunnerConfig
 from nightshift.runner.store import DirStore
 
 BUCKET = "runner-bucket"
@@ -66,3 +66,9 @@ def write(root: Path, rel: str, data: bytes, settled: bool = False) -> Path:
         old = time.time() - 60
         os.utime(p, (old, old))
     return p
+
+
+def staged(paths: Paths) -> list[str]:
+    """What stage-in put under the item's inputs/, as sorted relative names."""
+    return sorted(p.relative_to(paths.inputs).as_posix()
+                  for p in paths.inputs.rglob("*") if p.is_file())

@@ -1,6 +1,6 @@
-"""A node-cache hit is not checked against the manifest's SHA-256: an object rewritten
-after the commit (same size, a new ETag) that another input cached is staged through the
-manifest without the mismatch being seen; without the cache it fails with exit 65."""
+"""A node-cache entry is keyed by the SHA-256 a manifest lists: an object rewritten after
+the commit (same size, a new ETag) that another input cached is not staged through the
+manifest from the cache; with or without the cache it fails the checksum (exit 65)."""
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,16 +22,21 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield from bucket(monkeypatch)
 
 
-def test_cached_rewritten_object_fails_against_manifest(s3: Any, tmp_path: Path) -> None:
+def _committed_then_rewritten(s3: Any, tmp_path: Path) -> None:
+    """n1's cube.txt committed as A..., then written again as B... of the same size (a
+    zombie attempt on a partitioned node)."""
     up = config([], [{"storage": "data", "path": "out/{item}/"}], stage="up")
     p = Paths(tmp_path / "up")
     c = Committer(up, p, ITEM, 1, stores(up, s3))
     c.prepare()
     write(p.outputs, "cube.txt", b"AAAAAAAAAA")
     assert c.commit_success().ok
-    # written again after the commit (a zombie attempt on a partitioned node), same size
     s3.put_object(Bucket=BUCKET, Key="proj/out/n1/cube.txt", Body=b"BBBBBBBBBB",
                   Metadata={"sha256": hashlib.sha256(b"BBBBBBBBBB").hexdigest()})
+
+
+def test_cached_rewritten_object_fails_against_manifest(s3: Any, tmp_path: Path) -> None:
+    _committed_then_rewritten(s3, tmp_path)
     # one stage reads the key itself, through the node cache
     one = config([{"storage": "data", "path": "out/{item}/cube.txt", "cache": True}], [],
                  stage="one")
@@ -50,14 +55,7 @@ def test_cached_rewritten_object_fails_against_manifest(s3: Any, tmp_path: Path)
 
 
 def test_control_without_cache_it_is_caught(s3: Any, tmp_path: Path) -> None:
-    up = config([], [{"storage": "data", "path": "out/{item}/"}], stage="up")
-    p = Paths(tmp_path / "up")
-    c = Committer(up, p, ITEM, 1, stores(up, s3))
-    c.prepare()
-    write(p.outputs, "cube.txt", b"AAAAAAAAAA")
-    assert c.commit_success().ok
-    s3.put_object(Bucket=BUCKET, Key="proj/out/n1/cube.txt", Body=b"BBBBBBBBBB",
-                  Metadata={"sha256": hashlib.sha256(b"BBBBBBBBBB").hexdigest()})
+    _committed_then_rewritten(s3, tmp_path)
     man = config([{"storage": "data", "path": "out/{item}/", "cache": False}], [], stage="man")
     with pytest.raises(ChecksumError):
         stage_in(man, Paths(tmp_path / "man"), ITEM, stores(man, s3))

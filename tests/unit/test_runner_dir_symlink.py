@@ -1,7 +1,7 @@
 """A mounted storage whose input path goes through a symlink inside the prefix (a
-'latest' link to a run's folder, allowed by check_item_paths): DirStore.ls returns keys
-under the link's target, so the manifest is not found (the prefix is read as raw data)
-and the keys are cut at the wrong length."""
+'latest' link to a run's folder, allowed by check_item_paths): DirStore.ls names keys
+under the prefix as given, so the manifest is found and the names are whole. Before,
+they were under the link's target: the prefix read as raw data, names cut short."""
 from pathlib import Path
 
 from nightshift.aws.s3store import S3Store

@@ -21,7 +21,7 @@ from nightshift.runner.config import Item, Paths, RunnerConfig
 from nightshift.runner.manifest import ManifestError
 from nightshift.runner.stagein import stage_in
 from nightshift.runner.store import DirStore
-from tests.unit.runner_s3 import BUCKET, bucket, config, keys, stores, write
+from tests.unit.runner_s3 import BUCKET, bucket, config, keys, staged, stores, write
 
 ITEM = Item("n1", 0, 0)
 
@@ -29,11 +29,6 @@ ITEM = Item("n1", 0, 0)
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield from bucket(monkeypatch)
-
-
-def staged(paths: Paths) -> list[str]:
-    return sorted(p.relative_to(paths.inputs).as_posix()
-                  for p in paths.inputs.rglob("*") if p.is_file())
 
 
 def downstream() -> RunnerConfig:

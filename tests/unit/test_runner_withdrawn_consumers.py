@@ -14,7 +14,7 @@ from nightshift.runner.commit import Committer
 from nightshift.runner.config import Item, Paths, RunnerConfig
 from nightshift.runner.stagein import stage_in
 from nightshift.runner.store import DirStore
-from tests.unit.runner_s3 import bucket, config, stores, write
+from tests.unit.runner_s3 import bucket, config, staged, stores, write
 from tests.unit.test_containment import make_world, runner_cfg
 
 A, B = Item("a", 0, 0), Item("b", 1, 1)
@@ -24,11 +24,6 @@ N1 = Item("n1", 0, 0)
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield from bucket(monkeypatch)
-
-
-def staged(paths: Paths) -> list[str]:
-    return sorted(p.relative_to(paths.inputs).as_posix()
-                  for p in paths.inputs.rglob("*") if p.is_file())
 
 
 # --- 1. a consumer naming the parent prefix of all items' outputs --------------------------
@@ -79,11 +74,12 @@ def dir_world(tmp_path: Path) -> tuple[Path, RunnerConfig, dict[str, S3Store | D
 
 
 def attempt(cfg: RunnerConfig, st: dict[str, S3Store | DirStore], tmp_path: Path, n: int,
-            rel: str) -> Committer:
+            rel: str, data: bytes = b"data") -> Committer:
+    """Attempt n of item n1, prepared, its step having written `rel`."""
     p = Paths(tmp_path / f"a{n}")
     c = Committer(cfg, p, N1, n, st)
     c.prepare()
-    write(p.outputs, rel, b"data")
+    write(p.outputs, rel, data)
     return c
 
 

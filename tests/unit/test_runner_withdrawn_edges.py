@@ -16,7 +16,7 @@ from nightshift.runner.commit import Committer
 from nightshift.runner.config import Item, Paths
 from nightshift.runner.stagein import stage_in
 from nightshift.runner.store import DirStore, ObjectInfo
-from tests.unit.runner_s3 import bucket, config, stores, write
+from tests.unit.runner_s3 import bucket, config, staged, stores, write
 from tests.unit.test_containment import make_world, runner_cfg
 
 N1 = Item("n1", 0, 0)
@@ -25,11 +25,6 @@ N1 = Item("n1", 0, 0)
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     yield from bucket(monkeypatch)
-
-
-def staged(paths: Paths) -> list[str]:
-    return sorted(p.relative_to(paths.inputs).as_posix()
-                  for p in paths.inputs.rglob("*") if p.is_file())
 
 
 # --- 3. a stage whose input is (or holds) its own output prefix ----------------------------

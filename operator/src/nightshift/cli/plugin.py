@@ -227,18 +227,13 @@ def _records(run: Mapping[str, Any], stage: str | None) -> list[dict[str, Any]]:
     return [dict(recs.get(n) or {"name": n}) for n in order if stage in (None, n)]
 
 
-def _stage_spec(run: Mapping[str, Any], stage: str) -> Mapping[str, Any]:
-    return next((s for s in (run.get("spec") or {}).get("stages") or []
-                 if s.get("name") == stage), {})
-
-
 def _tolerate(run: Mapping[str, Any], stage: str) -> int | None:
-    tolerate = _stage_spec(run, stage).get("tolerateFailedItems")
+    tolerate = pi.stage_spec(run, stage).get("tolerateFailedItems")
     return None if tolerate is None else int(tolerate)
 
 
 def _batch(run: Mapping[str, Any], stage: str) -> int:
-    return int(_stage_spec(run, stage).get("batch") or 1)
+    return int(pi.stage_spec(run, stage).get("batch") or 1)
 
 
 def _view(ctx: Ctx, run: Mapping[str, Any], rec: Mapping[str, Any], total: int,
@@ -251,7 +246,7 @@ def _view(ctx: Ctx, run: Mapping[str, Any], rec: Mapping[str, Any], total: int,
     name = run["metadata"]["name"]
     selector = f"{names.LABEL_RUN}={name},{names.LABEL_STAGE}={stage}"
     jobs = ctx.kube.list("batch/v1", "Job", ctx.namespace, label_selector=selector)
-    if _stage_spec(run, stage).get("mpi"):
+    if pi.stage_spec(run, stage).get("mpi"):
         # An mpi stage runs as an MPIJob, read as the operator reads it (one item).
         try:
             jobs += [mpijob.as_job(m) for m in ctx.kube.list(
@@ -349,7 +344,7 @@ def cmd_logs(ctx: Ctx, args: argparse.Namespace) -> int:
                           args.attempt)
     except LookupError as e:
         raise PluginError(f"stage {args.stage}: {e}") from None
-    mpi = bool(_stage_spec(run, args.stage).get("mpi"))
+    mpi = bool(pi.stage_spec(run, args.stage).get("mpi"))
     pods = ctx.kube.list("v1", "Pod", ctx.namespace,
                          label_selector=pi.pod_selector(args.run, args.stage, where, mpi=mpi),
                          limit=POD_LIST_LIMIT)

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from nightshift.api.itemlookup import Item
 from nightshift.api.runnerwire import RunnerConfig
+from nightshift.cli import plugin_items as pi
 from nightshift.cli import plugin_records as prec
 from nightshift.kube import Kube
 from nightshift.pipelinerun.runnerparts import COMMIT_CONTAINER
@@ -48,8 +49,7 @@ def stage_rows(kube: Kube, namespace: str, run: Mapping[str, Any], record: Mappi
     from nightshift.runner.record import record_key
 
     stage, job_name = str(record.get("name")), record.get("jobName")
-    if any(s.get("name") == stage and s.get("mpi")
-           for s in (run.get("spec") or {}).get("stages") or []):
+    if pi.stage_spec(run, stage).get("mpi"):
         # Its MPIJob runs no runner (no inputs, outputs or archive per item).
         bar.console.print(f"stage {stage}: an mpi stage writes no task records; skipped",
                           style="dim", highlight=False, markup=False)

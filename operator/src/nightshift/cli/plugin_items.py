@@ -210,6 +210,12 @@ class Where:
     completion_index: int
 
 
+def stage_spec(run: Mapping[str, Any], stage: str) -> Mapping[str, Any]:
+    """The run's spec of one stage; {} if it has none by that name."""
+    return next((s for s in (run.get("spec") or {}).get("stages") or []
+                 if s.get("name") == stage), {})
+
+
 def locate(view: pg.StageView, index: int, attempt: int | None = None) -> Where:
     """The Job and completion index of item `index` in `attempt` (default: the latest
     attempt that ran it). Retry Jobs run only the items earlier attempts left, in

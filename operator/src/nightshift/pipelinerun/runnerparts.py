@@ -229,17 +229,15 @@ def output_overlaps(stage: Stage, where: str = "spec.stages[?]") -> list[str]:
     the same storage) equal to or inside another's: the two commits share a prefix, and
     the last `_SUCCESS` written would list only its own files, so the next stage would
     never read the other's."""
-    local = [(i, "" if (n := posixpath.normpath(d.local_path or ".")) == "." else n + "/")
-             for i, d in enumerate(stage.outputs)
+    local = [(i, _as_dir(d.local_path)) for i, d in enumerate(stage.outputs)
              if not (d.local_path.startswith("/") or ".." in d.local_path.split("/"))]
-    remote = [(i, f"{d.storage}:" + ("" if (n := posixpath.normpath(d.path or ".")) == "."
-                                      else n + "/")) for i, d in enumerate(stage.outputs)]
+    remote = [(i, f"{d.storage}:{_as_dir(d.path)}") for i, d in enumerate(stage.outputs)]
     out = []
-    for name, dirs, why in (
-            ("localPath", local, "its files would be committed twice, by both outputs; "
-             "give each output a directory of its own under outputs/ (e.g. "
+    for name, attr, dirs, why in (
+            ("localPath", "local_path", local, "its files would be committed twice, by "
+             "both outputs; give each output a directory of its own under outputs/ (e.g. "
              "outputs[{i}].localPath: main)"),
-            ("path", remote, "both would commit to one prefix, and the second _SUCCESS "
+            ("path", "path", remote, "both would commit to one prefix, and the second _SUCCESS "
              "would list only its own files; give each output a path of its own (e.g. "
              "out/{{item}}/main/ and out/{{item}}/logs/), or make them one output")):
         for j, inner in dirs:
@@ -249,14 +247,16 @@ def output_overlaps(stage: Stage, where: str = "spec.stages[?]") -> list[str]:
                 continue
             same = "directory" if name == "localPath" else "prefix"
             what = f"is the same {same} as" if dict(dirs)[outer_i] == inner else "lies inside"
-            mine, theirs = (getattr(stage.outputs[k], _attr(name)) for k in (j, outer_i))
+            mine, theirs = (getattr(stage.outputs[k], attr) for k in (j, outer_i))
             out.append(f"{where}.outputs[{j}].{name}: {mine!r} {what} outputs[{outer_i}]."
                        f"{name} {theirs!r}, so {why.format(i=outer_i)}")
     return out
 
 
-def _attr(name: str) -> str:
-    return "local_path" if name == "localPath" else "path"
+def _as_dir(path: str) -> str:
+    """A path as a folder to compare by prefix: normalised, "" for the top."""
+    n = posixpath.normpath(path or ".")
+    return "" if n == "." else n + "/"
 
 
 def _env(run: str, namespace: str, stage: Stage) -> list[dict[str, Any]]:

@@ -307,10 +307,10 @@ def fifo_signal(path: Path, message: str, stop: float = 3600.0,
         try:
             fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
         except OSError:  # ENXIO: no reader yet (the script is about to open it)
-            if cancel is not None and cancel.wait(0.1):
-                return False
             if cancel is None:
                 time.sleep(0.1)
+            elif cancel.wait(0.1):
+                return False
             continue
         try:
             os.write(fd, (message + "\n").encode())

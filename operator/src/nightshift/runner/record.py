@@ -121,7 +121,7 @@ def previous(store: S3Store | DirStore, key: str
         return (json.loads(raw) if raw else None), None
     except Exception as e:  # a missing or damaged old record must not fail the item
         log.warning("previous task record %s: %s", key, e)
-        return None, (e if http_status(e) == 403 or denied(e) else None)
+        return None, (e if _refused(e) else None)
 
 
 def check_readable(store: S3Store | DirStore, storage: str, key: str) -> None:
@@ -132,12 +132,17 @@ def check_readable(store: S3Store | DirStore, storage: str, key: str) -> None:
     try:
         store.get_bytes(key)
     except Exception as e:
-        if http_status(e) == 403 or denied(e):
+        if _refused(e):
             raise RefusedError(
                 f"archive ({storage}: {url(store, key)}): task record written but not "
                 f"readable, so attempts could not be counted: "
                 f"{storage_error(e, RECORDS_NEED)}") from e
         log.warning("reading back task record %s: %s", key, e)
+
+
+def _refused(e: BaseException) -> bool:
+    """The archive refused the pod (S3's 403, a mounted folder's permissions)."""
+    return http_status(e) == 403 or denied(e)
 
 
 def next_attempt(prev: dict[str, Any] | None, env: dict[str, str]) -> int:
