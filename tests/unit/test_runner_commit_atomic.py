@@ -57,7 +57,7 @@ def test_an_upload_failing_in_the_second_output_commits_neither(
                                         "proj/failed/cat/n1/attempt-1/y1.txt",
                                         "proj/failed/cat/n1/attempt-1/y2.txt"}
     # What the sidecar's record counts as failedOutputs.
-    assert com.undone is not None and com.undone.failed_keys == 3
+    assert res.failed_keys == 3
 
 
 def test_a_manifest_write_failing_takes_the_first_outputs_manifest_back(

@@ -84,7 +84,7 @@ def test_an_emptied_folder_is_not_removed_under_another_pods_upload(
         return real_copy(src, dst, *a, **k)
 
     monkeypatch.setattr(shutil, "copyfile", copy_after_pod1_settles)
-    res = cb.commit_success()  # the sidecar's safe() would turn a raise into exit 75
+    res = cb.commit_success()  # not ok: the item would exit 75
     assert res.ok
 
 

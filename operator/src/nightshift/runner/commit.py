@@ -74,8 +74,6 @@ class Committer:
         self.cfg = cfg
         self.item = item
         self.attempt = attempt
-        # What a commit that failed part-way saved the failed way (its record's counts).
-        self.undone: CommitResult | None = None
         self.outputs: list[Output] = []
         for i, ref in enumerate(cfg.outputs):
             st = cfg.storage(ref.storage)
@@ -197,8 +195,8 @@ class Committer:
     def commit_success(self) -> CommitResult:
         """Every output's files first, then the manifests: a consumer sees all of the
         item's outputs or none. On any error the manifests come back out and the outputs
-        go the failed way (commit_failure) before the error is raised: an item that
-        fails (exit 75) leaves nothing that looks committed."""
+        go the failed way (commit_failure), whose counts the failed result carries: an
+        item that fails (exit 75) leaves nothing that looks committed."""
         if empty := self.empty_required():
             # The item fails: what was interleaved into the other outputs comes back out.
             res = self.commit_failure()
@@ -224,9 +222,11 @@ class Committer:
                 res.files += len(files)
                 res.bytes += total
                 res.manifests.append(out.prefix + MANIFEST)
-        except Exception:
-            self._undo()
-            raise
+        except Exception as e:
+            log.exception("commit failed")
+            res = self._undo()
+            res.ok, res.error = False, storage_error(e)
+            return res
         for out in self.outputs:
             try:  # what it lists is deleted; one left over is read again and is harmless
                 out.store.delete([out.prefix + WITHDRAWN])
@@ -251,7 +251,7 @@ class Committer:
             del out.uploaded[r]
         self._upload(out, self._changed(out), out.prefix)
 
-    def _undo(self) -> None:
+    def _undo(self) -> CommitResult:
         """A commit that failed part-way: every output's manifest out (also one whose
         write failed after all, its answer lost; prepare withdrew the old ones), then
         the failed way. Errors here are logged: the commit's own error is the one the
@@ -263,9 +263,10 @@ class Committer:
                 log.exception("outputs[%d]: withdrawing %s%s after a failed commit",
                               out.index, out.prefix, MANIFEST)
         try:
-            self.undone = self.commit_failure()
+            return self.commit_failure()
         except Exception:
             log.exception("saving the outputs of a failed commit")
+            return CommitResult(ok=False)
 
     def _said_empty(self, out: Output) -> str:
         where = "$NIGHTSHIFT_OUTPUTS" + (f"/{out.ref.local_path}" if out.ref.local_path else "")

@@ -136,8 +136,6 @@ class Sidecar:
             res = CommitResult(ok=False, error=f"storage unreachable: {self.prepare_error}")
         elif rc == 0:
             res = safe(self.committer.commit_success, "commit")
-            if (undone := self.committer.undone) is not None:  # saved the failed way
-                res.failed_keys, res.bytes = undone.failed_keys, undone.bytes
         else:
             res = safe(self.committer.commit_failure, "saving failed outputs")
         phase = "succeeded" if rc == 0 and res.ok else "failed"
