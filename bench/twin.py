@@ -1,0 +1,298 @@
+"""Fan-out pairs run at the same time on twin clusters, one per core (not part of CI).
+
+bench/fanout.py runs a pair's two sides one after the other, so a change in the host's
+speed between them (a hypervisor's steal, a neighbour) lands on one side only: on this
+2-core VM its A/A sets, both sides the same pods, spread from 0.87 to 1.09, wider than
+the 5 % the fan-out goal asks to resolve. Here the two sides of a pair run at once, on
+two local clusters each pinned to one core (every part, the bench's poller and the
+operator under `taskset`), so whatever slows the host slows both; the sides swap cores
+from pair to pair, so a faster core favours neither. Each side has the machine's other
+core's work as "other" in its CPU split, not its own.
+
+    .venv/bin/nightshift-localcluster down              # the usual cluster: cores free
+    .venv/bin/python bench/twin.py --up --sizes 3000 --baseline full   # A/A: the bed
+    .venv/bin/python bench/twin.py --sizes 3000 10000                  # bare / run
+    .venv/bin/python bench/twin.py --down
+
+`--up` starts (or restarts) the twins in .localcluster-twin-0 and -1 (no real node);
+`--down` stops them after the sizes. Sides are timed as in bench/fanout.py (create call
+to the Job's Complete or the run's Succeeded, polled every 0.25 s); each pair's ratio is
+bare / PipelineRun, the median over pairs is the speed ratio. Results go to
+bench/results/twin-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jobbench
+import runside
+from jobbench import ROOT, console, prepared, results_path, run_job, stats
+from jobvariants import only, rendered_job
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from runside import NS_JOB, NS_RUN, drain_run, peak_rss_mb, run_pipelinerun, start_operator
+
+CLI = Path(sys.executable).parent / "nightshift-localcluster"
+CORES = (0, 1)
+
+
+def twin_env(core: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    return env | {"NIGHTSHIFT_LOCALCLUSTER_DIR": str(ROOT / f".localcluster-twin-{core}")}
+
+
+def cluster(core: int, *args: str) -> None:
+    """`nightshift-localcluster ARGS` for the twin on `core`, pinned to it: every part
+    it starts inherits the affinity (and Go sizes GOMAXPROCS to it)."""
+    r = subprocess.run(["taskset", "-c", str(core), str(CLI), *args], env=twin_env(core),
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise RuntimeError(f"twin {core}: nightshift-localcluster {' '.join(args)} failed "
+                           f"(rc {r.returncode}):\n{r.stdout}{r.stderr}")
+
+
+def pinned(core: int) -> dict[str, str]:
+    """Each part of the twin on `core` and the cores it may run on (as /proc says)."""
+    state = json.loads((ROOT / f".localcluster-twin-{core}" / "state.json").read_text())
+    out = {}
+    for p in state["processes"]:
+        status = Path(f"/proc/{p['pid']}/status").read_text()
+        out[p["name"]] = next(line.split()[1] for line in status.splitlines()
+                              if line.startswith("Cpus_allowed_list"))
+    return out
+
+
+# -- one side, in a process pinned to its twin's core ----------------------------------
+
+def side(args: argparse.Namespace) -> int:
+    """Prepare, say READY, wait for GO on stdin, run, say RESULT <json>. Everything else
+    this process prints goes to stderr; the protocol has stdout to itself."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+
+    def say(line: str) -> None:
+        proto.write(line + "\n")
+
+    def report_progress(label: str, total: int) -> Any:
+        last = [-1]
+
+        def update(done: int) -> None:
+            if done != last[0]:
+                last[0] = done
+                say(f"PROGRESS {done}")
+        return _Yield(update)
+
+    # The runs' progress bars become protocol lines the parent draws for both sides.
+    jobbench.progress = report_progress
+    runside.progress = report_progress  # type: ignore[attr-defined]
+    n, label = args.items, f"pair {args.pair} {args.side} on core {args.core}"
+    bench = prepared(args.nodes, (NS_JOB, NS_RUN))
+    bench.drain(NS_JOB)
+    drain_run(bench)
+    op = start_operator(bench) if args.side == "run" else None
+    if op is not None:
+        bench.pids["operator"] = op.pid  # its CPU in the side's split, not in "other"
+    job, cms = rendered_job(n, NS_JOB, args.task_seconds)
+    if args.baseline == "bare":
+        job, cms = only(job, []), []
+    bench.quiet()
+    say("READY")
+    if sys.stdin.readline().strip() != "GO":
+        return 1
+    timeout = max(600.0, n / 2)
+    try:
+        extra: dict[str, Any] = {}
+        if args.side == "run":
+            t, extra = run_pipelinerun(bench, n, args.task_seconds, label, timeout)
+        else:
+            t = run_job(bench, job, cms, label, timeout)
+    finally:
+        rss = None
+        if op is not None:
+            rss = round(peak_rss_mb(op.pid), 1)
+            op.send_signal(signal.SIGTERM)
+            op.wait(30)
+    say("RESULT " + json.dumps({
+        "done_s": t.done_s, "last_create_s": t.last_create_s, "cpu_s": t.cpu,
+        "pod_work": t.pod_work, "host": t.host, "operator_peak_rss_mb": rss,
+        "load_start": t.load_start, "load_end": t.load_end, **extra}))
+    return 0
+
+
+class _Yield:
+    """A context manager that yields a callable (jobbench.progress's shape)."""
+
+    def __init__(self, update: Any) -> None:
+        self.update = update
+
+    def __enter__(self) -> Any:
+        return self.update
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# -- the parent: both sides of a pair at once ------------------------------------------
+
+class Side:
+    def __init__(self, core: int, role: str, pair: int, args: argparse.Namespace,
+                 n: int, log: IO[str]) -> None:
+        argv = ["taskset", "-c", str(core), sys.executable, str(Path(__file__).resolve()),
+                "--side", role, "--core", str(core), "--pair", str(pair), "--items", str(n),
+                "--task-seconds", str(args.task_seconds), "--nodes", str(args.nodes),
+                "--baseline", args.baseline]
+        self.core, self.role, self.done = core, role, 0
+        self.result: dict[str, Any] | None = None
+        self.ready = threading.Event()
+        self.proc = subprocess.Popen(argv, env=twin_env(core), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=log, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            word, _, rest = line.strip().partition(" ")
+            if word == "READY":
+                self.ready.set()
+            elif word == "PROGRESS":
+                self.done = int(rest)
+            elif word == "RESULT":
+                self.result = json.loads(rest)
+        self.ready.set()  # ended: never leave the parent waiting
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("GO\n")
+        self.proc.stdin.flush()
+
+
+def one_pair(args: argparse.Namespace, n: int, pair: int, log: IO[str]) -> dict[str, Any]:
+    # Pair 1: core 0 runs the Job, core 1 the PipelineRun; then they swap.
+    roles = ("job", "run") if pair % 2 == 1 else ("run", "job")
+    sides = [Side(core, role, pair, args, n, log) for core, role in zip(CORES, roles,
+                                                                         strict=True)]
+    for s in sides:
+        s.ready.wait()
+    if any(s.proc.poll() is not None for s in sides):
+        for s in sides:
+            s.proc.kill()
+        raise RuntimeError(f"pair {pair}: a side ended before the start; see its log")
+    for s in sides:
+        s.go()
+    with Progress(TextColumn("  {task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        tasks = {s.role: bar.add_task(f"pair {pair} {s.role} (core {s.core})", total=n)
+                 for s in sides}
+        while any(s.proc.poll() is None for s in sides):
+            for s in sides:
+                bar.update(tasks[s.role], completed=s.done)
+            threading.Event().wait(1)
+    for s in sides:
+        s.reader.join(10)
+        if s.proc.returncode != 0 or s.result is None:
+            raise RuntimeError(f"pair {pair}: the {s.role} side on core {s.core} failed "
+                               f"(rc {s.proc.returncode}); see {log.name}")
+    by_role = {s.role: s.result | {"core": s.core} for s in sides if s.result}
+    ratio = round(by_role["job"]["done_s"] / by_role["run"]["done_s"], 3)
+    console.print(f"  pair {pair}: {args.baseline} Job {by_role['job']['done_s']:.1f} s "
+                  f"(core {by_role['job']['core']}), PipelineRun "
+                  f"{by_role['run']['done_s']:.1f} s (core {by_role['run']['core']}): "
+                  f"ratio {ratio}")
+    return {"pair": pair, "ratio": ratio, **by_role}
+
+
+def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pairs' ratios, their median (the goal's measure), and the two figures the
+    core swap gives: `balanced_ratio`, the geometric mean of the Job-on-core-0 and the
+    Job-on-core-1 pairs' geometric means (a faster core cancels out), and `core_effect`,
+    a side's speed on core 0 over its speed on core 1 (1.0: the cores are alike).
+    Both need a pair each way; None otherwise."""
+    ratios = [float(p["ratio"]) for p in pairs]
+    each = {core: [float(p["ratio"]) for p in pairs if p["job"]["core"] == core]
+            for core in CORES}
+    out: dict[str, Any] = {"pair_ratio": ratios, "speed_ratio": round(stats(ratios)[1], 3),
+                           "ratio_range": [min(ratios), max(ratios)],
+                           "balanced_ratio": None, "core_effect": None}
+    if all(each.values()):
+        gm = {core: statistics.geometric_mean(v) for core, v in each.items()}
+        out["balanced_ratio"] = round(math.sqrt(gm[0] * gm[1]), 3)
+        # A ratio is Job time / run time: with core 0 k times slower, the pairs with the
+        # Job on core 0 read k times the true ratio and the others 1/k times it.
+        out["core_effect"] = round(math.sqrt(gm[1] / gm[0]), 3)
+    return out
+
+
+def _fig(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[3000])
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--task-seconds", type=float, default=1.0)
+    ap.add_argument("--nodes", type=int, default=20, help="KWOK nodes in each twin")
+    ap.add_argument("--baseline", choices=("bare", "full"), default="bare",
+                    help="the Job beside the PipelineRun: the bare Job (the goal's measure) "
+                         "or the run's own Job unchanged (A/A: the bed's own spread)")
+    ap.add_argument("--up", action="store_true",
+                    help="start the twins first (restarted if running), one per core")
+    ap.add_argument("--down", action="store_true", help="stop the twins at the end")
+    ap.add_argument("--side", choices=("job", "run"), help=argparse.SUPPRESS)
+    ap.add_argument("--core", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--pair", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--items", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.side:
+        return side(args)
+    if len(os.sched_getaffinity(0)) < len(CORES):
+        ap.error("the twins need two cores")
+    if args.up:
+        for core in CORES:
+            cluster(core, "down")
+            cluster(core, "up", "--no-real-node")
+    for core in CORES:
+        if not (ROOT / f".localcluster-twin-{core}" / "state.json").is_file():
+            ap.error(f"twin {core} is not running: start both with --up")
+    pins = {core: pinned(core) for core in CORES}
+    console.print(f"twins pinned: {pins}")
+    path = results_path("twin")
+    log_path = path.with_suffix(".log")
+    results = []
+    with log_path.open("w") as log:
+        for n in args.sizes:
+            console.print(f"[bold]{n:,} items of {args.task_seconds:g} s[/], {args.baseline} "
+                          f"Job and PipelineRun at once, {args.pairs} pairs")
+            pairs = [one_pair(args, n, p, log) for p in range(1, args.pairs + 1)]
+            results.append({"items": n, "baseline": args.baseline, "pairs": pairs,
+                            **summary(pairs)})
+            r = results[-1]
+            console.print(f"  {n:,} items: speed ratio {r['speed_ratio']:.3f} (pairs "
+                          f"{r['pair_ratio']}); balanced over the cores "
+                          f"{_fig(r['balanced_ratio'])}, core 0 / core 1 "
+                          f"{_fig(r['core_effect'])}")
+            path.write_text(json.dumps({"results": results, "pins": pins,
+                                        "nodes": args.nodes}, indent=2))
+    if args.down:
+        for core in CORES:
+            cluster(core, "down")
+    console.print(f"results: {path} (the sides' output: {log_path})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

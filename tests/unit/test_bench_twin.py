@@ -1,0 +1,40 @@
+"""The twin-cluster fan-out bench's summary (bench/twin.py): the core swap cancels a
+faster core."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from twin import summary
+
+
+def pair(n: int, job_core: int, job_s: float, run_s: float) -> dict[str, Any]:
+    return {"pair": n, "ratio": round(job_s / run_s, 3),
+            "job": {"core": job_core, "done_s": job_s},
+            "run": {"core": 1 - job_core, "done_s": run_s}}
+
+
+def test_a_slower_core_cancels_out_of_the_balanced_ratio() -> None:
+    # The run's pods cost 4 % more; core 0 is 10 % slower than core 1.
+    true, slow = 1 / 1.04, 1.10
+    pairs = [pair(1, 0, 100 * slow, 100 / true), pair(2, 1, 100, 100 * slow / true),
+             pair(3, 0, 100 * slow, 100 / true), pair(4, 1, 100, 100 * slow / true)]
+    out = summary(pairs)
+    assert out["balanced_ratio"] == pytest.approx(true, abs=0.002)
+    assert out["core_effect"] == pytest.approx(1 / slow, abs=0.002)
+    # The median of the raw pairs sits between the two cores' readings.
+    assert out["pair_ratio"] == [1.058, 0.874, 1.058, 0.874]
+    assert out["speed_ratio"] == pytest.approx((1.058 + 0.874) / 2, abs=0.001)
+    assert out["ratio_range"] == [0.874, 1.058]
+
+
+def test_pairs_all_one_way_give_no_balanced_figure() -> None:
+    out = summary([pair(1, 0, 100, 100), pair(2, 0, 98, 100)])
+    assert out["balanced_ratio"] is None and out["core_effect"] is None
+    assert out["speed_ratio"] == 0.99
