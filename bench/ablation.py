@@ -84,19 +84,19 @@ DEFAULT = ["bare", "+policies", "+volumes", "+labels+annotations", "+wrapper+env
 
 
 # Real containers: the step prints its item (empty without run.sh, which sets it).
-REAL_STEP = {"image": "nightshift-runner:dev",
-             "steps": [{"name": "main",
-                        "command": ["sh", "-c", 'echo "item=${NIGHTSHIFT_ITEM-}"']}]}
+REAL_STEP: dict[str, Any] = {
+    "image": "nightshift-runner:dev",
+    "steps": [{"name": "main", "command": ["sh", "-c", 'echo "item=${NIGHTSHIFT_ITEM-}"']}]}
 
 
-def variant_job(name: str, n: int, task_s: float, **stage: Any
+def variant_job(name: str, n: int, task_s: float, namespace: str = NAMESPACE, **stage: Any
                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if name == "full+resources":
-        return rendered_job(n, NAMESPACE, task_s, **stage,
+        return rendered_job(n, namespace, task_s, **stage,
                             resources={"requests": {"cpu": "100m", "memory": "64Mi"}})
     if name == "full+affinity":
-        return rendered_job(n, NAMESPACE, task_s, virtual_cluster="bench-vc", **stage)
-    job, cms = rendered_job(n, NAMESPACE, task_s, **stage)
+        return rendered_job(n, namespace, task_s, virtual_cluster="bench-vc", **stage)
+    job, cms = rendered_job(n, namespace, task_s, **stage)
     keep = VARIANTS[name]
     if keep is None:
         return job, cms

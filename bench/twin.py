@@ -12,13 +12,15 @@ core's work as "other" in its CPU split, not its own.
     .venv/bin/nightshift-localcluster down              # the usual cluster: cores free
     .venv/bin/python bench/twin.py --up --sizes 3000 --baseline full   # A/A: the bed
     .venv/bin/python bench/twin.py --sizes 3000 10000                  # bare / run
+    .venv/bin/python bench/twin.py --sizes 10000 --variants bare +perIndex  # two Jobs
     .venv/bin/python bench/twin.py --down
 
 `--up` starts (or restarts) the twins in .localcluster-twin-0 and -1 (no real node);
 `--down` stops them after the sizes. Sides are timed as in bench/fanout.py (create call
 to the Job's Complete or the run's Succeeded, polled every 0.25 s); each pair's ratio is
-bare / PipelineRun, the median over pairs is the speed ratio. Results go to
-bench/results/twin-<time>.json.
+bare / PipelineRun, the median over pairs is the speed ratio. `--variants A B` pairs two
+Jobs of bench/ablation.py's variants instead (ratio A / B): the ablation, resolved.
+Results go to bench/results/twin-<time>.json.
 """
 
 from __future__ import annotations
@@ -39,13 +41,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jobbench
 import runside
+from ablation import VARIANTS, variant_job
 from jobbench import ROOT, console, prepared, results_path, run_job, stats
-from jobvariants import only, rendered_job
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from runside import NS_JOB, NS_RUN, drain_run, peak_rss_mb, run_pipelinerun, start_operator
 
 CLI = Path(sys.executable).parent / "nightshift-localcluster"
 CORES = (0, 1)
+# Variants a twin can run as they are (padding needs a dry run, affinity a VirtualCluster).
+TWIN_VARIANTS = tuple(v for v in VARIANTS if v not in ("bare+padding", "bare+fields",
+                                                        "full+affinity"))
 
 
 def twin_env(core: int) -> dict[str, str]:
@@ -104,9 +109,8 @@ def side(args: argparse.Namespace) -> int:
     op = start_operator(bench) if args.side == "run" else None
     if op is not None:
         bench.pids["operator"] = op.pid  # its CPU in the side's split, not in "other"
-    job, cms = rendered_job(n, NS_JOB, args.task_seconds)
-    if args.baseline == "bare":
-        job, cms = only(job, []), []
+    job, cms = ({}, []) if args.side == "run" else variant_job(args.side, n, args.task_seconds,
+                                                                 NS_JOB)
     bench.quiet()
     say("READY")
     if sys.stdin.readline().strip() != "GO":
@@ -147,13 +151,12 @@ class _Yield:
 # -- the parent: both sides of a pair at once ------------------------------------------
 
 class Side:
-    def __init__(self, core: int, role: str, pair: int, args: argparse.Namespace,
+    def __init__(self, core: int, role: str, name: str, pair: int, args: argparse.Namespace,
                  n: int, log: IO[str]) -> None:
         argv = ["taskset", "-c", str(core), sys.executable, str(Path(__file__).resolve()),
-                "--side", role, "--core", str(core), "--pair", str(pair), "--items", str(n),
-                "--task-seconds", str(args.task_seconds), "--nodes", str(args.nodes),
-                "--baseline", args.baseline]
-        self.core, self.role, self.done = core, role, 0
+                "--side", name, "--core", str(core), "--pair", str(pair), "--items", str(n),
+                "--task-seconds", str(args.task_seconds), "--nodes", str(args.nodes)]
+        self.core, self.role, self.name, self.done = core, role, name, 0
         self.result: dict[str, Any] | None = None
         self.ready = threading.Event()
         self.proc = subprocess.Popen(argv, env=twin_env(core), stdin=subprocess.PIPE,
@@ -179,11 +182,14 @@ class Side:
         self.proc.stdin.flush()
 
 
-def one_pair(args: argparse.Namespace, n: int, pair: int, log: IO[str]) -> dict[str, Any]:
-    # Pair 1: core 0 runs the Job, core 1 the PipelineRun; then they swap.
-    roles = ("job", "run") if pair % 2 == 1 else ("run", "job")
-    sides = [Side(core, role, pair, args, n, log) for core, role in zip(CORES, roles,
-                                                                         strict=True)]
+def one_pair(args: argparse.Namespace, n: int, pair: int, log: IO[str],
+             names: tuple[str, str]) -> dict[str, Any]:
+    """`names`: the first side (a Job variant) and the second (a variant, or "run", the
+    PipelineRun); pair 1 has the first on core 0, then they swap."""
+    roles = ("first", "second") if pair % 2 == 1 else ("second", "first")
+    named = dict(zip(("first", "second"), names, strict=True))
+    sides = [Side(core, role, named[role], pair, args, n, log)
+             for core, role in zip(CORES, roles, strict=True)]
     for s in sides:
         s.ready.wait()
     if any(s.proc.poll() is not None for s in sides):
@@ -195,7 +201,7 @@ def one_pair(args: argparse.Namespace, n: int, pair: int, log: IO[str]) -> dict[
     with Progress(TextColumn("  {task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
-        tasks = {s.role: bar.add_task(f"pair {pair} {s.role} (core {s.core})", total=n)
+        tasks = {s.role: bar.add_task(f"pair {pair} {s.name} (core {s.core})", total=n)
                  for s in sides}
         while any(s.proc.poll() is None for s in sides):
             for s in sides:
@@ -204,25 +210,27 @@ def one_pair(args: argparse.Namespace, n: int, pair: int, log: IO[str]) -> dict[
     for s in sides:
         s.reader.join(10)
         if s.proc.returncode != 0 or s.result is None:
-            raise RuntimeError(f"pair {pair}: the {s.role} side on core {s.core} failed "
+            raise RuntimeError(f"pair {pair}: the {s.name} side on core {s.core} failed "
                                f"(rc {s.proc.returncode}); see {log.name}")
-    by_role = {s.role: s.result | {"core": s.core} for s in sides if s.result}
-    ratio = round(by_role["job"]["done_s"] / by_role["run"]["done_s"], 3)
-    console.print(f"  pair {pair}: {args.baseline} Job {by_role['job']['done_s']:.1f} s "
-                  f"(core {by_role['job']['core']}), PipelineRun "
-                  f"{by_role['run']['done_s']:.1f} s (core {by_role['run']['core']}): "
-                  f"ratio {ratio}")
+    by_role = {s.role: s.result | {"side": s.name, "core": s.core}
+               for s in sides if s.result}
+    first, second = by_role["first"], by_role["second"]
+    ratio = round(first["done_s"] / second["done_s"], 3)
+    console.print(f"  pair {pair}: {first['side']} {first['done_s']:.1f} s (core "
+                  f"{first['core']}), {second['side']} {second['done_s']:.1f} s (core "
+                  f"{second['core']}): ratio {ratio}")
     return {"pair": pair, "ratio": ratio, **by_role}
 
 
 def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     """The pairs' ratios, their median (the goal's measure), and the two figures the
-    core swap gives: `balanced_ratio`, the geometric mean of the Job-on-core-0 and the
-    Job-on-core-1 pairs' geometric means (a faster core cancels out), and `core_effect`,
+    core swap gives: `balanced_ratio`, the geometric mean of the first-side-on-core-0
+    and the first-side-on-core-1 pairs' geometric means (a faster core cancels out),
+    and `core_effect`,
     a side's speed on core 0 over its speed on core 1 (1.0: the cores are alike).
     Both need a pair each way; None otherwise."""
     ratios = [float(p["ratio"]) for p in pairs]
-    each = {core: [float(p["ratio"]) for p in pairs if p["job"]["core"] == core]
+    each = {core: [float(p["ratio"]) for p in pairs if p["first"]["core"] == core]
             for core in CORES}
     out: dict[str, Any] = {"pair_ratio": ratios, "speed_ratio": round(stats(ratios)[1], 3),
                            "ratio_range": [min(ratios), max(ratios)],
@@ -230,8 +238,8 @@ def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     if all(each.values()):
         gm = {core: statistics.geometric_mean(v) for core, v in each.items()}
         out["balanced_ratio"] = round(math.sqrt(gm[0] * gm[1]), 3)
-        # A ratio is Job time / run time: with core 0 k times slower, the pairs with the
-        # Job on core 0 read k times the true ratio and the others 1/k times it.
+        # A ratio is first / second time: with core 0 k times slower, the pairs with the
+        # first side on core 0 read k times the true ratio and the others 1/k times it.
         out["core_effect"] = round(math.sqrt(gm[1] / gm[0]), 3)
     return out
 
@@ -252,13 +260,21 @@ def main() -> int:
     ap.add_argument("--up", action="store_true",
                     help="start the twins first (restarted if running), one per core")
     ap.add_argument("--down", action="store_true", help="stop the twins at the end")
-    ap.add_argument("--side", choices=("job", "run"), help=argparse.SUPPRESS)
+    ap.add_argument("--variants", nargs=2, metavar=("A", "B"),
+                    help="two Jobs instead of the Job and the run: bench/ablation.py's "
+                         f"variants ({', '.join(TWIN_VARIANTS)}); ratio A / B")
+    ap.add_argument("--side", choices=(*TWIN_VARIANTS, "run"), help=argparse.SUPPRESS)
     ap.add_argument("--core", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--pair", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--items", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.side:
         return side(args)
+    names = tuple(args.variants or (args.baseline, "run"))
+    for name in names:
+        if name not in (*TWIN_VARIANTS, "run"):
+            ap.error(f"--variants: {name!r} is not a variant here; use one of "
+                     f"{', '.join(TWIN_VARIANTS)} (bench/ablation.py --list)")
     if len(os.sched_getaffinity(0)) < len(CORES):
         ap.error("the twins need two cores")
     if args.up:
@@ -275,10 +291,10 @@ def main() -> int:
     results = []
     with log_path.open("w") as log:
         for n in args.sizes:
-            console.print(f"[bold]{n:,} items of {args.task_seconds:g} s[/], {args.baseline} "
-                          f"Job and PipelineRun at once, {args.pairs} pairs")
-            pairs = [one_pair(args, n, p, log) for p in range(1, args.pairs + 1)]
-            results.append({"items": n, "baseline": args.baseline, "pairs": pairs,
+            console.print(f"[bold]{n:,} items of {args.task_seconds:g} s[/], {names[0]} "
+                          f"and {names[1]} at once, {args.pairs} pairs")
+            pairs = [one_pair(args, n, p, log, names) for p in range(1, args.pairs + 1)]
+            results.append({"items": n, "sides": names, "pairs": pairs,
                             **summary(pairs)})
             r = results[-1]
             console.print(f"  {n:,} items: speed ratio {r['speed_ratio']:.3f} (pairs "

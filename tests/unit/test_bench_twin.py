@@ -16,8 +16,8 @@ from twin import summary
 
 def pair(n: int, job_core: int, job_s: float, run_s: float) -> dict[str, Any]:
     return {"pair": n, "ratio": round(job_s / run_s, 3),
-            "job": {"core": job_core, "done_s": job_s},
-            "run": {"core": 1 - job_core, "done_s": run_s}}
+            "first": {"side": "bare", "core": job_core, "done_s": job_s},
+            "second": {"side": "run", "core": 1 - job_core, "done_s": run_s}}
 
 
 def test_a_slower_core_cancels_out_of_the_balanced_ratio() -> None:
@@ -38,3 +38,14 @@ def test_pairs_all_one_way_give_no_balanced_figure() -> None:
     out = summary([pair(1, 0, 100, 100), pair(2, 0, 98, 100)])
     assert out["balanced_ratio"] is None and out["core_effect"] is None
     assert out["speed_ratio"] == 0.99
+
+
+def test_a_variant_name_that_is_not_one_is_refused_with_the_list(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import twin
+    monkeypatch.setattr(sys, "argv", ["twin.py", "--variants", "bare", "+nothing"])
+    with pytest.raises(SystemExit) as e:
+        twin.main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "'+nothing' is not a variant here" in err and "+perIndex" in err
