@@ -83,8 +83,9 @@ def nodes(count: int) -> list[dict[str, Any]]:
 
 # -- the cluster -----------------------------------------------------------------------
 
-def part_pids(lay: Any) -> dict[str, int]:
-    state = json.loads((lay.state / "state.json").read_text())
+def part_pids(state_dir: Path) -> dict[str, int]:
+    """Each part of the local cluster whose state directory this is, and its PID."""
+    state = json.loads((state_dir / "state.json").read_text())
     return {p["name"]: int(p["pid"]) for p in state["processes"]}
 
 
@@ -115,7 +116,7 @@ class Bench:
         self.layout = layout()
         self.kube = Kube.from_env(str(self.layout.kubeconfig))
         self.audit = Audit(self.layout.logs / "audit.log")
-        self.pids = part_pids(self.layout)
+        self.pids = part_pids(self.layout.state)
         self.nice = 0  # the cluster's parts' nice value, as renice() last set it
         self.profile: Window | None = None  # --profile: CPU profiles in every run
         self.stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -26,6 +26,7 @@ Results go to bench/results/twin-<time>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -34,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -42,40 +44,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jobbench
 import runside
 from ablation import VARIANTS, variant_job
-from jobbench import ROOT, console, prepared, results_path, run_job, stats
+from freshcluster import localcluster
+from jobbench import ROOT, Timed, console, part_pids, prepared, results_path, run_job, stats
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from runside import NS_JOB, NS_RUN, drain_run, peak_rss_mb, run_pipelinerun, start_operator
 
-CLI = Path(sys.executable).parent / "nightshift-localcluster"
 CORES = (0, 1)
 # Variants a twin can run as they are (padding needs a dry run, affinity a VirtualCluster).
 TWIN_VARIANTS = tuple(v for v in VARIANTS if v not in ("bare+padding", "bare+fields",
                                                         "full+affinity"))
 
 
+def twin_dir(core: int) -> Path:
+    return ROOT / f".localcluster-twin-{core}"
+
+
 def twin_env(core: int) -> dict[str, str]:
+    """The environment that points the local cluster's tools at the twin on `core`."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    return env | {"NIGHTSHIFT_LOCALCLUSTER_DIR": str(ROOT / f".localcluster-twin-{core}")}
+    return env | {"NIGHTSHIFT_LOCALCLUSTER_DIR": str(twin_dir(core))}
 
 
 def cluster(core: int, *args: str) -> None:
     """`nightshift-localcluster ARGS` for the twin on `core`, pinned to it: every part
     it starts inherits the affinity (and Go sizes GOMAXPROCS to it)."""
-    r = subprocess.run(["taskset", "-c", str(core), str(CLI), *args], env=twin_env(core),
-                       capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        raise RuntimeError(f"twin {core}: nightshift-localcluster {' '.join(args)} failed "
-                           f"(rc {r.returncode}):\n{r.stdout}{r.stderr}")
+    localcluster(*args, env={"NIGHTSHIFT_LOCALCLUSTER_DIR": str(twin_dir(core))},
+                 prefix=("taskset", "-c", str(core)))
 
 
 def pinned(core: int) -> dict[str, str]:
     """Each part of the twin on `core` and the cores it may run on (as /proc says)."""
-    state = json.loads((ROOT / f".localcluster-twin-{core}" / "state.json").read_text())
     out = {}
-    for p in state["processes"]:
-        status = Path(f"/proc/{p['pid']}/status").read_text()
-        out[p["name"]] = next(line.split()[1] for line in status.splitlines()
-                              if line.startswith("Cpus_allowed_list"))
+    for name, pid in part_pids(twin_dir(core)).items():
+        status = Path(f"/proc/{pid}/status").read_text()
+        out[name] = next(line.split()[1] for line in status.splitlines()
+                         if line.startswith("Cpus_allowed_list"))
     return out
 
 
@@ -97,7 +100,7 @@ def side(args: argparse.Namespace) -> int:
             if done != last[0]:
                 last[0] = done
                 say(f"PROGRESS {done}")
-        return _Yield(update)
+        return contextlib.nullcontext(update)
 
     # The runs' progress bars become protocol lines the parent draws for both sides.
     jobbench.progress = report_progress
@@ -106,22 +109,25 @@ def side(args: argparse.Namespace) -> int:
     bench = prepared(args.nodes, (NS_JOB, NS_RUN))
     bench.drain(NS_JOB)
     drain_run(bench)
-    op = start_operator(bench) if args.side == "run" else None
-    if op is not None:
+    timeout = max(600.0, n / 2)
+    op = None
+    if args.side == "run":
+        op = start_operator(bench)
         bench.pids["operator"] = op.pid  # its CPU in the side's split, not in "other"
-    job, cms = ({}, []) if args.side == "run" else variant_job(args.side, n, args.task_seconds,
-                                                                 NS_JOB)
+
+        def timed() -> tuple[Timed, dict[str, Any]]:
+            return run_pipelinerun(bench, n, args.task_seconds, label, timeout)
+    else:
+        job, cms = variant_job(args.side, n, args.task_seconds, NS_JOB)
+
+        def timed() -> tuple[Timed, dict[str, Any]]:
+            return run_job(bench, job, cms, label, timeout), {}
     bench.quiet()
     say("READY")
     if sys.stdin.readline().strip() != "GO":
         return 1
-    timeout = max(600.0, n / 2)
     try:
-        extra: dict[str, Any] = {}
-        if args.side == "run":
-            t, extra = run_pipelinerun(bench, n, args.task_seconds, label, timeout)
-        else:
-            t = run_job(bench, job, cms, label, timeout)
+        t, extra = timed()
     finally:
         rss = None
         if op is not None:
@@ -133,19 +139,6 @@ def side(args: argparse.Namespace) -> int:
         "pod_work": t.pod_work, "host": t.host, "operator_peak_rss_mb": rss,
         "load_start": t.load_start, "load_end": t.load_end, **extra}))
     return 0
-
-
-class _Yield:
-    """A context manager that yields a callable (jobbench.progress's shape)."""
-
-    def __init__(self, update: Any) -> None:
-        self.update = update
-
-    def __enter__(self) -> Any:
-        return self.update
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 # -- the parent: both sides of a pair at once ------------------------------------------
@@ -206,7 +199,7 @@ def one_pair(args: argparse.Namespace, n: int, pair: int, log: IO[str],
         while any(s.proc.poll() is None for s in sides):
             for s in sides:
                 bar.update(tasks[s.role], completed=s.done)
-            threading.Event().wait(1)
+            time.sleep(1)
     for s in sides:
         s.reader.join(10)
         if s.proc.returncode != 0 or s.result is None:
@@ -226,8 +219,8 @@ def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     """The pairs' ratios, their median (the goal's measure), and the two figures the
     core swap gives: `balanced_ratio`, the geometric mean of the first-side-on-core-0
     and the first-side-on-core-1 pairs' geometric means (a faster core cancels out),
-    and `core_effect`,
-    a side's speed on core 0 over its speed on core 1 (1.0: the cores are alike).
+    and `core_effect`, a side's speed on core 0 over its speed on core 1 (1.0: the
+    cores are alike).
     Both need a pair each way; None otherwise."""
     ratios = [float(p["ratio"]) for p in pairs]
     each = {core: [float(p["ratio"]) for p in pairs if p["first"]["core"] == core]
@@ -282,7 +275,7 @@ def main() -> int:
             cluster(core, "down")
             cluster(core, "up", "--no-real-node")
     for core in CORES:
-        if not (ROOT / f".localcluster-twin-{core}" / "state.json").is_file():
+        if not (twin_dir(core) / "state.json").is_file():
             ap.error(f"twin {core} is not running: start both with --up")
     pins = {core: pinned(core) for core in CORES}
     console.print(f"twins pinned: {pins}")
