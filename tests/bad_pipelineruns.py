@@ -129,6 +129,11 @@ BAD: list[tuple[str, dict[str, Any], str, str]] = [
     ("zero-items", run([stage(forEach={"items": []})]), "invalid", "gives no items"),
     ("repeated-item", run([stage(forEach={"items": ["m31", "m42", "m31"]})]), "invalid",
      "spec.stages[0].forEach.items[2]: 'm31' repeats item 0; list each item once"),
+    ("nested-item-outputs",
+     run([stage(forEach={"items": ["m31", "m31/core"]},
+                outputs=[{"storage": "raw", "path": "out/{item}"}])], storage=S3),
+     "invalid", "spec.stages[0].forEach.items[1]: 'm31/core' commits outputs[0] to "
+     "'out/m31/core/', inside item 0 ('m31')'s outputs[0] prefix"),
     ("100001-items-without-tolerate",
      run([stage(forEach={"range": {"from": 0, "to": 100_000}})]), "invalid",
      "set tolerateFailedItems"),

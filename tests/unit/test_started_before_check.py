@@ -91,10 +91,10 @@ def test_a_started_run_still_fails_on_a_check_it_always_met() -> None:
 
 def test_the_count_of_further_items_ratchets_only_when_all_are_repeats() -> None:
     st = PipelineRunSpec.model_validate({"stages": [stage("a")]}).stages[0]
-    repeats = check_items("p", ["x"] * 8, st)
+    repeats = check_items("p", ["x"] * 8, st, "r")
     assert [p.ratchet for p in repeats] == [True] * 6
     assert repeats[-1].message == "2 more items have the same kinds of problem"
-    mixed = check_items("p", ["x"] * 7 + ["bad\nline"], st)
+    mixed = check_items("p", ["x"] * 7 + ["bad\nline"], st, "r")
     assert [p.ratchet for p in mixed] == [True] * 5 + [False]
 
 

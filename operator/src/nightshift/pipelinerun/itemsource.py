@@ -92,7 +92,8 @@ def resolve_and_freeze(kube: Kube, run: dict[str, Any], stage_name: str,
     items = resolve(kube, namespace, spec, stage,
                     config or OperatorConfig.from_env())
     index = next(i for i, s in enumerate(spec.stages) if s.name == stage_name)
-    problems = check_items(f"spec.stages[{index}].forEach", items, stage)
+    problems = check_items(f"spec.stages[{index}].forEach", items, stage,
+                           run["metadata"]["name"])
     if problems:
         raise ResolveError("; ".join(map(str, problems)), invalid=True)
     if any(d.gather for d in stage.inputs):

@@ -15,7 +15,7 @@ from nightshift.api.names import ENV_ITEM_FIELD_PREFIX
 from nightshift.api.problems import Problem
 from nightshift.pipelinerun import batch as batchmod
 from nightshift.pipelinerun import items as itemsmod
-from nightshift.pipelinerun import podvalues
+from nightshift.pipelinerun import nesteditems, podvalues
 from nightshift.pipelinerun import runnerparts as runner
 from nightshift.pipelinerun.binding import BoundStorage
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
@@ -53,7 +53,7 @@ def validate_spec(spec: PipelineRunSpec, run_name: str) -> list[Problem]:
             p.append(Problem(f"{path}.name", f"duplicates spec.stages[{seen[st.name]}].name "
                              f"{st.name!r}; give every stage its own name"))
         seen.setdefault(st.name, i)
-        p += _stage(path, st, spec, storage)
+        p += _stage(path, st, spec, storage, run_name)
         # The runner knows what it can stage in and commit; ask it, once per stage.
         known = {str(x) for x in p}
         for text in runner.runner_problems(st, storage, spec.archive, where=path):
@@ -103,12 +103,12 @@ def _storage(spec: PipelineRunSpec) -> list[Problem]:
 
 
 def _stage(path: str, st: Stage, spec: PipelineRunSpec,
-           storage: Mapping[str, object]) -> list[Problem]:
+           storage: Mapping[str, object], run: str) -> list[Problem]:
     p: list[Problem] = []
     if len(st.name) > MAX_STAGE_NAME or not DNS_LABEL.match(st.name):
         p.append(Problem(f"{path}.name", f"{st.name!r} must be lower-case letters, digits and "
                          f"'-', at most {MAX_STAGE_NAME} characters"))
-    p += _for_each(path, st)
+    p += _for_each(path, st, run)
     # What the API server would refuse in the stage's Job (its pod template).
     p += podvalues.stage_problems(path, st)
     if not st.steps:
@@ -227,7 +227,7 @@ def static_count(st: Stage) -> int | None:
     return None
 
 
-def _for_each(path: str, st: Stage) -> list[Problem]:
+def _for_each(path: str, st: Stage, run: str) -> list[Problem]:
     fe = st.for_each
     if fe is None:
         return []
@@ -251,7 +251,7 @@ def _for_each(path: str, st: Stage) -> list[Problem]:
                              "trailing '/')"))
         return p
     if fe.items is not None:
-        p += check_items(f"{fp}.items", fe.items, st)
+        p += check_items(f"{fp}.items", fe.items, st, run)
     elif fe.range is not None:
         r = fe.range
         if r.step < 1:
@@ -314,8 +314,10 @@ def matrix_value_problem(value: str) -> str | None:
     return None
 
 
-def check_items(path: str, values: list[str] | tuple[str, ...], st: Stage) -> list[Problem]:
-    """Per-item checks, also for items the I/O layer read from a ConfigMap or S3."""
+def check_items(path: str, values: list[str] | tuple[str, ...], st: Stage, run: str
+                ) -> list[Problem]:
+    """Per-item checks, also for items the I/O layer read from a ConfigMap or S3; `run`
+    is the run's name (output paths may hold {run})."""
     p = check_count(path, len(values), st)
     bad, more_repeats_only = 0, True
     first: dict[str, int] = {}
@@ -335,7 +337,7 @@ def check_items(path: str, values: list[str] | tuple[str, ...], st: Stage) -> li
     if bad > 5:
         p.append(Problem(path, f"{bad - 5} more items have the same kinds of problem",
                          ratchet=more_repeats_only))
-    return p
+    return p + (nesteditems.nested_items(path, values, st, run) if bad == 0 else [])
 
 
 def check_count(path: str, count: int, st: Stage) -> list[Problem]:
