@@ -243,7 +243,8 @@ def _fig(x: float | None) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[3000])
+    ap.add_argument("--sizes", type=int, nargs="+",
+                    help="items per side (default 3000; with only --down, none: just stop)")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--task-seconds", type=float, default=1.0)
     ap.add_argument("--nodes", type=int, default=20, help="KWOK nodes in each twin")
@@ -263,6 +264,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.side:
         return side(args)
+    if args.sizes is None:
+        args.sizes = [] if args.down and not args.up else [3000]
+    if args.pairs < 1:
+        ap.error(f"--pairs {args.pairs}: a size needs at least one pair")
     names = tuple(args.variants or (args.baseline, "run"))
     for name in names:
         if name not in (*TWIN_VARIANTS, "run"):
@@ -274,6 +279,10 @@ def main() -> int:
         for core in CORES:
             cluster(core, "down")
             cluster(core, "up", "--no-real-node")
+    if not args.sizes:
+        for core in CORES:
+            cluster(core, "down")
+        return 0
     for core in CORES:
         if not (twin_dir(core) / "state.json").is_file():
             ap.error(f"twin {core} is not running: start both with --up")
