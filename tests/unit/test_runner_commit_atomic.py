@@ -75,3 +75,34 @@ def test_a_manifest_write_failing_takes_the_first_outputs_manifest_back(
     assert not res.ok
     assert keys(s3, "proj/out/") == set() and keys(s3, "proj/cat/") == set()
     assert len(keys(s3, "proj/failed/")) == 3
+
+
+def test_a_manifest_the_undo_cannot_withdraw_is_in_the_items_error(
+        s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # out's manifest is written, cat's refused, and the undo's delete of out's manifest
+    # fails too: the item's error (its failure sample) says which prefix still reads as
+    # committed, after the commit's own error. It was only in the sidecar's log.
+    com = committer(s3, tmp_path)
+    real_put, real_delete = S3Store.put_bytes, S3Store.delete
+
+    def refused_on_cat(self: S3Store, key: str, data: bytes, content_type: str = "") -> None:
+        if key.startswith("proj/cat/"):
+            raise PermissionError(13, "refused")
+        real_put(self, key, data)
+
+    def manifest_delete_fails(self: S3Store, doomed: list[str]) -> None:
+        if "proj/out/n1/_SUCCESS" in doomed:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        real_delete(self, doomed)
+
+    monkeypatch.setattr(S3Store, "put_bytes", refused_on_cat)
+    monkeypatch.setattr(S3Store, "delete", manifest_delete_fails)
+    res = safe(com.commit_success, "commit")
+    assert not res.ok and res.error is not None
+    first, _, then = res.error.partition("; ")
+    assert first.startswith("PermissionError")
+    assert then == ("outputs[0]'s proj/out/n1/_SUCCESS could not be withdrawn "
+                    "(ConnectionResetError: [Errno 104] Connection reset by peer): until a "
+                    "retry of this item commits, or it is deleted by hand, that prefix reads "
+                    "as committed")
+    assert "proj/out/n1/_SUCCESS" in keys(s3, "proj/out/")  # what the error warns of

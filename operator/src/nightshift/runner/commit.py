@@ -225,7 +225,9 @@ class Committer:
         except Exception as e:
             log.exception("commit failed")
             res = self._undo()
-            res.ok, res.error = False, storage_error(e)
+            # The commit's own error first; what the undo could not put right after it,
+            # so the run's failure sample says where a manifest may be left standing.
+            res.ok, res.error = False, "; ".join(filter(None, [storage_error(e), res.error]))
             return res
         for out in self.outputs:
             try:  # what it lists is deleted; one left over is read again and is harmless
@@ -254,19 +256,27 @@ class Committer:
     def _undo(self) -> CommitResult:
         """A commit that failed part-way: every output's manifest out (also one whose
         write failed after all, its answer lost; prepare withdrew the old ones), then
-        the failed way. Errors here are logged: the commit's own error is the one the
-        item reports."""
+        the failed way. What could not be done is in the result's error, after the
+        commit's own: a manifest left standing reads as a committed item."""
+        left: list[str] = []
         for out in self.outputs:
             try:
                 out.store.delete([out.prefix + MANIFEST])
-            except Exception:
+            except Exception as e:
                 log.exception("outputs[%d]: withdrawing %s%s after a failed commit",
                               out.index, out.prefix, MANIFEST)
+                left.append(f"outputs[{out.index}]'s {out.prefix}{MANIFEST} could not be "
+                            f"withdrawn ({storage_error(e)}): until a retry of this item "
+                            "commits, or it is deleted by hand, that prefix reads as "
+                            "committed")
         try:
-            return self.commit_failure()
-        except Exception:
+            res = self.commit_failure()
+        except Exception as e:
             log.exception("saving the outputs of a failed commit")
-            return CommitResult(ok=False)
+            res = CommitResult(ok=False)
+            left.append(f"the outputs were not saved the failed way ({storage_error(e)})")
+        res.error = "; ".join(left) or None
+        return res
 
     def _said_empty(self, out: Output) -> str:
         where = "$NIGHTSHIFT_OUTPUTS" + (f"/{out.ref.local_path}" if out.ref.local_path else "")
