@@ -256,8 +256,10 @@ class Committer:
     def _undo(self) -> CommitResult:
         """A commit that failed part-way: every output's manifest out (also one whose
         write failed after all, its answer lost; prepare withdrew the old ones), then
-        the failed way. What could not be done is in the result's error, after the
-        commit's own: a manifest left standing reads as a committed item."""
+        the failed way. A manifest left standing reads as a committed item, so it is in
+        the result's error, after the commit's own; outputs not saved the failed way
+        are only logged (the record's failedOutputs says how many were, and that save
+        fails for the reason the commit did)."""
         left: list[str] = []
         for out in self.outputs:
             try:
@@ -271,10 +273,9 @@ class Committer:
                             "committed")
         try:
             res = self.commit_failure()
-        except Exception as e:
+        except Exception:
             log.exception("saving the outputs of a failed commit")
             res = CommitResult(ok=False)
-            left.append(f"the outputs were not saved the failed way ({storage_error(e)})")
         res.error = "; ".join(left) or None
         return res
 
