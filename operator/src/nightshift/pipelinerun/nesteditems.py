@@ -60,10 +60,11 @@ def nested_items(path: str, values: Sequence[str], st: Stage, run: str) -> list[
         if outer is not None:
             clashes.append(((i, j), (outer[2], outer[3]), prefix, prefix == outer[1]))
         open_.append(commit)
-    clashes.sort()
     # One problem per item (its first output that clashes), the first few items only.
-    first = list({c[0][0]: c for c in reversed(clashes)}.values())[::-1]
-    problems = [_problem(path, values, st, *c) for c in first[:MAX_REPORTED]]
+    first: dict[int, tuple[tuple[int, int], tuple[int, int], str, bool]] = {}
+    for clash in sorted(clashes):
+        first.setdefault(clash[0][0], clash)
+    problems = [_problem(path, values, st, *c) for c in list(first.values())[:MAX_REPORTED]]
     if len(first) > MAX_REPORTED:
         problems.append(Problem(path, f"{len(first) - MAX_REPORTED} more items have an "
                                 "output prefix inside another item's", ratchet=True))
