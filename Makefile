@@ -11,6 +11,15 @@ PYTEST_ARGS ?=
 # only what changed (mypy trusts a cached module whose source hash matches, wherever the
 # clone is). Set it to a path in the checkout to start cold.
 export MYPY_CACHE_DIR ?= $(HOME)/.cache/nightshift/mypy
+# Python's bytecode in one folder of the checkout (gitignored; `make clean` removes it),
+# written even where the environment sets PYTHONDONTWRITEBYTECODE (this VM's does): a
+# test run starts Python a few hundred times (an operator per worker and per restart,
+# the CLI, the pytest workers), and without it each start compiled kopf, the Kubernetes
+# client and our package from source again. Measured on the parallel phase, one run
+# each way: the tests' processes used 309 CPU-s instead of 382, the phase took 622 s
+# instead of 713 (docs/contributing.md).
+export PYTHONPYCACHEPREFIX ?= $(CURDIR)/.pycache
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help deps venv upstream lint unit integration test demo cluster-up cluster-down cluster-status images clean kind kind-down validate-examples e2e
 
@@ -76,7 +85,7 @@ cluster-status: ## each part of the local cluster, its PID and state
 	$(VENV)/bin/nightshift-localcluster status
 
 clean: cluster-down ## remove the venv and local cluster state (not the build cache)
-	rm -rf $(VENV) .localcluster .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .localcluster .mypy_cache .ruff_cache .pytest_cache .pycache
 
 kind: upstream ## kind from parts built here (hack/kind.sh; docs/kind.md says how far it gets)
 	bash hack/kind.sh all
