@@ -75,7 +75,14 @@ def cmd_stage_in(env: dict[str, str]) -> int:
     archive = cfg.archive.storage if key and cfg.archive else None
     if archive and not_mounted and cfg.storage(archive).kind == "dir":
         archive = None  # its volume may be the one not mounted: neither read nor written
-    prev, refused = record.previous(stores[archive], key) if archive and key else (None, None)
+    try:
+        prev, refused = (record.previous(stores[archive], key) if archive and key
+                         else (None, None))
+    except record.RecordReadError as e:
+        # No record written either: it would replace the one that could not be read.
+        log.error("stage-in failed (exit %d): %s", EX_TEMPFAIL, e)
+        termination_message(f"stage-in failed (exit {EX_TEMPFAIL}): {e}")
+        return EX_TEMPFAIL
     if archive and cfg.storage(archive).kind == "dir" and os.geteuid() == 0:
         # Stage-in runs as root only to fill the node cache (runnerparts.CACHE_WRITER).
         # A record or folder it made in a mounted archive would be root's, and the

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nightshift.api import names
-from nightshift.aws.s3store import S3Store, denied, http_status
+from nightshift.aws.s3store import S3Store, denied, http_status, is_retryable
 from nightshift.runner.config import ConfigError, Item, RunnerConfig
 from nightshift.runner.storageerr import RECORDS_NEED, storage_error, url
 from nightshift.runner.store import DirStore
@@ -111,17 +111,38 @@ def _short(e: BaseException) -> str:
     return " ".join(str(e).split())[:200]
 
 
+class RecordReadError(Exception):
+    """The item's last record could not be read, for a fault a retry may clear (S3's 5xx
+    or throttling after the store's own retries, a lost connection, an I/O error on a
+    mounted archive). Its __cause__ is the storage's error."""
+
+
 def previous(store: S3Store | DirStore, key: str
              ) -> tuple[dict[str, Any] | None, BaseException | None]:
     """The item's last record, and the read's refusal if it was refused: no s3:GetObject,
     or no such key on a bucket that grants no s3:ListBucket (S3 answers 403 for both;
-    `check_readable` after stage-in's own write tells them apart)."""
+    `check_readable` after stage-in's own write tells them apart).
+
+    A missing or damaged record is no record (attempt 1). A read that failed for a
+    moment raises RecordReadError instead: taken for no record, it numbered the attempt
+    1, and this attempt's records then replaced the item's history and its failed
+    outputs were saved over those of the earlier attempt 1."""
     try:
         raw = store.get_bytes(key)
-        return (json.loads(raw) if raw else None), None
-    except Exception as e:  # a missing or damaged old record must not fail the item
+    except Exception as e:
+        if not _refused(e) and is_retryable(e):
+            raise RecordReadError(
+                f"archive ({url(store, key)}): the item's last task record could not be "
+                f"read, so this attempt could not be numbered after it: "
+                f"{storage_error(e, RECORDS_NEED)}; stage-in exits 75 so that the item "
+                f"is tried again (a per-item retry)") from e
         log.warning("previous task record %s: %s", key, e)
         return None, (e if _refused(e) else None)
+    try:
+        return (json.loads(raw) if raw else None), None
+    except ValueError as e:  # damaged (not JSON, not UTF-8): must not fail the item
+        log.warning("previous task record %s is damaged: %s", key, e)
+        return None, None
 
 
 def check_readable(store: S3Store | DirStore, storage: str, key: str) -> None:
