@@ -47,26 +47,45 @@ class Api:
         self.ctx = ssl.create_default_context(cafile=cluster["certificate-authority"])
         self.cache: dict[str, tuple[float, Any]] = {}
         self.lock = threading.Lock()
+        # One GET per path at a time: a pod's resolver asks A and AAAA for each name in
+        # its search list, so a burst of lookups (16 client threads at once) was dozens
+        # of queries for one Service, each opening its own TLS connection to a loaded
+        # API server while the pod's resolver timed out.
+        self.in_flight: dict[str, threading.Lock] = {}
 
     def get(self, path: str) -> Any:
-        """The object at path, or None when it does not exist (cached one second)."""
-        now = time.monotonic()
+        """The object at path, or None when it does not exist (cached one second). A
+        query that finds the path being read waits for that read and takes its answer."""
+        hit = self._cached(path)
+        if hit is not None:
+            return hit[1]
+        with self.lock:
+            flight = self.in_flight.setdefault(path, threading.Lock())
+        with flight:
+            hit = self._cached(path)
+            if hit is not None:
+                return hit[1]
+            now = time.monotonic()
+            value = self.fetch(path)
+            with self.lock:
+                self.cache[path] = (now, value)
+            return value
+
+    def _cached(self, path: str) -> tuple[float, Any] | None:
         with self.lock:
             hit = self.cache.get(path)
-            if hit and now - hit[0] < 1.0:
-                return hit[1]
+        return hit if hit and time.monotonic() - hit[0] < 1.0 else None
+
+    def fetch(self, path: str) -> Any:
         req = urllib.request.Request(self.server + path,  # noqa: S310  (https checked in __init__)
                                      headers={"Authorization": f"Bearer {self.token}"})
         try:
             with urllib.request.urlopen(req, timeout=3, context=self.ctx) as r:  # noqa: S310  (https checked in __init__)
-                value = json.load(r)
+                return json.load(r)
         except urllib.error.HTTPError as e:
             if e.code != 404:
                 raise
-            value = None
-        with self.lock:
-            self.cache[path] = (now, value)
-        return value
+            return None
 
 
 def endpoint_addresses(api: Api, ns: str, svc: str, hostname: str | None = None) -> list[str]:
