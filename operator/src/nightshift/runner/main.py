@@ -80,9 +80,7 @@ def cmd_stage_in(env: dict[str, str]) -> int:
                          else (None, None))
     except record.RecordReadError as e:
         # No record written either: it would replace the one that could not be read.
-        log.error("stage-in failed (exit %d): %s", EX_TEMPFAIL, e)
-        termination_message(f"stage-in failed (exit {EX_TEMPFAIL}): {e}")
-        return EX_TEMPFAIL
+        return _stage_in_failed(EX_TEMPFAIL, str(e))
     if archive and cfg.storage(archive).kind == "dir" and os.geteuid() == 0:
         # Stage-in runs as root only to fill the node cache (runnerparts.CACHE_WRITER).
         # A record or folder it made in a mounted archive would be root's, and the
@@ -130,8 +128,7 @@ def cmd_stage_in(env: dict[str, str]) -> int:
             # Retried (EX_TEMPFAIL, an OSError): with scratch.size the next pod lands
             # where that much disk is free; without it the same may happen again.
             error += "; " + _disk_full(paths, str(e.filename or ""))
-    log.error("stage-in failed (exit %d): %s", rc, error)
-    termination_message(f"stage-in failed (exit {rc}): {error}")
+    _stage_in_failed(rc, error)
     if archive and key:
         rec = record.build(cfg, item, attempt, previous=prev, pod=env.get(names.ENV_POD_NAME),
                            **record.node_info(env), start=start, end=utcnow(),
@@ -140,6 +137,14 @@ def cmd_stage_in(env: dict[str, str]) -> int:
             record.write(stores[archive], key, rec)
         except Exception:
             log.exception("writing task record %s", key)
+    return rc
+
+
+def _stage_in_failed(rc: int, error: str) -> int:
+    """Say why stage-in failed, in its log and as the pod's termination message (the
+    run's failure sample); returns the exit code."""
+    log.error("stage-in failed (exit %d): %s", rc, error)
+    termination_message(f"stage-in failed (exit {rc}): {error}")
     return rc
 
 

@@ -130,14 +130,15 @@ def previous(store: S3Store | DirStore, key: str
     try:
         raw = store.get_bytes(key)
     except Exception as e:
-        if not _refused(e) and is_retryable(e):
+        refused = _refused(e)
+        if not refused and is_retryable(e):
             raise RecordReadError(
                 f"archive ({url(store, key)}): the item's last task record could not be "
                 f"read, so this attempt could not be numbered after it: "
                 f"{storage_error(e, RECORDS_NEED)}; stage-in exits 75 so that the item "
                 f"is tried again (a per-item retry)") from e
         log.warning("previous task record %s: %s", key, e)
-        return None, (e if _refused(e) else None)
+        return None, (e if refused else None)
     try:
         return (json.loads(raw) if raw else None), None
     except ValueError as e:  # damaged (not JSON, not UTF-8): must not fail the item
