@@ -36,6 +36,7 @@ from nightshift.runner.config import (
     as_prefix,
     fill_template,
 )
+from nightshift.runner.placed import Placed, unstageable
 from nightshift.runner.storageerr import (
     INPUTS_NEED,
     UnstageableKeyError,
@@ -175,7 +176,9 @@ def _manifest_dest(base: Path, prefix: str) -> Path:
 
 
 def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | None,
-             stats: StageStats, threads: int = OBJECT_THREADS) -> None:
+             stats: StageStats, threads: int = OBJECT_THREADS,
+             placed: set[Path] | None = None) -> None:
+    placed = set() if placed is None else placed
     single = not prefix_or_key.endswith("/")
     dl = Downloader(store)
     try:
@@ -188,18 +191,20 @@ def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | 
         else:
             objs, done = manifest.to_stage(store, prefix_or_key,
                                            _manifest_dest(base, prefix_or_key), dl.download)
+            placed.update(_manifest_dest(base, prefix_or_key) for _ in done)
 
         def one_object(obj: ObjectInfo) -> None:
             dest = relative_dest(base, prefix_or_key, obj.key, single)
             if cache is None:
                 as_file(obj.key, lambda: dl.download(obj, dest))
-                return
-            # An entry is the bytes checked against the checksum it was fetched for: a
-            # manifest's SHA-256 keys its own (a hit never skips that check).
-            version = obj.etag + (f"/sha256:{obj.sha256}" if obj.sha256 else "")
-            as_file(obj.key, lambda: cache.fetch(
-                store.endpoint, store.bucket, obj.key, version, obj.size, dest,
-                lambda tmp: dl.download(obj, tmp)))
+            else:
+                # An entry is the bytes checked against the checksum it was fetched for:
+                # a manifest's SHA-256 keys its own (a hit never skips that check).
+                version = obj.etag + (f"/sha256:{obj.sha256}" if obj.sha256 else "")
+                as_file(obj.key, lambda: cache.fetch(
+                    store.endpoint, store.bucket, obj.key, version, obj.size, dest,
+                    lambda tmp: dl.download(obj, tmp)))
+            placed.add(dest)
 
         with ThreadPoolExecutor(threads, thread_name_prefix="object") as pool:
             for f in [pool.submit(one_object, o) for o in objs]:
@@ -212,8 +217,10 @@ def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | 
         stats.verified[k] += v
 
 
-def stage_dir(store: DirStore, prefix_or_key: str, base: Path, stats: StageStats) -> None:
+def stage_dir(store: DirStore, prefix_or_key: str, base: Path, stats: StageStats,
+              placed: set[Path] | None = None) -> None:
     single = not prefix_or_key.endswith("/")
+    placed = set() if placed is None else placed
     done: list[ObjectInfo] = []
     if single:  # one file: a directory named without its / is refused by stage_in
         one = store.head(prefix_or_key)
@@ -221,11 +228,13 @@ def stage_dir(store: DirStore, prefix_or_key: str, base: Path, stats: StageStats
     else:
         objs, done = manifest.to_stage(store, prefix_or_key, _manifest_dest(base, prefix_or_key),
                                        store.copy_to)
+    dests = [relative_dest(base, prefix_or_key if not single else "", o.key, single)
+             for o in objs]
     with ThreadPoolExecutor(OBJECT_THREADS) as pool:
-        for f in [pool.submit(as_file, o.key, functools.partial(
-                store.copy_to, o, relative_dest(base, prefix_or_key if not single else "",
-                                                o.key, single))) for o in objs]:
+        for f in [pool.submit(as_file, o.key, functools.partial(store.copy_to, o, d))
+                  for o, d in zip(objs, dests, strict=True)]:
             f.result()
+    placed.update(dests, [_manifest_dest(base, prefix_or_key) for _ in done])
     objs += done
     stats.files += len(objs)
     stats.bytes += sum(o.size for o in objs)
@@ -327,6 +336,7 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
     t0 = time.monotonic()
     check_item_paths(cfg, paths, item)
     cache: NodeCache | None = None
+    placed = Placed()
     for i, ref in enumerate(cfg.inputs):
         st = cfg.storage(ref.storage)
         staged, missing = 0, []
@@ -337,6 +347,7 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
                 link.parent.mkdir(parents=True, exist_ok=True)
                 link.unlink(missing_ok=True)
                 link.symlink_to(Path(st.path) / path)
+                placed.of(i).add(link)
                 continue
             base = _local(paths.inputs, where, f"inputs[{i}]")
             store = stores[ref.storage]
@@ -345,15 +356,16 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
             before = stats.files
             try:
                 if isinstance(store, DirStore):
-                    stage_dir(store, full, base, stats)
+                    stage_dir(store, full, base, stats, placed.of(i))
                 else:
                     use_cache = ref.cache and paths.cache.is_dir()
                     if use_cache and cache is None:
                         cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
-                    stage_s3(store, full, base, cache if use_cache else None, stats)
+                    stage_s3(store, full, base, cache if use_cache else None, stats,
+                             placed=placed.of(i))
             except UnstageableKeyError as e:
-                raise InputStorageError(
-                    f"inputs[{i}] ({st.name}: {url(store, full)}): {e}") from e
+                raise InputStorageError(f"inputs[{i}] ({st.name}: {url(store, full)}): "
+                                        f"{unstageable(i, e, placed, cfg.inputs)}") from e
             except INPUT_ERRORS as e:
                 if isinstance(e, PermissionError) and not isinstance(store, DirStore):
                     raise  # the pod's own scratch or cache, not this input's storage

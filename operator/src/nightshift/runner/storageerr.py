@@ -76,7 +76,16 @@ UNSTAGEABLE = frozenset({errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR, errno.
 
 
 class UnstageableKeyError(Exception):
-    """An object's key cannot be a file under inputs/ (stage-in exits 1, not 75)."""
+    """An object's key cannot be a file under inputs/ (stage-in exits 1, not 75).
+    `error` is the file system's refusal; `key` the object's."""
+
+    def __init__(self, key: str, error: OSError) -> None:
+        super().__init__(
+            f"object {key!r} cannot be staged as a file: {error.strerror} ({error.filename}); "
+            "a name over 255 bytes, or a key that is both a file and a folder's prefix (x "
+            "and x/y), can never be one: rename or remove the object, or stage a prefix "
+            "that holds no such key")
+        self.key, self.error = key, error
 
 
 def as_file(key: str, stage: Callable[[], object]) -> None:
@@ -85,8 +94,4 @@ def as_file(key: str, stage: Callable[[], object]) -> None:
     except OSError as e:
         if e.errno not in UNSTAGEABLE:
             raise
-        raise UnstageableKeyError(
-            f"object {key!r} cannot be staged as a file: {e.strerror} ({e.filename}); a "
-            "name over 255 bytes, or a key that is both a file and a folder's prefix (x "
-            "and x/y), can never be one: rename or remove the object, or stage a prefix "
-            "that holds no such key") from e
+        raise UnstageableKeyError(key, e) from e
