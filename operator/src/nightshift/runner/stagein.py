@@ -189,9 +189,10 @@ def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | 
                 return  # nothing staged: stage_in says which input matched nothing
             objs = [one]
         else:
-            objs, done = manifest.to_stage(store, prefix_or_key,
-                                           _manifest_dest(base, prefix_or_key), dl.download)
-            placed.update(_manifest_dest(base, prefix_or_key) for _ in done)
+            man = _manifest_dest(base, prefix_or_key)
+            objs, done = manifest.to_stage(store, prefix_or_key, man, dl.download)
+            if done:  # the manifest, staged where to_stage was told
+                placed.add(man)
 
         def one_object(obj: ObjectInfo) -> None:
             dest = relative_dest(base, prefix_or_key, obj.key, single)
@@ -226,15 +227,17 @@ def stage_dir(store: DirStore, prefix_or_key: str, base: Path, stats: StageStats
         one = store.head(prefix_or_key)
         objs = [one] if one else []
     else:
-        objs, done = manifest.to_stage(store, prefix_or_key, _manifest_dest(base, prefix_or_key),
-                                       store.copy_to)
+        man = _manifest_dest(base, prefix_or_key)
+        objs, done = manifest.to_stage(store, prefix_or_key, man, store.copy_to)
+        if done:
+            placed.add(man)
     dests = [relative_dest(base, prefix_or_key if not single else "", o.key, single)
              for o in objs]
     with ThreadPoolExecutor(OBJECT_THREADS) as pool:
         for f in [pool.submit(as_file, o.key, functools.partial(store.copy_to, o, d))
                   for o, d in zip(objs, dests, strict=True)]:
             f.result()
-    placed.update(dests, [_manifest_dest(base, prefix_or_key) for _ in done])
+    placed.update(dests)
     objs += done
     stats.files += len(objs)
     stats.bytes += sum(o.size for o in objs)
