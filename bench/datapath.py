@@ -35,7 +35,7 @@ from jobbench import results_path
 from nightshift.aws import s3store as s3io
 from nightshift.runner.cache import NodeCache
 from nightshift.runner.config import StorageConfig
-from nightshift.runner.stagein import StageStats, stage_s3
+from nightshift.runner.download import StageStats, stage_s3
 from tests.s3server import VersityGW
 
 BUCKET = "bench"

@@ -55,7 +55,7 @@ from jobbench import results_path, stats
 from nightshift.aws import s3store as s3io
 from nightshift.runner.cache import NodeCache
 from nightshift.runner.config import StorageConfig
-from nightshift.runner.stagein import StageStats, stage_s3
+from nightshift.runner.download import StageStats, stage_s3
 from nightshift.sharedstorage import gluster, glustervolume
 from nightshift.sharedstorage.objects import Storage
 from tests.s3server import VersityGW

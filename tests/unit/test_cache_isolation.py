@@ -18,7 +18,8 @@ import pytest
 
 from nightshift.aws.s3store import S3Store
 from nightshift.runner.config import Item, Paths, RunnerConfig
-from nightshift.runner.stagein import StageStats, stage_in
+from nightshift.runner.download import StageStats
+from nightshift.runner.stagein import stage_in
 
 ETAG = "0123456789abcdef0123456789abcdef-2"  # multipart: verified by size only
 KEY = "proj/ref.dat"

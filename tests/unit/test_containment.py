@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from nightshift.aws.s3store import S3Store
 from nightshift.runner.config import Item, Paths, RunnerConfig, StorageConfig
-from nightshift.runner.stagein import relative_dest, stage_in
+from nightshift.runner.download import relative_dest
+from nightshift.runner.stagein import stage_in
 from nightshift.runner.store import DirStore
 
 # Segments that matter for escapes, mixed with arbitrary text.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nightshift.runner.stagein import plan_ranges, relative_dest, verifier
+from nightshift.runner.download import plan_ranges, relative_dest, verifier
 from nightshift.runner.store import ObjectInfo
 
 

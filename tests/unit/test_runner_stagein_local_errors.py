@@ -17,7 +17,7 @@ import pytest
 
 from nightshift.runner import main
 from nightshift.runner.config import RunnerConfig
-from nightshift.runner.stagein import Downloader
+from nightshift.runner.download import Downloader
 from nightshift.runner.store import ObjectInfo
 from tests.unit.runner_s3 import BUCKET, bucket, config
 
