@@ -240,16 +240,51 @@ def test_a_ready_change_is_timed_by_its_status_write_not_by_a_late_watch_event()
     assert cost.write_time(at(13), {}) == at(13)
 
 
-def test_a_change_written_before_the_last_pass_but_seen_after_it_counts_from_that_pass(
+def test_a_change_written_before_the_last_pass_but_seen_after_it_counts_from_its_write(
 ) -> None:
     rates = {"a": 2.5e-5}
     c, t = cost.advance(None, None, [], [job("j", "a", 0)], rates, VC, at(0))
     # The pass listed 0 Ready at 5 s and ended at 6 s; 4 became Ready at 5.5 s, but the
-    # event came after the pass, timed by its write at 5.5 s: 4 pods from 6 s, not 0.
+    # event came after the pass, timed by its write at 5.5 s: 4 pods from 5.5 s (the
+    # pass counted 0 until 6 s; the next one adds the half second owed).
     c, t = cost.advance(c, t, [], [job("j", "a", 0)], rates, VC, at(6), listed_at=at(5))
     c, t = cost.advance(c, t, [(at(5.5), "j", "a", 4)], [job("j", "a", 4)], rates, VC, at(16),
                         listed_at=at(15))
-    assert c["stages"][0]["podSeconds"] == pytest.approx(4 * 10)
+    assert c["stages"][0]["podSeconds"] == pytest.approx(4 * 10.5)
+
+
+def test_a_change_the_list_has_before_its_event_counts_from_the_jobs_status_write(
+) -> None:
+    """Under load a pass can list a Job whose newest count's event has not come: the
+    list's count holds from the Job's last status write, not from the next pass (which
+    undercounted starts and overcounted ends by a pass or more each)."""
+    rates = {"a": 2.5e-5}
+    c, t = cost.advance(None, None, [], [job("j", "a", 0)], rates, VC, at(0), listed_at=at(0))
+    # Listed at 10 s: 4 Ready, the Job's status written in second 7 (so before 8 s).
+    seen = {**job("j", "a", 4), "metadata": {**job("j", "a", 4)["metadata"],
+                                             **_status_write(7)}}
+    c, t = cost.advance(c, t, [], [seen], rates, VC, at(11), listed_at=at(10))
+    assert c["stages"][0]["podSeconds"] == pytest.approx(4 * 3)
+    # Its event comes in the next pass, timed by the same write: the list had it.
+    late = (cost.write_time(at(12), seen["metadata"]), "j", "a", 4)
+    c, t = cost.advance(c, t, [late], [seen], rates, VC, at(21), listed_at=at(20))
+    assert c["stages"][0]["podSeconds"] == pytest.approx(4 * 13)
+    # And the end alike: 0 Ready written in second 30, listed at 33, the pass ends at 34.
+    gone = {**job("j", "a", 0), "metadata": {**job("j", "a", 0)["metadata"],
+                                             **_status_write(30)}}
+    c, t = cost.advance(c, t, [], [gone], rates, VC, at(34), listed_at=at(33))
+    assert c["stages"][0]["podSeconds"] == pytest.approx(4 * 23)
+
+
+def test_a_change_is_never_owed_from_before_the_last_list() -> None:
+    rates = {"a": 2.5e-5}
+    c, t = cost.advance(None, None, [], [job("j", "a", 0)], rates, VC, at(0), listed_at=at(0))
+    c, t = cost.advance(c, t, [], [job("j", "a", 0)], rates, VC, at(10), listed_at=at(9))
+    # A sample whose write bound (9.5 s) is after that list but whose count the list did
+    # not have: owed from 9.5 s. One timed before the list (8 s) is dropped: it had it.
+    c, t = cost.advance(c, t, [(at(8), "j", "a", 7), (at(9.5), "j", "a", 2)],
+                        [job("j", "a", 2)], rates, VC, at(20), listed_at=at(19))
+    assert c["stages"][0]["podSeconds"] == pytest.approx(2 * 10.5)
 
 
 def test_one_jobs_changes_in_one_second_keep_their_order() -> None:
@@ -288,3 +323,15 @@ def test_a_late_event_the_last_list_already_had_is_dropped() -> None:
     c, t = cost.advance(c, t, [(at(10), "j", "a", 0)], [job("j", "a", 0)], rates, VC, at(20),
                         listed_at=at(19.8))
     assert c["stages"][0]["podSeconds"] - base == pytest.approx(0)
+
+
+def test_a_job_created_and_ready_between_two_passes_counts_from_its_write() -> None:
+    rates = {"a": 2.5e-5}
+    c, t = cost.advance(None, None, [], [], rates, VC, at(0), listed_at=at(0))
+    c, t = cost.advance(c, t, [], [], rates, VC, at(10), listed_at=at(8))
+    # Its Job came after that list, 3 Ready written in second 8 (before 9 s); only the
+    # next pass sees it: 3 pods from 9 s, not from 10 s.
+    new = {**job("j", "a", 3), "metadata": {**job("j", "a", 3)["metadata"],
+                                            **_status_write(8)}}
+    c, t = cost.advance(c, t, [], [new], rates, VC, at(20), listed_at=at(19))
+    assert c["stages"][0]["podSeconds"] == pytest.approx(3 * 11)

@@ -154,19 +154,39 @@ def advance(prev: Mapping[str, Any] | None, tally: Tally | None,
         tally.at = t
 
     newer: dict[str, int] = {}  # Jobs whose Ready count changed after the list
-    # Samples come in arrival order. A change the last pass had not seen but that was
-    # written before it counts from that pass (the tally is not rewritten), and one
-    # Job's changes keep their order where their write times tie.
-    timed: list[Sample] = []
+    # Samples come in arrival order; one Job's changes keep their order where their
+    # write times tie. This pass's Job list is a sample too, each Job's count as of its
+    # last status write: a change the list has but whose event has not come yet counts
+    # from that write, not from the next pass.
+    timed: list[tuple[datetime, datetime, str, str, int]] = []
     last: dict[str, datetime] = {}
     for wrote, job_name, stage, ready in samples:
         if tally.listed_at is not None and wrote <= tally.listed_at:
             continue  # the last pass's list had it (`wrote` is an upper bound)
-        t = min(max(wrote, tally.at, last.get(job_name, wrote)), now)
+        t = min(max(wrote, last.get(job_name, wrote)), now)
         last[job_name] = t
-        timed.append((t, job_name, stage, ready))
-    for t, job_name, stage, ready in sorted(timed, key=lambda s: s[0]):
+        timed.append((max(t, tally.at), t, job_name, stage, ready))
+    # After the samples of its time (a stable sort): a sample timed at or before the
+    # list's write is in the list; one after it is newer than the list.
+    for job in jobs:
+        if listed_at is None:
+            break
+        wrote = write_time(listed_at, job.get("metadata") or {})
+        if tally.listed_at is None or wrote > tally.listed_at:
+            timed.append((max(wrote, tally.at), wrote, str(job["metadata"]["name"]),
+                          _stage(job), int((job.get("status") or {}).get("ready") or 0)))
+    # Back to the last list at most: a write before it was in that list.
+    floor = tally.at if tally.listed_at is None else min(tally.listed_at, tally.at)
+    for t, wrote, job_name, stage, ready in sorted(timed, key=lambda s: s[0]):
         run_to(t)
+        if wrote < t and f"stage:{stage}" not in tally.ready:
+            # Written before the last pass ended, seen only now: that pass counted the
+            # old number (none for a Job it had not seen) until its end, so the
+            # difference is owed from the write on. Not after a restart (`restore`):
+            # what the stage's Jobs counted then is not known.
+            was = tally.ready.get(job_name, 0)
+            seconds[stage] = (seconds.get(stage, 0.0)
+                              + (ready - was) * (t - max(wrote, floor)).total_seconds())
         # A restart's tally counts by stage (restore): the Jobs' own counts replace it,
         # the listed ones for Jobs whose samples come later (a finished attempt's may
         # come first, timed long before: the stage must not count 0 meanwhile).
