@@ -66,6 +66,11 @@ VARIANTS: dict[str, list[str] | None] = {
     "+security": ["security", "noToken"],
     "+noToken": ["noToken"],
     "full": None,
+    # The full Job without the items volume and the run.sh wrapper it carries: the most
+    # that taking the volume off a range stage's pods could save (the item would then be
+    # computed from the completion index; the step's NIGHTSHIFT_ITEM is unset here, which
+    # KWOK's pods never read). Against full: the volume's price inside the whole pod.
+    "full-itemsVolume": [f.name for f in FEATURES if f.name not in ("itemsVolume", "wrapper")],
     # The bare Job padded with one annotation to the full pod's bytes: bytes without a
     # feature (one extra field), to tell a cost per byte from a cost per feature.
     "bare+padding": [],
