@@ -16,6 +16,7 @@ import hashlib
 import os
 import re
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,8 +149,20 @@ def relative_dest(base: Path, prefix: str, key: str, single: bool) -> Path:
     return dest
 
 
-def _manifest_dest(base: Path, prefix: str) -> Path:
-    return relative_dest(base, prefix, prefix + manifest.MANIFEST, single=False)
+def _to_stage(store: S3Store | DirStore, prefix_or_key: str, base: Path,
+              fetch: Callable[[ObjectInfo, Path], object], placed: set[Path]
+              ) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
+    """(what to stage, what was staged already): the one object a key names, if it is
+    there; under a prefix, manifest.to_stage's answer, its manifest (fetched with
+    `fetch`, when there is one) recorded in `placed`."""
+    if not prefix_or_key.endswith("/"):
+        one = store.head(prefix_or_key)
+        return ([one] if one else []), []
+    man = relative_dest(base, prefix_or_key, prefix_or_key + manifest.MANIFEST, single=False)
+    objs, done = manifest.to_stage(store, prefix_or_key, man, fetch)
+    if done:  # the manifest, staged where to_stage was told
+        placed.add(man)
+    return objs, done
 
 
 def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | None,
@@ -159,17 +172,9 @@ def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | 
     single = not prefix_or_key.endswith("/")
     dl = Downloader(store)
     try:
-        done: list[ObjectInfo] = []
-        if single:
-            one = store.head(prefix_or_key)
-            if one is None:
-                return  # nothing staged: stage_in says which input matched nothing
-            objs = [one]
-        else:
-            man = _manifest_dest(base, prefix_or_key)
-            objs, done = manifest.to_stage(store, prefix_or_key, man, dl.download)
-            if done:  # the manifest, staged where to_stage was told
-                placed.add(man)
+        objs, done = _to_stage(store, prefix_or_key, base, dl.download, placed)
+        if not objs and not done:
+            return  # nothing staged: stage_in says which input matched nothing
 
         def one_object(obj: ObjectInfo) -> None:
             dest = relative_dest(base, prefix_or_key, obj.key, single)
@@ -199,15 +204,8 @@ def stage_dir(store: DirStore, prefix_or_key: str, base: Path, stats: StageStats
               placed: set[Path] | None = None) -> None:
     single = not prefix_or_key.endswith("/")
     placed = set() if placed is None else placed
-    done: list[ObjectInfo] = []
-    if single:  # one file: a directory named without its / is refused by stage_in
-        one = store.head(prefix_or_key)
-        objs = [one] if one else []
-    else:
-        man = _manifest_dest(base, prefix_or_key)
-        objs, done = manifest.to_stage(store, prefix_or_key, man, store.copy_to)
-        if done:
-            placed.add(man)
+    # One file: a directory named without its / is refused by stage_in.
+    objs, done = _to_stage(store, prefix_or_key, base, store.copy_to, placed)
     dests = [relative_dest(base, prefix_or_key if not single else "", o.key, single)
              for o in objs]
     with ThreadPoolExecutor(OBJECT_THREADS) as pool:
