@@ -168,10 +168,9 @@ def advance(prev: Mapping[str, Any] | None, tally: Tally | None,
         timed.append((max(t, tally.at), t, job_name, stage, ready))
     # After the samples of its time (a stable sort): a sample timed at or before the
     # list's write is in the list; one after it is newer than the list.
-    for job in jobs:
-        if listed_at is None:
-            break
-        wrote = write_time(listed_at, job.get("metadata") or {})
+    listed = [] if listed_at is None else [
+        (write_time(listed_at, job.get("metadata") or {}), job) for job in jobs]
+    for wrote, job in listed:
         if tally.listed_at is None or wrote > tally.listed_at:
             timed.append((max(wrote, tally.at), wrote, str(job["metadata"]["name"]),
                           _stage(job), int((job.get("status") or {}).get("ready") or 0)))
