@@ -17,7 +17,7 @@ from jobbench import POOL, testbed
 
 from nightshift.api import names
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun import jobs
+from nightshift.pipelinerun import jobs, rangeitem
 from nightshift.pipelinerun.spec import PipelineRunSpec
 
 DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
@@ -132,9 +132,11 @@ def _drop_annotations(job: dict[str, Any]) -> None:
 
 
 def _drop_wrapper(job: dict[str, Any]) -> None:
+    # run.sh from the items volume, or a range stage's inline wrapper (rangeitem.py).
     for c in _containers(job):
         cmd = c["command"]
-        if "--" in cmd and cmd[:2] == ["/bin/sh", f"{names.MOUNT_ITEMS}/{names.RUN_SH_KEY}"]:
+        if "--" in cmd and (cmd[:2] == ["/bin/sh", f"{names.MOUNT_ITEMS}/{names.RUN_SH_KEY}"]
+                            or cmd[:3] == ["/bin/sh", "-c", rangeitem.RANGE_SH]):
             c["command"] = cmd[cmd.index("--") + 1:]
 
 
@@ -193,7 +195,8 @@ FEATURES = [
     Feature("labels", "Job and pod labels, and the Job's selector on them (manualSelector)",
             _drop_labels),
     Feature("annotations", "do-not-disrupt annotation", _drop_annotations),
-    Feature("wrapper", "run.sh wrapper command", _drop_wrapper),
+    Feature("wrapper", "the step's wrapper command (run.sh, or a range stage's inline one)",
+            _drop_wrapper),
     Feature("env", "NIGHTSHIFT_* env vars", _drop_env),
     Feature("serviceLinks", "enableServiceLinks: false", _drop_service_links),
     Feature("terminationMessage", "terminationMessagePolicy: FallbackToLogsOnError",

@@ -1,8 +1,9 @@
-"""Matrices, argv substitution and gathered inputs in real pods on the real node: run.sh
-in our runner image's /bin/sh, the runner's stage-in against versitygw; and what the
-real kubelet says of pods that cannot start (an image, a volume). The Jobs are
-rendered as the operator renders them (pipelinerun/jobs.py), items frozen as it freezes
-them; skipped without the real node or its images, as test_real_node.py."""
+"""Matrices, ranges, argv substitution and gathered inputs in real pods on the real node:
+run.sh and a range's inline wrapper in our runner image's /bin/sh, the runner's stage-in
+against versitygw; and what the real kubelet says of pods that cannot start (an image,
+a volume). The Jobs are rendered as the operator renders them (pipelinerun/jobs.py),
+items frozen as it freezes them; skipped without the real node or its images, as
+test_real_node.py."""
 
 from __future__ import annotations
 
@@ -155,6 +156,31 @@ def test_a_batch_runs_its_items_in_order_and_retries_one_in_place(
         seen += [line for line in out.splitlines() if line.startswith(("0 ", "1 ", "2 ", "3 ",
                                                                        "4 ", "5 ", "6 "))]
     assert seen == [f"{i} n-{i} n-{i}" for i in range(7)], seen
+
+
+def test_a_range_item_comes_from_the_index_without_the_items_volume(
+        real_node: dict[str, Any], kubectl: Kubectl, namespace: str) -> None:
+    """A range stage's first attempt runs the inline wrapper (rangeitem.py) in the
+    image's own /bin/sh: no items volume, each pod's item from its completion index,
+    the format's literal text (printf's % and shell syntax) kept as bytes."""
+    fmt = "n%s-{:03d} " + HOSTILE
+    spec = PipelineRunSpec.model_validate({"stages": [{
+        "name": "nights", "image": RUNNER_IMAGE,
+        "forEach": {"range": {"from": 5, "to": 11, "step": 3, "format": fmt}},
+        "steps": [{"name": "show", "command": ["sh", "-c", 'echo "<$NIGHTSHIFT_ITEM_INDEX'
+                                               '|$NIGHTSHIFT_ITEM|$1|$NIGHTSHIFT_STAGE>"',
+                                               "show"], "args": ["{item}"]}]}]})
+    items = [fmt.format(n) for n in (5, 8, 11)]
+    name = _run(kubectl, spec, namespace, 0, {"nights": items})
+    pods = _pods(kubectl, namespace, name)
+    assert len(pods) == 3
+    seen = []
+    for p in pods:
+        assert "volumes" not in p["spec"] or not any(
+            "configMap" in v or "projected" in v for v in p["spec"]["volumes"]), p["spec"]
+        out = kubectl("logs", p["metadata"]["name"], "-n", namespace).stdout
+        seen += re.findall(r"<(.*)>", out)
+    assert sorted(seen) == [f"{i}|{x}|{x}|nights" for i, x in enumerate(items)], seen
 
 
 def _pods(kubectl: Kubectl, namespace: str, job: str) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from jobbench import Timed, print_parts
 from jobvariants import DELAY, only, rendered_job
 
 from nightshift.api import names
+from nightshift.pipelinerun import rangeitem
 
 
 def _pod(job: dict) -> dict:  # type: ignore[type-arg]
@@ -33,10 +34,11 @@ def test_both_sides_run_a_real_sleep_on_the_named_pool_without_kwok_annotations(
         assert not any(k.endswith(".stage.kwok.x-k8s.io/delay")
                        for k in (job["spec"]["template"]["metadata"].get("annotations") or {}))
         assert pod["containers"][0]["image"] == IMAGE
-    # The bare Job runs the step's argv itself; the run's pod runs it under run.sh.
+    # The bare Job runs the step's argv itself; the run's pod (a range stage's first
+    # attempt) runs it under the inline wrapper, with no items volume.
     assert _pod(bare)["containers"][0]["command"] == ["sleep", "1"]
     full_cmd = _pod(full)["containers"][0]["command"]
-    assert full_cmd[:2] == ["/bin/sh", f"{names.MOUNT_ITEMS}/{names.RUN_SH_KEY}"]
+    assert full_cmd[:3] == ["/bin/sh", "-c", rangeitem.RANGE_SH]
     assert full_cmd[full_cmd.index("--") + 1:] == ["sleep", "1"]
 
 

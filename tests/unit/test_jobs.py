@@ -6,7 +6,7 @@ from typing import Any
 
 from nightshift.api import names
 from nightshift.pipelinerun import items as it
-from nightshift.pipelinerun import jobs
+from nightshift.pipelinerun import jobs, rangeitem
 from nightshift.pipelinerun.spec import PipelineRunSpec
 from tests.bad_pipelineruns import run as manifest
 from tests.bad_pipelineruns import stage
@@ -80,15 +80,25 @@ def test_job_fields() -> None:
     assert pod["restartPolicy"] == "Never"
     assert [c["name"] for c in pod["initContainers"]] == ["fetch"]
     assert [c["name"] for c in pod["containers"]] == ["reduce"]
+    # A range stage's first attempt: the inline wrapper, given the run's identity and
+    # the range as arguments, and no items volume (rangeitem.py).
     assert pod["containers"][0]["command"] == [
-        "/bin/sh", f"{names.MOUNT_ITEMS}/run.sh", "reduce", "--", "reduce", "--all"]
+        "/bin/sh", "-c", rangeitem.RANGE_SH, rangeitem.ARGV0, "nightly", "ifu", "physics",
+        "reduce", "1", "1", "night-", "%04d", "", "--", "reduce", "--all"]
+    assert [v["name"] for v in pod["volumes"]] == ["nightshift-work"]
+    assert all([m["name"] for m in c["volumeMounts"]] == ["nightshift-work"]
+               for c in [*pod["initContainers"], *pod["containers"]])
     env = {e["name"]: e["value"] for e in pod["initContainers"][0]["env"]}
     assert env["MODE"] == "fast" and env["OMP_NUM_THREADS"] == "1"
-    # A first attempt's identity is in the items volume's stage.env, not in each pod.
+    # A first attempt's identity is in the wrapper's arguments, not in each pod's env.
     assert not any(k.startswith("NIGHTSHIFT_") for k in env)
     retry = render(spec(**NIGHTLY), attempt=2)
-    renv = {e["name"]: e["value"]
-            for e in retry["spec"]["template"]["spec"]["containers"][0]["env"]}
+    rpod = retry["spec"]["template"]["spec"]
+    # A retry keeps run.sh and the volume: its indexes map completion index to item.
+    assert rpod["containers"][0]["command"] == [
+        "/bin/sh", f"{names.MOUNT_ITEMS}/run.sh", "reduce", "--", "reduce", "--all"]
+    assert [v["name"] for v in rpod["volumes"]] == ["nightshift-items", "nightshift-work"]
+    renv = {e["name"]: e["value"] for e in rpod["containers"][0]["env"]}
     assert renv[names.ENV_RUN] == "nightly" and renv[names.ENV_STAGE] == "ifu"
     assert renv[names.ENV_NAMESPACE] == "physics" and renv[names.ENV_LAST_STEP] == "reduce"
     assert renv[names.ENV_ATTEMPT] == "2"

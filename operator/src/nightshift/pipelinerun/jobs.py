@@ -13,7 +13,7 @@ from typing import Any
 
 from nightshift.api import names, nodeaffinity
 from nightshift.pipelinerun import batch as batchmod
-from nightshift.pipelinerun import binding, items
+from nightshift.pipelinerun import binding, items, rangeitem
 from nightshift.pipelinerun import runnerparts as runner
 from nightshift.pipelinerun.items import RunRef, job_name
 from nightshift.pipelinerun.spec import PipelineRunSpec, Stage
@@ -174,10 +174,13 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
                       if own_work else [])
     # stages[].mounts: what the steps see themselves (CVMFS at /cvmfs, a shared volume).
     mount_volumes, stage_mounts = binding.stage_mounts(stage, storage)
+    wrapper = range_wrapper(run, stage, attempt, parts, storage)
+    # No readOnly: the kubelet mounts configMap and projected volumes read-only
+    # whatever the mount says, and each field is bytes in every pod.
+    items_mount = ([] if wrapper else
+                   [{"name": runner.VOLUME_ITEMS, "mountPath": names.MOUNT_ITEMS}])
     mounts = [
-        # No readOnly: the kubelet mounts configMap and projected volumes read-only
-        # whatever the mount says, and each field is bytes in every pod.
-        {"name": runner.VOLUME_ITEMS, "mountPath": names.MOUNT_ITEMS},
+        *items_mount,
         *own_work_mount,
         *parts.step_volume_mounts,
         *stage_mounts,
@@ -189,11 +192,12 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
             "image": step.image or stage.image,
             # The wrapper finds the item and replaces {item}, {index} and matrix
             # {<field>} in the step's argv, each argument staying one (never a shell line).
-            "command": ["/bin/sh", f"{names.MOUNT_ITEMS}/{names.RUN_SH_KEY}", step.name, "--",
+            "command": [*(wrapper or ["/bin/sh", f"{names.MOUNT_ITEMS}/{names.RUN_SH_KEY}",
+                                      step.name, "--"]),
                         *step.command, *step.args],
             "env": merge_env(base_env, parts.step_env, stage.env, step.env),
             # Copies: containers sharing dicts would alias in YAML and under mutation.
-            "volumeMounts": copy.deepcopy(mounts),
+            **({"volumeMounts": copy.deepcopy(mounts)} if mounts else {}),
             # Steps keep a writable root: user images write where they were built to.
             "securityContext": runner.container_security(),
             **runner.TERMINATION_MESSAGE,
@@ -210,7 +214,7 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
         "initContainers": [*parts.init_containers, *containers[:-1]],
         "containers": containers[-1:],
         "volumes": [
-            items_volume(configmaps),
+            *([] if wrapper else [items_volume(configmaps)]),
             *([runner.work_volume(stage)] if own_work else []),
             *parts.volumes,
             *mount_volumes,
@@ -221,12 +225,25 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
     binding.one_volume_per_claim(pod_spec)
     pod_spec["securityContext"] = pod_security(
         stage, fs_group=bool(parts.init_containers) or owns_files(pod_spec["volumes"]))
-    if not pod_spec["initContainers"]:
-        del pod_spec["initContainers"]
+    for key in ("initContainers", "volumes"):
+        if not pod_spec[key]:
+            del pod_spec[key]
     if parts.share_process_namespace:
         pod_spec["shareProcessNamespace"] = True
     pod_spec.update(placement(spec, stage, run.namespace, pool))
     return {"metadata": pod_metadata(stage, labels), "spec": pod_spec}
+
+
+def range_wrapper(run: RunRef, stage: Stage, attempt: int, parts: runner.RunnerParts,
+                  storage: Mapping[str, Any]) -> list[str] | None:
+    """The inline wrapper's command for a first attempt of a `range` stage that needs
+    nothing else from the items volume (rangeitem.py), or None: run.sh and the volume."""
+    each = stage.for_each
+    if (attempt or each is None or each.range is None or stage.batch > 1
+            or parts != runner.RunnerParts() or binding.fuse_mounts(stage, storage)):
+        return None
+    return rangeitem.inline_argv(each.range, run=run.name, stage=stage.name,
+                                 namespace=run.namespace, last_step=stage.steps[-1].name)
 
 
 def items_volume(configmaps: Sequence[str]) -> dict[str, Any]:
