@@ -160,16 +160,17 @@ def test_a_batch_runs_its_items_in_order_and_retries_one_in_place(
 
 def test_a_range_item_comes_from_the_index_without_the_items_volume(
         real_node: dict[str, Any], kubectl: Kubectl, namespace: str) -> None:
-    """A range stage's first attempt runs the inline wrapper (rangeitem.py) in the
-    image's own /bin/sh: no items volume, each pod's item from its completion index,
-    the format's literal text (printf's % and shell syntax) kept as bytes."""
+    """A range stage's first attempt whose steps name no placeholder runs the inline
+    wrapper (rangeitem.py) in the image's own /bin/sh: no items volume, each pod's item
+    from its completion index, the format's literal text (printf's % and shell syntax)
+    and the step's own arguments kept as bytes."""
     fmt = "n%s-{:03d} " + HOSTILE
     spec = PipelineRunSpec.model_validate({"stages": [{
         "name": "nights", "image": RUNNER_IMAGE,
         "forEach": {"range": {"from": 5, "to": 11, "step": 3, "format": fmt}},
         "steps": [{"name": "show", "command": ["sh", "-c", 'echo "<$NIGHTSHIFT_ITEM_INDEX'
                                                '|$NIGHTSHIFT_ITEM|$1|$NIGHTSHIFT_STAGE>"',
-                                               "show"], "args": ["{item}"]}]}]})
+                                               "show"], "args": [HOSTILE]}]}]})
     items = [fmt.format(n) for n in (5, 8, 11)]
     name = _run(kubectl, spec, namespace, 0, {"nights": items})
     pods = _pods(kubectl, namespace, name)
@@ -180,7 +181,7 @@ def test_a_range_item_comes_from_the_index_without_the_items_volume(
             "configMap" in v or "projected" in v for v in p["spec"]["volumes"]), p["spec"]
         out = kubectl("logs", p["metadata"]["name"], "-n", namespace).stdout
         seen += re.findall(r"<(.*)>", out)
-    assert sorted(seen) == [f"{i}|{x}|{x}|nights" for i, x in enumerate(items)], seen
+    assert sorted(seen) == [f"{i}|{x}|{HOSTILE}|nights" for i, x in enumerate(items)], seen
 
 
 def _pods(kubectl: Kubectl, namespace: str, job: str) -> list[dict[str, Any]]:

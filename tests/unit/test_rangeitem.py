@@ -41,14 +41,20 @@ def test_formats_printf_would_render_differently_keep_run_sh(fmt: str, from_: in
     assert rangeitem.printf_format(fmt, from_) is None
 
 
+# Arguments the step must get byte for byte: the wrapper never reads them as shell text
+# or as a printf format.
+HOSTILE_ARGS = ["a b", "$HOME", "`id`", "%s%%\\n", "", "--", "it's \"x\"", "*"]
+
+
 def sh(argv: list[str], index: int, **env: str) -> dict[str, str]:
     """Run the wrapper under the real /bin/sh; the step prints its argv and NIGHTSHIFT_*."""
-    script = 'printf "%s\\n" "$@"; env | grep "^NIGHTSHIFT_" | sort'
-    full = [*argv, "/bin/sh", "-c", script, "step", "{item}", "at{index}", "{nope}", "{"]
+    script = 'printf "<%s>\\n" "$@"; env | grep "^NIGHTSHIFT_" | sort'
+    full = [*argv, "/bin/sh", "-c", script, "step", *HOSTILE_ARGS]
     out = subprocess.run(full, env={"PATH": os.environ["PATH"],
                                     names.ENV_COMPLETION_INDEX: str(index), **env},
                          capture_output=True, text=True, check=True).stdout.splitlines()
-    args, envs = out[:4], out[4:]
+    n = len(HOSTILE_ARGS)
+    args, envs = out[:n], out[n:]
     return {"args": "|".join(args), **dict(e.split("=", 1) for e in envs)}
 
 
@@ -63,14 +69,14 @@ def test_the_shell_wrapper_gives_each_index_its_item_as_run_sh_would(
     expected = it.item_list(PipelineRunSpec.model_validate(
         {"stages": [{"name": "s", "image": "i", "forEach": {"range": range_},
                      "steps": [{"name": "m", "command": ["x"]}]}]}).stages[0].for_each)
-    argv = rangeitem.inline_argv(r, run="sn", stage="reduce", namespace="survey",
+    argv = rangeitem.inline_argv(r, ["x"], run="sn", stage="reduce", namespace="survey",
                                  last_step="fit")
     assert argv is not None
     for index in sorted({0, 1, len(expected) // 2, len(expected) - 1}):
         got = sh(argv, index)
         item = expected[index]
-        # Each placeholder replaced inside its own argument; an unknown one kept.
-        assert got["args"] == f"{item}|at{index}|{{nope}}|{{"
+        # The step's argv exactly as given, each argument one.
+        assert got["args"] == "|".join(f"<{a}>" for a in HOSTILE_ARGS)
         assert got[names.ENV_ITEM] == item and got[names.ENV_ITEM_INDEX] == str(index)
         assert (got[names.ENV_RUN], got[names.ENV_STAGE], got[names.ENV_NAMESPACE],
                 got[names.ENV_LAST_STEP], got[names.ENV_ATTEMPT]) == (
@@ -79,9 +85,17 @@ def test_the_shell_wrapper_gives_each_index_its_item_as_run_sh_would(
         assert names.ENV_ITEMS_FILE not in got
 
 
+@pytest.mark.parametrize("argv", [["x", "{item}"], ["{index}"], ["awk", "{print}"],
+                                  ["x", "{"]])
+def test_a_step_with_a_brace_in_its_argv_keeps_run_sh(argv: list[str]) -> None:
+    r = RangeSource.model_validate({"from": 0, "to": 9})
+    assert rangeitem.inline_argv(r, argv, run="r", stage="s", namespace="n",
+                                 last_step="m") is None
+
+
 def test_the_wrapper_refuses_to_run_outside_an_indexed_job() -> None:
-    argv = rangeitem.inline_argv(RangeSource.model_validate({"from": 0, "to": 1}), run="r",
-                                 stage="s", namespace="n", last_step="m")
+    argv = rangeitem.inline_argv(RangeSource.model_validate({"from": 0, "to": 1}), ["true"],
+                                 run="r", stage="s", namespace="n", last_step="m")
     assert argv is not None
     done = subprocess.run([*argv, "true"], env={"PATH": os.environ["PATH"]},
                           capture_output=True, text=True, check=False)
@@ -89,7 +103,7 @@ def test_the_wrapper_refuses_to_run_outside_an_indexed_job() -> None:
 
 
 def render(attempt: int = 0, **stage: Any) -> dict[str, Any]:
-    body = {"name": "fit", "image": "i", "steps": [{"name": "m", "command": ["x", "{item}"]}],
+    body = {"name": "fit", "image": "i", "steps": [{"name": "m", "command": ["x", "--all"]}],
             "forEach": {"range": {"from": 0, "to": 9}}, **stage}
     spec = PipelineRunSpec.model_validate(
         {"stages": [body], "storage": [{"name": "s3", "s3": {"bucket": "b"}}]})
@@ -119,6 +133,9 @@ def test_a_plain_range_stage_runs_without_the_items_volume() -> None:
     (0, {"batch": 3}),  # the batch loop reads its items from the list
     (0, {"outputs": [{"storage": "s3", "path": "out/{item}/"}]}),  # the runner reads it
     (0, {"forEach": {"items": ["a", "b"]}}),  # a list only the volume holds
+    (0, {"steps": [{"name": "m", "command": ["x"], "args": ["{item}"]}]}),  # run.sh replaces
+    (0, {"steps": [{"name": "get", "command": ["x", "{index}"]},  # in any step's argv
+                   {"name": "m", "command": ["x"]}]}),
     (0, {"forEach": {"range": {"from": 0, "to": 9, "format": "{:>4}"}}}),  # not printf's
 ])
 def test_what_needs_the_volume_keeps_it(attempt: int, stage: dict[str, Any]) -> None:

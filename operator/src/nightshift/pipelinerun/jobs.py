@@ -237,12 +237,14 @@ def _pod_template(run: RunRef, spec: PipelineRunSpec, stage: Stage, attempt: int
 def range_wrapper(run: RunRef, stage: Stage, attempt: int, parts: runner.RunnerParts,
                   storage: Mapping[str, Any]) -> list[str] | None:
     """The inline wrapper's command for a first attempt of a `range` stage that needs
-    nothing else from the items volume (rangeitem.py), or None: run.sh and the volume."""
+    nothing else from the items volume and has no placeholder to replace (rangeitem.py),
+    or None: run.sh and the volume."""
     each = stage.for_each
     if (attempt or each is None or each.range is None or stage.batch > 1
             or parts != runner.RunnerParts() or binding.fuse_mounts(stage, storage)):
         return None
-    return rangeitem.inline_argv(each.range, run=run.name, stage=stage.name,
+    argv = (a for step in stage.steps for a in (*step.command, *step.args))
+    return rangeitem.inline_argv(each.range, argv, run=run.name, stage=stage.name,
                                  namespace=run.namespace, last_step=stage.steps[-1].name)
 
 

@@ -1,33 +1,37 @@
 """A `range` stage's item computed from the completion index: no items volume.
 
-A first-attempt pod of a plain `range` stage needs nothing from the items ConfigMaps:
-its item is `format` applied to `from + index * step`. So its step runs an inline
-wrapper (`/bin/sh -c RANGE_SH ...`) instead of run.sh from the items volume, and the
-pod carries no volume and no mount for it. Each of those fields is paid by the API
-server and every watcher on each of the pod's writes; at 10,000 items the volume was
-most of the pod's price over a bare Job (docs/performance.md).
+A first-attempt pod of a plain `range` stage whose steps name no placeholder needs
+nothing from the items ConfigMaps: its item is `format` applied to
+`from + index * step`, and its argv is the step's own. So its step runs a short inline
+wrapper (`/bin/sh -c RANGE_SH ...`) instead of run.sh from the items volume, and the pod
+carries no volume and no mount for it. Each of those fields is paid by the API server
+and every watcher on each of the pod's writes (docs/performance.md).
 
-The wrapper's inputs are arguments, never shell text: the stage's constants, the
-range's start and stride, and the format split into a literal prefix, one printf
-conversion and a literal suffix (only formats printf renders exactly as Python does;
-others keep the volume). Retry Jobs, batched stages and stages with the runner or a
-FUSE wait keep run.sh and the volume: they need its lists or its other parts, and a
-retry's few pods do not weigh on the fan-out. The items ConfigMaps are still frozen
-for every stage (retries, `kubectl nightshift`, stages that gather these items).
+The wrapper is short on purpose: a 1,240-byte version that also replaced `{item}` in
+the argv cost KWOK's node agent more per pod write than the volume it saved (sets AG and
+AH in docs/performance.md), so a step whose argv holds a `{` keeps run.sh. The wrapper's
+inputs are arguments, never shell text: the stage's constants, the range's start and
+stride, and the format split into a literal prefix, one printf conversion and a literal
+suffix (only formats printf renders exactly as Python does; others keep the volume).
+Retry Jobs, batched stages and stages with the runner or a FUSE wait keep run.sh and
+the volume too: they need its lists or its other parts, and a retry's few pods do not
+weigh on the fan-out. The items ConfigMaps are still frozen for every stage (retries,
+`kubectl nightshift`, stages that gather these items).
 """
 
 from __future__ import annotations
 
 import re
 import string
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from nightshift.api import itemfields, names
+from nightshift.api import names
 from nightshift.pipelinerun.spec import RangeSource
 
 # Python format spec → printf: an optional 0 flag, a width, and d (default), x, X or o.
 _SPEC = re.compile(r"(0?)([1-9][0-9]?)?([dxXo]?)")
-# sh's $0 for the wrapper (what `ps` shows); its nine parameters follow.
+# sh's $0 for the wrapper (what `ps` shows); its nine parameters and a `--` follow.
 ARGV0 = "nightshift-range"
 
 
@@ -75,10 +79,13 @@ def printf_format(fmt: str, from_: int) -> RangeFormat | None:
     )
 
 
-def inline_argv(r: RangeSource, *, run: str, stage: str, namespace: str,
-                last_step: str) -> list[str] | None:
+def inline_argv(r: RangeSource, argv: Iterable[str], *, run: str, stage: str,
+                namespace: str, last_step: str) -> list[str] | None:
     """The wrapper's command up to its `--` (the step's argv follows), or None when the
-    range's format is not one printf renders the same (the stage keeps run.sh)."""
+    stage keeps run.sh: a `{` in any step's `argv` (a placeholder to replace, or text
+    run.sh would read as one), or a format printf does not render the same."""
+    if any("{" in a for a in argv):
+        return None
     fmt = printf_format(r.format, r.from_)
     if fmt is None:
         return None
@@ -86,21 +93,14 @@ def inline_argv(r: RangeSource, *, run: str, stage: str, namespace: str,
             str(r.from_), str(r.step), fmt.prefix, fmt.conversion, fmt.suffix, "--"]
 
 
-# POSIX sh, builtins only. The same exports as run.sh for a range item (no items file:
-# NIGHTSHIFT_ITEMS_FILE is unset), then SH_ARGV's placeholder replacement and exec.
+# POSIX sh, builtins only: 297 bytes (the backslashes join Python's lines, so the
+# export is one line of sh). The same exports as run.sh for a range item, except
+# NIGHTSHIFT_ITEMS_FILE (no items volume); then exec the step's argv as given.
 RANGE_SH = f"""set -eu
+i=${{{names.ENV_COMPLETION_INDEX}:?not an Indexed Job}}
 export "{names.ENV_RUN}=$1" "{names.ENV_STAGE}=$2" "{names.ENV_NAMESPACE}=$3" \
-"{names.ENV_LAST_STEP}=$4"
-from=$5 stride=$6 prefix=$7 conv=$8 suffix=$9
-shift 9
-if [ "${{1-}}" = "--" ]; then shift; fi
-{names.ENV_ATTEMPT}=${{{names.ENV_ATTEMPT}:-0}}
-export {names.ENV_ATTEMPT}
-orig=${{{names.ENV_COMPLETION_INDEX}:?the wrapper must run in a pod of an Indexed Job}}
-item=$prefix$(printf "$conv" $((from + orig * stride)))$suffix
-export "{names.ENV_ITEM}=$item" "{names.ENV_ITEM_INDEX}=$orig"
-fields=
-set -f
-{itemfields.SH_ARGV}\
+"{names.ENV_LAST_STEP}=$4" "{names.ENV_ATTEMPT}=${{{names.ENV_ATTEMPT}:-0}}" \
+"{names.ENV_ITEM_INDEX}=$i" "{names.ENV_ITEM}=$7$(printf "$8" $(($5+i*$6)))$9"
+shift 10
 exec "$@"
 """
