@@ -4,6 +4,7 @@ how `up` waits for its CRDs."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -82,3 +83,36 @@ def test_a_crd_never_established_is_named(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(cluster, "kubectl", _crd_lister([[_crd("a.x", True), _crd("b.x", None)]]))
     with pytest.raises(LocalClusterError, match=r"not Established after 1 s: b\.x$"):
         cluster.wait_established(Layout.discover(), "a.x", "b.x", timeout=1)
+
+
+def test_a_taken_mpi_health_port_is_refused_with_the_way_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MPI Operator's health port is compiled in: a second local cluster's operator
+    would crash-loop while `up`'s health wait passed on the first one's answer."""
+    from nightshift_localcluster.procs import free_port
+
+    port = free_port()
+    monkeypatch.setattr(components, "MPI_OPERATOR_HEALTH_PORT", port)
+    cluster.check_mpi_health_port()  # free: nothing to say
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        with pytest.raises(LocalClusterError) as e:
+            cluster.check_mpi_health_port()
+    assert f"port {port} is taken" in str(e.value)
+    assert "--no-mpi-operator" in str(e.value)
+
+
+def test_up_without_the_mpi_operator_is_one_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nightshift_localcluster import cli
+
+    seen: dict[str, object] = {}
+
+    def fake_up(*args: object, **kwargs: object) -> None:
+        seen.update(kwargs)
+
+    monkeypatch.setattr(cluster, "up", fake_up)
+    cli.main(["up", "--no-mpi-operator", "--no-real-node"])
+    assert seen["mpi_operator"] is False
+    cli.main(["up", "--no-real-node"])
+    assert seen["mpi_operator"] is True

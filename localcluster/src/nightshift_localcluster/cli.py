@@ -36,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--profiling", action="store_true",
                       help="serve the API server's /debug/pprof (a bench's CPU profile: "
                       "`kubectl get --raw '/debug/pprof/profile?seconds=30'`); off by default")
+    p_up.add_argument("--mpi-operator", action=argparse.BooleanOptionalAction, default=True,
+                      help="the Kubeflow MPI Operator, for MPI stages (default on). Its health "
+                      "port is fixed at 8080, so only one can run on a machine: "
+                      "bench/twin.py starts both twins without it")
     sub.add_parser("down", help="stop exactly the processes `up` started")
     sub.add_parser("status", help="show each part, its PID and whether it is alive")
     sub.add_parser("env", help="print shell exports: eval \"$(nightshift-localcluster env)\"")
@@ -54,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         layout = Layout.discover()
         if args.cmd == "up":
             cluster.up(layout, Qps.upstream_defaults() if args.default_qps else Qps(), _say,
-                       real_node=args.real_node, profiling=args.profiling)
+                       real_node=args.real_node, profiling=args.profiling,
+                       mpi_operator=args.mpi_operator)
             console.print(f"kubeconfig: {layout.kubeconfig}\n"
                           f"try: eval \"$(nightshift-localcluster env)\" && kubectl get nodes")
         elif args.cmd == "down":

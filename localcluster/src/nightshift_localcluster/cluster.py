@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
@@ -112,8 +113,27 @@ def wait_established(layout: Layout, *crds: str, timeout: float = 60) -> None:
                                 f"{', '.join(pending)}") from None
 
 
+def check_mpi_health_port() -> None:
+    """The MPI Operator serves its health check on a port compiled in (8080, on every
+    address: cmd/mpi-operator/app/server.go). If something holds it, the operator would
+    exit and be started again every 30 s, and the health wait below would pass on the
+    other holder's answer. Refuse instead, naming the way out."""
+    port = components.MPI_OPERATOR_HEALTH_PORT
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("0.0.0.0", port))  # noqa: S104  (where the MPI Operator binds)
+        except OSError as e:
+            raise LocalClusterError(
+                f"port {port} is taken ({e.strerror}), and the MPI Operator's health "
+                f"check listens on it, fixed. Another local cluster's MPI Operator? Stop "
+                f"what holds it (`ss -ltnp 'sport = :{port}'` names it), or start this "
+                f"cluster without the MPI Operator: `nightshift-localcluster up "
+                f"--no-mpi-operator` (MPI stages then stay pending)") from None
+
+
 def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
-       profiling: bool = False) -> State:
+       profiling: bool = False, mpi_operator: bool = True) -> State:
     state, alive, dead = running(layout)
     if state is not None and alive and not dead:
         say(f"already up: {state.server} (kubeconfig {layout.kubeconfig})")
@@ -123,6 +143,8 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
         down(layout, say)
 
     tools.ensure(layout)
+    if mpi_operator:
+        check_mpi_health_port()
     layout.logs.mkdir(parents=True, exist_ok=True)
     # The real node's pods reach the API server at the bridge's gateway address.
     node = realnode.decide(layout, real_node, say)
@@ -187,9 +209,11 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
         argv, env = components.karpenter(layout, ports)
         kp = procs.start("karpenter", argv, layout.logs, env)
         started.append(kp)
-        say("mpi-operator (MPIJob v2beta1)")
-        mp = procs.start("mpi-operator", components.mpi_operator(layout), layout.logs)
-        started.append(mp)
+        mp = None
+        if mpi_operator:
+            say("mpi-operator (MPIJob v2beta1)")
+            mp = procs.start("mpi-operator", components.mpi_operator(layout), layout.logs)
+            started.append(mp)
         st = record()
 
         kcm, sched, kw = started[2], started[3], started[4]
@@ -201,8 +225,9 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
             f"http://127.0.0.1:{ports.kwok}/healthz"), 60, kw)
         procs.wait_until("karpenter /readyz", lambda: procs.http_ok(
             f"http://127.0.0.1:{ports.karpenter_health}/readyz"), 90, kp)
-        procs.wait_until("mpi-operator /healthz", lambda: procs.http_ok(
-            f"http://127.0.0.1:{components.MPI_OPERATOR_HEALTH_PORT}/healthz"), 60, mp)
+        if mp is not None:
+            procs.wait_until("mpi-operator /healthz", lambda: procs.http_ok(
+                f"http://127.0.0.1:{components.MPI_OPERATOR_HEALTH_PORT}/healthz"), 60, mp)
         kubectl(layout, "apply", "--server-side", "-f", "-", input_=DEFAULT_NODECLASS)
         # The default service account appears asynchronously; tests create pods at once.
         procs.wait_until("the default service account", lambda: kubectl(
