@@ -48,6 +48,7 @@ from freshcluster import localcluster
 from jobbench import ROOT, Timed, console, part_pids, prepared, results_path, run_job, stats
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from runside import NS_JOB, NS_RUN, drain_run, peak_rss_mb, run_pipelinerun, start_operator
+from watchstats import delta, pod_counters, spread, steady
 
 CORES = (0, 1)
 # Variants a twin can run as they are (padding needs a dry run, affinity a VirtualCluster).
@@ -83,6 +84,14 @@ def pinned(core: int) -> dict[str, str]:
 
 
 # -- one side, in a process pinned to its twin's core ----------------------------------
+
+def api_pod_counters(bench: jobbench.Bench) -> dict[str, float]:
+    """The twin's API server's pod-watch counters (watchstats.py), read with kubectl."""
+    r = subprocess.run([str(bench.layout.kubectl), f"--kubeconfig={bench.layout.kubeconfig}",
+                        "get", "--raw", "/metrics"], capture_output=True, text=True,
+                       check=True)
+    return pod_counters(r.stdout)
+
 
 def side(args: argparse.Namespace) -> int:
     """Prepare, say READY, wait for GO on stdin, run, say RESULT <json>. Everything else
@@ -126,6 +135,7 @@ def side(args: argparse.Namespace) -> int:
     say("READY")
     if sys.stdin.readline().strip() != "GO":
         return 1
+    before = api_pod_counters(bench)
     try:
         t, extra = timed()
     finally:
@@ -137,7 +147,8 @@ def side(args: argparse.Namespace) -> int:
     say("RESULT " + json.dumps({
         "done_s": t.done_s, "last_create_s": t.last_create_s, "cpu_s": t.cpu,
         "pod_work": t.pod_work, "host": t.host, "operator_peak_rss_mb": rss,
-        "load_start": t.load_start, "load_end": t.load_end, **extra}))
+        "load_start": t.load_start, "load_end": t.load_end,
+        "watch": delta(before, api_pod_counters(bench)), **extra}))
     return 0
 
 
@@ -209,10 +220,17 @@ def one_pair(args: argparse.Namespace, n: int, pair: int, log: IO[str],
                for s in sides if s.result}
     first, second = by_role["first"], by_role["second"]
     ratio = round(first["done_s"] / second["done_s"], 3)
+    wf, ws = first.get("watch", {}), second.get("watch", {})
+    calm = steady(wf, ws)
     console.print(f"  pair {pair}: {first['side']} {first['done_s']:.1f} s (core "
                   f"{first['core']}), {second['side']} {second['done_s']:.1f} s (core "
                   f"{second['core']}): ratio {ratio}")
-    return {"pair": pair, "ratio": ratio, **by_role}
+    if calm is not None:
+        console.print(f"    pod watch events per stored change {wf['events_per_change']} / "
+                      f"{ws['events_per_change']}, watchers cut {wf['watchers_cut']} / "
+                      f"{ws['watchers_cut']}: "
+                      + ("steady" if calm else f"NOT steady (apart by {spread(wf, ws):.0%})"))
+    return {"pair": pair, "ratio": ratio, "steady": calm, **by_role}
 
 
 def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -225,8 +243,11 @@ def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
     ratios = [float(p["ratio"]) for p in pairs]
     each = {core: [float(p["ratio"]) for p in pairs if p["first"]["core"] == core]
             for core in CORES}
+    calm = [float(p["ratio"]) for p in pairs if p.get("steady")]
     out: dict[str, Any] = {"pair_ratio": ratios, "speed_ratio": round(stats(ratios)[1], 3),
                            "ratio_range": [min(ratios), max(ratios)],
+                           "steady_pairs": len(calm),
+                           "steady_speed_ratio": round(stats(calm)[1], 3) if calm else None,
                            "balanced_ratio": None, "core_effect": None}
     if all(each.values()):
         gm = {core: statistics.geometric_mean(v) for core, v in each.items()}
@@ -278,7 +299,7 @@ def main() -> int:
     if args.up:
         for core in CORES:
             cluster(core, "down")
-            cluster(core, "up", "--no-real-node")
+            cluster(core, "up", "--no-real-node", "--no-mpi-operator")
     if not args.sizes:
         for core in CORES:
             cluster(core, "down")
@@ -290,21 +311,24 @@ def main() -> int:
     console.print(f"twins pinned: {pins}")
     path = results_path("twin")
     log_path = path.with_suffix(".log")
-    results = []
+    results: list[dict[str, Any]] = []
     with log_path.open("w") as log:
         for n in args.sizes:
             console.print(f"[bold]{n:,} items of {args.task_seconds:g} s[/], {names[0]} "
                           f"and {names[1]} at once, {args.pairs} pairs")
-            pairs = [one_pair(args, n, p, log, names) for p in range(1, args.pairs + 1)]
-            results.append({"items": n, "sides": names, "pairs": pairs,
-                            **summary(pairs)})
-            r = results[-1]
+            pairs: list[dict[str, Any]] = []
+            for p in range(1, args.pairs + 1):
+                pairs.append(one_pair(args, n, p, log, names))
+                # Written after each pair: a set stopped early keeps the pairs it ran.
+                r = {"items": n, "sides": names, "pairs": pairs, **summary(pairs)}
+                path.write_text(json.dumps({"results": [*results, r], "pins": pins,
+                                            "nodes": args.nodes}, indent=2))
+            results.append(r)
             console.print(f"  {n:,} items: speed ratio {r['speed_ratio']:.3f} (pairs "
                           f"{r['pair_ratio']}); balanced over the cores "
                           f"{_fig(r['balanced_ratio'])}, core 0 / core 1 "
-                          f"{_fig(r['core_effect'])}")
-            path.write_text(json.dumps({"results": results, "pins": pins,
-                                        "nodes": args.nodes}, indent=2))
+                          f"{_fig(r['core_effect'])}; steady pairs {r['steady_pairs']}, "
+                          f"their median {_fig(r['steady_speed_ratio'])}")
     if args.down:
         for core in CORES:
             cluster(core, "down")

@@ -49,3 +49,12 @@ def test_a_variant_name_that_is_not_one_is_refused_with_the_list(
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "'+nothing' is not a variant here" in err and "+perIndex" in err
+
+
+def test_only_steady_pairs_make_the_steady_median() -> None:
+    pairs = [pair(1, 0, 1110, 843) | {"steady": False}, pair(2, 1, 100, 104) | {"steady": True},
+             pair(3, 0, 100, 102) | {"steady": True}, pair(4, 1, 100, 100)]
+    out = summary(pairs)
+    assert out["steady_pairs"] == 2
+    assert out["steady_speed_ratio"] == pytest.approx((0.962 + 0.980) / 2, abs=0.001)
+    assert summary(pairs[:1])["steady_speed_ratio"] is None
