@@ -14,9 +14,10 @@ whose two sides' events per change differ by more than STEADY_SPREAD is flagged.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 # Counters on the API server's /metrics, for the core group's pods.
 COUNTERS = {
@@ -30,21 +31,18 @@ COUNTERS = {
 # twin ran; set AL's, on twins alike, by at most 10 % (docs/performance.md).
 STEADY_SPREAD = 0.10
 
-_LINE = re.compile(r'^(\w+)\{([^}]*)\}\s+(\S+)$')
-
 
 def pod_counters(metrics_text: str) -> dict[str, float]:
     """The three pod-watch counters from an API server's /metrics text (0 when absent:
     a counter with no event yet is not printed)."""
     by_name = {v: k for k, v in COUNTERS.items()}
     out = dict.fromkeys(COUNTERS, 0.0)
-    for line in metrics_text.splitlines():
-        m = _LINE.match(line)
-        if not m or m.group(1) not in by_name:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-        if labels.get("resource") == "pods" and labels.get("group", "") == "":
-            out[by_name[m.group(1)]] += float(m.group(3))
+    for family in text_string_to_metric_families(metrics_text):
+        for sample in family.samples:
+            key = by_name.get(sample.name)
+            if (key and sample.labels.get("resource") == "pods"
+                    and sample.labels.get("group", "") == ""):
+                out[key] += sample.value
     return out
 
 
