@@ -15,7 +15,9 @@ core's work as "other" in its CPU split, not its own.
     .venv/bin/python bench/twin.py --sizes 10000 --variants bare +perIndex  # two Jobs
     .venv/bin/python bench/twin.py --down
 
-`--up` starts (or restarts) the twins in .localcluster-twin-0 and -1 (no real node);
+`--up` starts (or restarts) the twins in .localcluster-twin-0 and -1 (no real node, no
+MPI Operator, no Karpenter: the bench brings its own fake nodes, and Karpenter was the
+third busiest part of each twin though no pod waited for a node);
 `--down` stops them after the sizes. Sides are timed as in bench/fanout.py (create call
 to the Job's Complete or the run's Succeeded, polled every 0.25 s); each pair's ratio is
 bare / PipelineRun, the median over pairs is the speed ratio. `--variants A B` pairs two
@@ -299,7 +301,7 @@ def main() -> int:
     if args.up:
         for core in CORES:
             cluster(core, "down")
-            cluster(core, "up", "--no-real-node", "--no-mpi-operator")
+            cluster(core, "up", "--no-real-node", "--no-mpi-operator", "--no-karpenter")
     if not args.sizes:
         for core in CORES:
             cluster(core, "down")

@@ -103,7 +103,8 @@ def test_a_taken_mpi_health_port_is_refused_with_the_way_out(
     assert "--no-mpi-operator" in str(e.value)
 
 
-def test_up_without_the_mpi_operator_is_one_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_up_without_the_mpi_operator_or_karpenter_is_one_switch_each(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from nightshift_localcluster import cli
 
     seen: dict[str, object] = {}
@@ -114,5 +115,9 @@ def test_up_without_the_mpi_operator_is_one_switch(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(cluster, "up", fake_up)
     cli.main(["up", "--no-mpi-operator", "--no-real-node"])
     assert seen["mpi_operator"] is False
+    assert seen["karpenter"] is True
     cli.main(["up", "--no-real-node"])
+    assert seen["mpi_operator"] is True
+    cli.main(["up", "--no-karpenter", "--no-real-node"])
+    assert seen["karpenter"] is False
     assert seen["mpi_operator"] is True

@@ -40,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
                       help="the Kubeflow MPI Operator, for MPI stages (default on). Its health "
                       "port is fixed at 8080, so only one can run on a machine: "
                       "bench/twin.py starts both twins without it")
+    p_up.add_argument("--karpenter", action=argparse.BooleanOptionalAction, default=True,
+                      help="Karpenter with its KWOK provider, which makes nodes for "
+                      "VirtualClusters' NodePools (default on). Without it the CRDs are "
+                      "still installed but nothing provisions nodes: bench/twin.py's "
+                      "twins bring their own fake nodes and start without it")
     sub.add_parser("down", help="stop exactly the processes `up` started")
     sub.add_parser("status", help="show each part, its PID and whether it is alive")
     sub.add_parser("env", help="print shell exports: eval \"$(nightshift-localcluster env)\"")
@@ -59,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "up":
             cluster.up(layout, Qps.upstream_defaults() if args.default_qps else Qps(), _say,
                        real_node=args.real_node, profiling=args.profiling,
-                       mpi_operator=args.mpi_operator)
+                       mpi_operator=args.mpi_operator, karpenter=args.karpenter)
             console.print(f"kubeconfig: {layout.kubeconfig}\n"
                           f"try: eval \"$(nightshift-localcluster env)\" && kubectl get nodes")
         elif args.cmd == "down":

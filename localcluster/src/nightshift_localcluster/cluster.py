@@ -133,7 +133,7 @@ def check_mpi_health_port() -> None:
 
 
 def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
-       profiling: bool = False, mpi_operator: bool = True) -> State:
+       profiling: bool = False, mpi_operator: bool = True, karpenter: bool = True) -> State:
     state, alive, dead = running(layout)
     if state is not None and alive and not dead:
         say(f"already up: {state.server} (kubeconfig {layout.kubeconfig})")
@@ -205,10 +205,12 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
                          "kwoknodeclasses.karpenter.kwok.sh",
                          "ec2nodeclasses.karpenter.k8s.aws", "mpijobs.kubeflow.org")
 
-        say("karpenter (KWOK provider, AWS instance catalog)")
-        argv, env = components.karpenter(layout, ports)
-        kp = procs.start("karpenter", argv, layout.logs, env)
-        started.append(kp)
+        kp = None
+        if karpenter:
+            say("karpenter (KWOK provider, AWS instance catalog)")
+            argv, env = components.karpenter(layout, ports)
+            kp = procs.start("karpenter", argv, layout.logs, env)
+            started.append(kp)
         mp = None
         if mpi_operator:
             say("mpi-operator (MPIJob v2beta1)")
@@ -223,8 +225,9 @@ def up(layout: Layout, qps: Qps, say: Say, real_node: bool | None = None,
             f"https://127.0.0.1:{ports.scheduler}/healthz"), 60, sched)
         procs.wait_until("kwok /healthz", lambda: procs.http_ok(
             f"http://127.0.0.1:{ports.kwok}/healthz"), 60, kw)
-        procs.wait_until("karpenter /readyz", lambda: procs.http_ok(
-            f"http://127.0.0.1:{ports.karpenter_health}/readyz"), 90, kp)
+        if kp is not None:
+            procs.wait_until("karpenter /readyz", lambda: procs.http_ok(
+                f"http://127.0.0.1:{ports.karpenter_health}/readyz"), 90, kp)
         if mp is not None:
             procs.wait_until("mpi-operator /healthz", lambda: procs.http_ok(
                 f"http://127.0.0.1:{components.MPI_OPERATOR_HEALTH_PORT}/healthz"), 60, mp)
