@@ -174,8 +174,12 @@ $(tail -n 25 "$DOCKER_DIR/build-${name%%:*}.log")"
   built+=("$name")
 }
 # What this cluster's containerd last imported, per image: the docker image ID. Kept
-# beside containerd's own state, so a node made afresh has none and imports everything.
-IMPORTED_DIR="$STATE/realnode/containerd/nightshift-imported"
+# beside the root its config names (nodeconfig.imported_dir): the build cache's, shared
+# by every checkout's node in turn, or the checkout's own when another node held that.
+CTR_CONFIG="$STATE/realnode/containerd/config.toml"
+ctr_root=$(sed -n 's/^root = "\(.*\)"$/\1/p' "$CTR_CONFIG" 2>/dev/null || true)
+IMPORTED_DIR="${ctr_root:-$STATE/realnode/containerd/root}"
+IMPORTED_DIR="$(dirname "$IMPORTED_DIR")/nightshift-imported"
 image_id() { "$DOCKER" image inspect -f '{{.Id}}' "$1"; }
 in_node_already() {
   local stamp; stamp="$IMPORTED_DIR/${1%%:*}.id"

@@ -79,7 +79,13 @@ def test_the_imported_image_id_rolls_the_operator(tmp_path: Path) -> None:
     """hack/images.sh stamps what it imported; the demo puts it on the pod, so a new
     build under the same :dev tag changes the template and helm upgrade rolls it."""
     assert helminstall.imported_image_id(tmp_path) is None
-    stamp = (tmp_path / "realnode" / "containerd" / "nightshift-imported" /
+    # The stamps sit beside the root the node's containerd config names (the build
+    # cache's, shared between checkouts), not in the state directory.
+    config = tmp_path / "realnode" / "containerd" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'version = 2\nroot = "{tmp_path}/cache/containerd/root"\n')
+    assert helminstall.imported_image_id(tmp_path) is None
+    stamp = (tmp_path / "cache" / "containerd" / "nightshift-imported" /
              f"{helminstall.OPERATOR_REPOSITORY}.id")
     stamp.parent.mkdir(parents=True)
     stamp.write_text("sha256:abc\n")

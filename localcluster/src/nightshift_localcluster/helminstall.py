@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from nightshift_localcluster import nodeconfig
 from nightshift_localcluster.nodeconfig import NODE_LABEL, NODE_NAME, NODE_TAINT
 
 OPERATOR_REPOSITORY = "nightshift-operator"
@@ -99,9 +100,10 @@ IMAGE_ID_ANNOTATION = "nightshift.io/operator-image-id"
 
 def imported_image_id(state: Path, repository: str = OPERATOR_REPOSITORY) -> str | None:
     """The docker ID of the image hack/images.sh last imported into the real node's
-    containerd (its stamp beside containerd's state); None before any import."""
-    stamp = state / "realnode" / "containerd" / "nightshift-imported" / f"{repository}.id"
-    if not stamp.exists():
+    containerd (its stamp beside containerd's root); None before any import."""
+    stamps = nodeconfig.imported_dir(state / "realnode" / "containerd" / "config.toml")
+    stamp = stamps / f"{repository}.id" if stamps else None
+    if stamp is None or not stamp.exists():
         return None
     return stamp.read_text().strip() or None
 

@@ -36,6 +36,10 @@ class NodePlan:
     kubelet_healthz_port: int
     proxy_healthz_port: int
     proxy_metrics_port: int
+    # containerd's root (content, snapshots, metadata), kept across up/down so imported
+    # images survive: the build cache's (realnode.containerd_root) unless another
+    # checkout's node holds it. None: this checkout's own.
+    shared_root: Path | None = None
 
     @property
     def gateway(self) -> str:
@@ -45,8 +49,7 @@ class NodePlan:
 
     @property
     def containerd_root(self) -> Path:
-        # Kept across up/down: imported images survive a restart of the cluster.
-        return self.dir / "containerd" / "root"
+        return self.shared_root or self.dir / "containerd" / "root"
 
     @property
     def containerd_state(self) -> Path:
@@ -233,3 +236,17 @@ def resolv_conf(upstream: list[str], gateway: str) -> str:
     loopback, as with systemd-resolved) our DNS server, which forwards to them."""
     servers = [s for s in upstream if not s.startswith("127.")] or [gateway]
     return "".join(f"nameserver {s}\n" for s in servers)
+
+
+def imported_dir(containerd_config: Path) -> Path | None:
+    """Where hack/images.sh stamps what it imported (each image's docker ID): beside the
+    root the node's containerd config names, so the stamps follow the images. None
+    before the node's first start."""
+    try:
+        text = containerd_config.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("root = "):
+            return Path(line.split("=", 1)[1].strip().strip('"')).parent / "nightshift-imported"
+    return None
