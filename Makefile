@@ -64,8 +64,8 @@ integration: upstream ## integration tests on the local cluster with its real no
 
 # upstream before unit: the chart tests need the helm it fetches and the price tests
 # Karpenter's module, so on a cold machine they would otherwise skip, not run. The unit
-# tests run inside hack/integration.sh, beside the local cluster's start and the image
-# build (NIGHTSHIFT_UNIT_BESIDE); a unit failure stops the run before the integration tests.
+# tests run inside hack/integration.sh, at nice 19 beside the integration tests' parallel
+# phase (NIGHTSHIFT_UNIT_BESIDE); a unit failure stops the run before the disruptive tests.
 test: lint upstream ## everything CI runs
 	NIGHTSHIFT_UNIT_BESIDE=1 VENV=$(VENV) bash hack/integration.sh $(PYTEST_ARGS)
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `make integration`: the integration suite on the local cluster, real node included.
-#   1. start the local cluster (left as it was found: a cluster already up stays up),
-#      with `make test` the unit tests beside it and step 2 (NIGHTSHIFT_UNIT_BESIDE);
+#   1. start the local cluster (left as it was found: a cluster already up stays up);
 #   2. build our images into the real node's containerd when the cluster has one;
 #   3. run pytest tests/integration (with $KUBECONFIG set, steps 1-2 are skipped and the
-#      suite runs against that cluster instead);
+#      suite runs against that cluster instead), with `make test` the unit tests beside
+#      its parallel phase at nice 19 (NIGHTSHIFT_UNIT_BESIDE);
 #   4. in a whole-suite run, the e2e subset on kind (hack/e2e-kind.sh), beside the
 #      disruptive tests once everything else has passed; its Go tools are built
 #      beforehand, beside the parallel phase, at nice 19.
@@ -75,6 +75,7 @@ suite() {
   "$venv/bin/pytest" "${args[@]}" -m "not disruptive" "$@"
   local rc1=$?
   took "the suite without the disruptive tests"
+  unit_done || return $?
   [ "$rc1" != 0 ] && [ "$rc1" != 5 ] && return "$rc1"
   # shellcheck disable=SC2034  # set and read through beside's namerefs
   local e2e_kind_pid="" e2e_kind_log=""
@@ -117,16 +118,18 @@ prebuild_kind_parts() {
 # tried again after it and failed with its own message).
 kind_parts_ready() { beside_wait kind_prebuild last; }
 
-# With NIGHTSHIFT_UNIT_BESIDE=1 (`make test`) the unit tests run beside the cluster's
-# start and the image build, which mostly wait on docker, disks and the kubelet's image
-# list (about 75 s warm); their output follows the images, and a failure stops there,
-# before the integration tests. They get the same pytest arguments as the suite.
+# With NIGHTSHIFT_UNIT_BESIDE=1 (`make test`) the unit tests run beside the integration
+# suite's parallel phase, at nice 19: that phase waits on the cluster and left about a
+# quarter of the two cores idle, which the unit tests (about 200 CPU seconds) fill.
+# Beside the cluster's start and the image build instead they had been the longest part
+# there, 40 to 70 s after the images. Their output follows the parallel phase; a failure
+# stops the run there, before the disruptive tests. Same pytest arguments as the suite.
 # shellcheck disable=SC2034  # set and read through beside's namerefs
 unit_pid="" unit_log=""
 start_unit() {
   [ "${NIGHTSHIFT_UNIT_BESIDE:-}" = 1 ] || return 0
-  echo "integration: the unit tests run beside the cluster's start (their output follows)"
-  beside unit "$venv/bin/pytest" tests/unit -n 2 "$@"
+  echo "integration: the unit tests run beside the parallel phase (their output follows it)"
+  beside unit nice -n 19 "$venv/bin/pytest" tests/unit -n 2 "$@"
 }
 unit_done() {
   [ -n "$unit_pid" ] || return 0
@@ -134,7 +137,7 @@ unit_done() {
   local rc=$?
   took "waiting for the unit tests after that"
   [ "$rc" = 0 ] && return 0
-  echo "integration: the unit tests failed (rc $rc); the integration tests did not run" >&2
+  echo "integration: the unit tests failed (rc $rc); the disruptive tests did not run" >&2
   return "$rc"
 }
 
@@ -157,10 +160,9 @@ wait_node_images() (
   return 1
 )
 
-start_unit "$@"
 trap 'beside_stop unit' EXIT
 if [ -n "${KUBECONFIG:-}" ]; then
-  unit_done || exit $?
+  start_unit "$@"
   suite "$@"
   exit $?
 fi
@@ -188,7 +190,7 @@ if [ "$real_node" = 1 ]; then
 else
   echo "integration: no real node in this cluster; its tests will be skipped"
 fi
-unit_done || exit $?
+start_unit "$@"
 # After a whole-suite pass, the e2e subset on kind (hack/e2e-kind.sh: a kind cluster
 # built here, the chart installed with Helm, the simulated examples/ci runs), as a
 # collaboration's CI runs it; `make e2e` runs the same hack/e2e.sh on any KUBECONFIG.
