@@ -85,3 +85,16 @@ def test_the_config_and_the_stamps_follow_the_root(tmp_path: Path) -> None:
         config.write_text(nodeconfig.containerd_toml(node(root)))
         assert f'root = "{root_dir}"' in config.read_text()
         assert nodeconfig.imported_dir(config) == root_dir.parent / "nightshift-imported"
+
+
+def test_the_node_makes_the_config_dir_its_root_no_longer_makes(tmp_path: Path) -> None:
+    """With the root in the cache, nothing else made `realnode/containerd/`, where the
+    config and the socket go: a fresh clone's `up` failed on writing the config."""
+    node = nodeconfig.NodePlan(dir=tmp_path / "realnode", subnet="10.244.0.0/24",
+                               kubelet_port=1, kubelet_healthz_port=2, proxy_healthz_port=3,
+                               proxy_metrics_port=4, shared_root=shared(tmp_path))
+    for d in node.dirs:
+        d.mkdir(parents=True, exist_ok=True)
+    for path in (node.containerd_config, node.containerd_sock, node.cni_conf_dir,
+                 node.kubelet_root, node.containerd_state, node.containerd_root):
+        assert path.parent.is_dir(), path

@@ -52,6 +52,12 @@ class NodePlan:
         return self.shared_root or self.dir / "containerd" / "root"
 
     @property
+    def dirs(self) -> tuple[Path, ...]:
+        """What `up` makes before the node starts (the root may be outside `dir`)."""
+        return (self.containerd_root, self.containerd_state, self.containerd_config.parent,
+                self.cni_conf_dir, self.kubelet_root)
+
+    @property
     def containerd_state(self) -> Path:
         return self.dir / "run" / "containerd"
 

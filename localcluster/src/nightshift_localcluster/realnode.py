@@ -247,8 +247,7 @@ def _start(layout: Layout, pki: Pki, server: str, node: NodePlan,
     t0 = time.monotonic()
     journal = Journal(node.journal)
     journal.snapshot()
-    for d in (node.containerd_root, node.containerd_state, node.cni_conf_dir,
-              node.kubelet_root):
+    for d in node.dirs:
         d.mkdir(parents=True, exist_ok=True)
     node.containerd_config.write_text(nodeconfig.containerd_toml(node))
     (node.cni_conf_dir / "10-nightshift.conflist").write_text(nodeconfig.cni_conflist(node))
