@@ -5,9 +5,10 @@
 #   3. run pytest tests/integration (with $KUBECONFIG set, steps 1-2 are skipped and the
 #      suite runs against that cluster instead), with `make test` the unit tests beside
 #      its parallel phase at nice 19 (NIGHTSHIFT_UNIT_BESIDE);
-#   4. in a whole-suite run, the e2e subset on kind (hack/e2e-kind.sh), beside the
-#      disruptive tests once everything else has passed; its Go tools are built
-#      beforehand, beside the parallel phase, at nice 19.
+#   4. in a whole-suite run, the e2e subset on kind (hack/e2e-kind.sh), from the parallel
+#      phase's tail (once every file has started) and beside the disruptive tests; it is
+#      stopped if the parallel phase fails. Its Go tools are built beforehand, beside the
+#      parallel phase, at nice 19.
 # pytest's exit code is the script's: 5 (no tests collected) fails make and CI. The
 # `disruptive` tests (tests/integration/test_faults.py) run after the rest, the only
 # tests on the local cluster then.
@@ -36,9 +37,10 @@ took() { echo "integration: $1 took $((SECONDS - t0)) s"; t0=$SECONDS; }
 # Two phases: everything else in parallel, then the `disruptive` tests (they restart the
 # API server or etcd every test shares) alone. Exit 5 (nothing collected) counts only
 # when neither phase collected anything. With kind_beside=1 (a whole-suite run with the
-# real node) the kind e2e subset runs during the disruptive tests once the first phase
-# has passed: it has its own cluster and only reads images from the real node's
-# containerd, so the API server's restarts do not touch it (about 90 s saved).
+# real node) the kind e2e subset runs from the first phase's tail and during the
+# disruptive tests: it has its own cluster and only reads images from the real node's
+# containerd, so the API server's restarts do not touch it (about 90 s saved; and 40 to
+# 57 s more since it no longer waits for the first phase's end).
 # Jobs beside another phase: each in its own process group (setsid: one kill stops all
 # of it, pytest-xdist's workers or go's compilers included), its output kept in a file
 # until it is waited for. `beside NAME CMD...` starts one; `beside_wait NAME [last]`
@@ -71,18 +73,34 @@ beside_stop() {
 }
 
 kind_beside=0
+# shellcheck disable=SC2034  # set and read through beside's namerefs
+e2e_kind_pid="" e2e_kind_log=""
 suite() {
-  "$venv/bin/pytest" "${args[@]}" -m "not disruptive" "$@"
+  # The kind subset waits for the parallel phase's tail (conftest.py writes
+  # NIGHTSHIFT_TAIL_MARKER once every file has started), then runs on the cores the idle
+  # workers leave and beside the disruptive tests; the waiter gives up if this shell ends.
+  local tail_marker=""
+  if [ "$kind_beside" = 1 ]; then
+    tail_marker=$(mktemp -u "${TMPDIR:-/tmp}/nightshift-tail.XXXXXX")
+    echo "integration: the kind e2e subset starts in the parallel phase's tail (its output follows the disruptive tests)"
+    # shellcheck disable=SC2016  # expanded by the inner bash
+    beside e2e_kind bash -c 'while [ ! -e "$1" ]; do kill -0 "$2" 2>/dev/null || exit 1; sleep 1; done
+      rm -f "$1"; echo "integration: the kind e2e subset started at $(date +%T)"
+      exec env VENV="$3" bash hack/e2e-kind.sh' _ "$tail_marker" "$$" "$venv"
+  fi
+  NIGHTSHIFT_TAIL_MARKER=$tail_marker "$venv/bin/pytest" "${args[@]}" -m "not disruptive" "$@"
   local rc1=$?
   took "the suite without the disruptive tests"
-  unit_done || return $?
-  [ "$rc1" != 0 ] && [ "$rc1" != 5 ] && return "$rc1"
-  # shellcheck disable=SC2034  # set and read through beside's namerefs
-  local e2e_kind_pid="" e2e_kind_log=""
-  if [ "$kind_beside" = 1 ] && [ "$rc1" = 0 ]; then
-    echo "integration: the kind e2e subset runs beside the disruptive tests (its output follows them)"
-    beside e2e_kind env VENV="$venv" bash hack/e2e-kind.sh
+  unit_done
+  local rc_unit=$?
+  if [ "$rc1" != 0 ]; then
+    # Failed, or nothing collected (5): no kind subset either way.
+    beside_stop e2e_kind
+    [ "$rc1" != 5 ] && return "$rc1"
+  elif [ -n "$tail_marker" ]; then
+    touch "$tail_marker"  # a tail never seen: start it now
   fi
+  [ "$rc_unit" != 0 ] && { beside_stop e2e_kind; return "$rc_unit"; }
   "$venv/bin/pytest" tests/integration -p no:xdist -m disruptive --durations=5 -rs "$@"
   local rc2=$?
   took "the disruptive tests"
@@ -101,9 +119,9 @@ suite() {
 # The kind e2e subset's Go tools (kind, kubeadm, CoreDNS: CPU, little I/O) are built
 # beside the parallel phase at nice 19: cold, minutes of compiling that otherwise ran
 # after the disruptive tests; warm, a check. Its I/O-heavy parts (debootstrap's root
-# filesystem, the node image in docker) stay with the subset beside the disruptive tests:
-# built beside the parallel phase they slowed it (etcd's writes; 738 s against 565 s).
-# The subset, started beside the disruptive tests, waits for the tools on kind.sh's lock.
+# filesystem, the node image in docker) stay with the subset, from the phase's tail on:
+# built beside the whole parallel phase they slowed it (etcd's writes; 738 s against
+# 565 s). The subset waits for the tools on kind.sh's lock.
 # shellcheck disable=SC2034  # set and read through beside's namerefs
 kind_prebuild_pid="" kind_prebuild_log=""
 prebuild_kind_parts() {
@@ -175,6 +193,7 @@ stop() {
   beside_stop unit
   # Tools built ahead for a kind subset that did not run (the suite failed): stop them.
   beside_stop kind_prebuild
+  beside_stop e2e_kind
   [ "$was_up" = 1 ] || [ -n "${NIGHTSHIFT_KEEP_CLUSTER:-}" ] || "$lc" down
 }
 trap stop EXIT
