@@ -48,8 +48,9 @@ NAMESPACE_GLOB = f"t-{SESSION}-*"
 LONG_FILES_FIRST = (
     "test_install.py", "test_pipelinerun_stalled.py", "test_pipelinerun.py",
     "test_examples.py", "test_simulate.py", "test_mpi.py", "test_examples_more.py",
-    "test_gluster_real.py", "test_sharedstorage_not_ready.py", "test_virtualcluster.py",
-    "test_cost.py", "test_pipelinerun_validation.py", "test_sharedstorage_nfs.py",
+    "test_gluster_real.py", "test_items_real.py", "test_sharedstorage_not_ready.py",
+    "test_virtualcluster.py", "test_cost.py", "test_debian_base.py",
+    "test_pipelinerun_validation.py", "test_sharedstorage_nfs.py",
     "test_validate_parity.py", "test_faults.py", "test_pipelinerun_final.py",
     "test_virtualcluster_lifecycle.py", "test_pipelinerun_operations.py",
     "test_runner_s3.py", "test_sharedstorage.py", "test_pipelinerun_evicted.py",
@@ -112,7 +113,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
                             exitstatus: int) -> None:
     if FILE_SECONDS:
         terminalreporter.section("longest files (wall seconds on their worker)")
-        for path, seconds in sorted(FILE_SECONDS.items(), key=lambda kv: -kv[1])[:8]:
+        for path, seconds in sorted(FILE_SECONDS.items(), key=lambda kv: -kv[1])[:15]:
             terminalreporter.write_line(f"{seconds:8.1f}s {path}")
     if exitstatus == pytest.ExitCode.TESTS_FAILED:
         _karpenter_section(terminalreporter)
