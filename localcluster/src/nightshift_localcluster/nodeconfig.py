@@ -37,7 +37,7 @@ class NodePlan:
     proxy_healthz_port: int
     proxy_metrics_port: int
     # containerd's root (content, snapshots, metadata), kept across up/down so imported
-    # images survive: the build cache's (realnode.containerd_root) unless another
+    # images survive: the build cache's (realnode.shared_root) unless another
     # checkout's node holds it. None: this checkout's own.
     shared_root: Path | None = None
 

@@ -161,6 +161,10 @@ def plan(layout: Layout, say: Say | None = None) -> NodePlan:
                     shared_root=shared_root(layout, say))
 
 
+# Beside the shared root: "<PID>\n<state dir>" of the containerd that `up` started on it.
+SHARED_OWNER = "owner"
+
+
 def shared_root(layout: Layout, say: Say | None = None) -> Path | None:
     """containerd's root in the build cache, so a fresh clone's node starts with the
     images an earlier checkout imported and hack/images.sh imports only what changed
@@ -180,9 +184,6 @@ def shared_root(layout: Layout, say: Say | None = None) -> Path | None:
         say(f"real node: containerd {pid} of {state.strip()} holds {root}; this node "
             "keeps its own root (its images are imported afresh)")
     return None
-
-
-SHARED_OWNER = "owner"
 
 
 def _is_containerd(pid: int) -> bool:
