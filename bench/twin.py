@@ -1,19 +1,21 @@
-"""Fan-out pairs run at the same time on twin clusters, one per core (not part of CI).
+"""Fan-out pairs run at the same time on twin clusters, each on its own CPUs (not part of CI).
 
 bench/fanout.py runs a pair's two sides one after the other, so a change in the host's
 speed between them (a hypervisor's steal, a neighbour) lands on one side only: on this
 2-core VM its A/A sets, both sides the same pods, spread from 0.87 to 1.09, wider than
 the 5 % the fan-out goal asks to resolve. Here the two sides of a pair run at once, on
-two local clusters each pinned to one core (every part, the bench's poller and the
-operator under `taskset`), so whatever slows the host slows both; the sides swap cores
-from pair to pair, so a faster core favours neither. Each side has the machine's other
-core's work as "other" in its CPU split, not its own.
+two local clusters each pinned to its own CPUs, one core each by default (every part,
+the bench's poller and the operator under `taskset`), so whatever slows the host slows
+both; the sides swap twins from pair to pair, so a faster core favours neither. Each side
+has the other twin's work as "other" in its CPU split, not its own.
 
     .venv/bin/nightshift-localcluster down              # the usual cluster: cores free
     .venv/bin/python bench/twin.py --up --sizes 3000 --baseline full   # A/A: the bed
     .venv/bin/python bench/twin.py --sizes 3000 10000                  # bare / run
     .venv/bin/python bench/twin.py --sizes 10000 --variants bare +perIndex  # two Jobs
     .venv/bin/python bench/twin.py --down
+    # 4+ cores: two per twin, for 10,000-item sides, which ran away on one (AJ, AN, AO)
+    .venv/bin/python bench/twin.py --up --cores-per-twin 2 --sizes 10000 --down
 
 `--up` starts (or restarts) the twins in .localcluster-twin-0 and -1 (no real node, no
 MPI Operator, no Karpenter: the bench brings its own fake nodes, and Karpenter was the
@@ -50,9 +52,9 @@ from freshcluster import localcluster
 from jobbench import ROOT, Timed, console, part_pids, prepared, results_path, run_job, stats
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from runside import NS_JOB, NS_RUN, drain_run, peak_rss_mb, run_pipelinerun, start_operator
-from watchstats import delta, pod_counters, spread, steady
+from watchstats import delta, pod_counters, steady, unsteady_because
 
-CORES = (0, 1)
+CORES = (0, 1)  # the twins' numbers; "core" in results and output is the twin's number
 # Variants a twin can run as they are (padding needs a dry run, affinity a VirtualCluster).
 TWIN_VARIANTS = tuple(v for v in VARIANTS if v not in ("bare+padding", "bare+fields",
                                                         "full+affinity"))
@@ -68,11 +70,35 @@ def twin_env(core: int) -> dict[str, str]:
     return env | {"NIGHTSHIFT_LOCALCLUSTER_DIR": str(twin_dir(core))}
 
 
-def cluster(core: int, *args: str) -> None:
-    """`nightshift-localcluster ARGS` for the twin on `core`, pinned to it: every part
-    it starts inherits the affinity (and Go sizes GOMAXPROCS to it)."""
+def twin_cpus(per_twin: int, allowed: set[int] | None = None) -> dict[int, str]:
+    """The CPU list (`taskset -c`'s form) of each twin: the first `per_twin` allowed CPUs
+    for twin 0, the next for twin 1. On a 2-core machine, one each; a 10,000-item side
+    needs more than one (docs/performance.md, sets AJ, AN and AO)."""
+    cpus = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    if per_twin < 1 or len(cpus) < per_twin * len(CORES):
+        raise ValueError(f"--cores-per-twin {per_twin}: the twins need "
+                         f"{max(per_twin, 1) * len(CORES)} CPUs and this process may use "
+                         f"{len(cpus)} ({','.join(map(str, cpus))}); give at most "
+                         f"{len(cpus) // len(CORES)}")
+    return {t: ",".join(str(c) for c in cpus[t * per_twin:(t + 1) * per_twin]) for t in CORES}
+
+
+def cluster(core: int, cpus: str, *args: str) -> None:
+    """`nightshift-localcluster ARGS` for twin `core`, pinned to its CPUs: every part it
+    starts inherits the affinity (and Go sizes GOMAXPROCS to it)."""
     localcluster(*args, env={"NIGHTSHIFT_LOCALCLUSTER_DIR": str(twin_dir(core))},
-                 prefix=("taskset", "-c", str(core)))
+                 prefix=("taskset", "-c", cpus))
+
+
+def same_cpus(a: str, b: str) -> bool:
+    """Whether two CPU lists (taskset's "0,1" or /proc's "0-1") name the same CPUs."""
+    def parse(spec: str) -> set[int]:
+        out: set[int] = set()
+        for part in spec.split(","):
+            lo, _, hi = part.partition("-")
+            out.update(range(int(lo), int(hi or lo) + 1))
+        return out
+    return parse(a) == parse(b)
 
 
 def pinned(core: int) -> dict[str, str]:
@@ -121,15 +147,17 @@ def side(args: argparse.Namespace) -> int:
     bench.drain(NS_JOB)
     drain_run(bench)
     timeout = max(600.0, n / 2)
+    # The stage's parallelism, on both sides alike (None: bench/jobvariants.stage's).
+    cap: dict[str, Any] = {"parallelism": args.parallelism} if args.parallelism else {}
     op = None
     if args.side == "run":
         op = start_operator(bench)
         bench.pids["operator"] = op.pid  # its CPU in the side's split, not in "other"
 
         def timed() -> tuple[Timed, dict[str, Any]]:
-            return run_pipelinerun(bench, n, args.task_seconds, label, timeout)
+            return run_pipelinerun(bench, n, args.task_seconds, label, timeout, **cap)
     else:
-        job, cms = variant_job(args.side, n, args.task_seconds, NS_JOB)
+        job, cms = variant_job(args.side, n, args.task_seconds, NS_JOB, **cap)
 
         def timed() -> tuple[Timed, dict[str, Any]]:
             return run_job(bench, job, cms, label, timeout), {}
@@ -159,9 +187,12 @@ def side(args: argparse.Namespace) -> int:
 class Side:
     def __init__(self, core: int, role: str, name: str, pair: int, args: argparse.Namespace,
                  n: int, log: IO[str]) -> None:
-        argv = ["taskset", "-c", str(core), sys.executable, str(Path(__file__).resolve()),
+        self.cpus = args.cpus[core]
+        argv = ["taskset", "-c", self.cpus, sys.executable, str(Path(__file__).resolve()),
                 "--side", name, "--core", str(core), "--pair", str(pair), "--items", str(n),
                 "--task-seconds", str(args.task_seconds), "--nodes", str(args.nodes)]
+        if args.parallelism:
+            argv += ["--parallelism", str(args.parallelism)]
         self.core, self.role, self.name, self.done = core, role, name, 0
         self.result: dict[str, Any] | None = None
         self.ready = threading.Event()
@@ -218,21 +249,25 @@ def one_pair(args: argparse.Namespace, n: int, pair: int, log: IO[str],
         if s.proc.returncode != 0 or s.result is None:
             raise RuntimeError(f"pair {pair}: the {s.name} side on core {s.core} failed "
                                f"(rc {s.proc.returncode}); see {log.name}")
-    by_role = {s.role: s.result | {"side": s.name, "core": s.core}
+    by_role = {s.role: s.result | {"side": s.name, "core": s.core, "cpus": s.cpus}
                for s in sides if s.result}
     first, second = by_role["first"], by_role["second"]
     ratio = round(first["done_s"] / second["done_s"], 3)
     wf, ws = first.get("watch", {}), second.get("watch", {})
     calm = steady(wf, ws)
-    console.print(f"  pair {pair}: {first['side']} {first['done_s']:.1f} s (core "
-                  f"{first['core']}), {second['side']} {second['done_s']:.1f} s (core "
-                  f"{second['core']}): ratio {ratio}")
+    console.print(f"  pair {pair}: {first['side']} {first['done_s']:.1f} s ({_on(first)}), "
+                  f"{second['side']} {second['done_s']:.1f} s ({_on(second)}): ratio {ratio}")
     if calm is not None:
         console.print(f"    pod watch events per stored change {wf['events_per_change']} / "
                       f"{ws['events_per_change']}, watchers cut {wf['watchers_cut']} / "
                       f"{ws['watchers_cut']}: "
-                      + ("steady" if calm else f"NOT steady (apart by {spread(wf, ws):.0%})"))
+                      + ("steady" if calm else f"NOT steady ({unsteady_because(wf, ws)})"))
     return {"pair": pair, "ratio": ratio, "steady": calm, **by_role}
+
+
+def _on(side: dict[str, Any]) -> str:
+    cpus = str(side.get("cpus", side["core"]))
+    return f"core {cpus}" if cpus.isdigit() else f"twin {side['core']}, CPUs {cpus}"
 
 
 def summary(pairs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -271,12 +306,18 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--task-seconds", type=float, default=1.0)
     ap.add_argument("--nodes", type=int, default=20, help="KWOK nodes in each twin")
+    ap.add_argument("--parallelism", type=int,
+                    help="the stage's parallelism on both sides (default: the items, at "
+                         "most 5,000): a cap keeps a 10,000-item side within one core")
     ap.add_argument("--baseline", choices=("bare", "full"), default="bare",
                     help="the Job beside the PipelineRun: the bare Job (the goal's measure) "
                          "or the run's own Job unchanged (A/A: the bed's own spread)")
     ap.add_argument("--up", action="store_true",
                     help="start the twins first (restarted if running), one per core")
     ap.add_argument("--down", action="store_true", help="stop the twins at the end")
+    ap.add_argument("--cores-per-twin", type=int, default=1,
+                    help="CPUs for each twin (default 1; a 10,000-item side ran away on one "
+                         "core of a 2-core VM): give the same number with --up and after")
     ap.add_argument("--variants", nargs=2, metavar=("A", "B"),
                     help="two Jobs instead of the Job and the run: bench/ablation.py's "
                          f"variants ({', '.join(TWIN_VARIANTS)}); ratio A / B")
@@ -291,32 +332,45 @@ def main() -> int:
         args.sizes = [] if args.down and not args.up else [3000]
     if args.pairs < 1:
         ap.error(f"--pairs {args.pairs}: a size needs at least one pair")
+    if args.parallelism is not None and args.parallelism < 1:
+        ap.error(f"--parallelism {args.parallelism}: give at least 1, or leave it out")
     names = tuple(args.variants or (args.baseline, "run"))
     for name in names:
         if name not in (*TWIN_VARIANTS, "run"):
             ap.error(f"--variants: {name!r} is not a variant here; use one of "
                      f"{', '.join(TWIN_VARIANTS)} (bench/ablation.py --list)")
-    if len(os.sched_getaffinity(0)) < len(CORES):
-        ap.error("the twins need two cores")
+    try:
+        args.cpus = twin_cpus(args.cores_per_twin)
+    except ValueError as e:
+        ap.error(str(e))
     if args.up:
         for core in CORES:
-            cluster(core, "down")
-            cluster(core, "up", "--no-real-node", "--no-mpi-operator", "--no-karpenter")
+            cluster(core, args.cpus[core], "down")
+            cluster(core, args.cpus[core], "up", "--no-real-node", "--no-mpi-operator",
+                    "--no-karpenter")
     if not args.sizes:
         for core in CORES:
-            cluster(core, "down")
+            cluster(core, args.cpus[core], "down")
         return 0
     for core in CORES:
         if not (twin_dir(core) / "state.json").is_file():
             ap.error(f"twin {core} is not running: start both with --up")
     pins = {core: pinned(core) for core in CORES}
+    for core, parts in pins.items():
+        # Twins started with another --cores-per-twin would run the sides on other CPUs
+        # than their clusters: the pair would measure the pinning, not the pods.
+        wrong = {name: got for name, got in parts.items() if not same_cpus(got, args.cpus[core])}
+        if wrong:
+            ap.error(f"twin {core}'s parts run on CPUs {wrong}, not {args.cpus[core]}: "
+                     f"start the twins with --up --cores-per-twin {args.cores_per_twin}")
     console.print(f"twins pinned: {pins}")
     path = results_path("twin")
     log_path = path.with_suffix(".log")
     results: list[dict[str, Any]] = []
     with log_path.open("w") as log:
         for n in args.sizes:
-            console.print(f"[bold]{n:,} items of {args.task_seconds:g} s[/], {names[0]} "
+            cap = f", parallelism {args.parallelism:,}" if args.parallelism else ""
+            console.print(f"[bold]{n:,} items of {args.task_seconds:g} s[/]{cap}, {names[0]} "
                           f"and {names[1]} at once, {args.pairs} pairs")
             pairs: list[dict[str, Any]] = []
             for p in range(1, args.pairs + 1):
@@ -324,7 +378,9 @@ def main() -> int:
                 # Written after each pair: a set stopped early keeps the pairs it ran.
                 r = {"items": n, "sides": names, "pairs": pairs, **summary(pairs)}
                 path.write_text(json.dumps({"results": [*results, r], "pins": pins,
-                                            "nodes": args.nodes}, indent=2))
+                                            "nodes": args.nodes,
+                                            "parallelism": args.parallelism,
+                                            "cpus": args.cpus}, indent=2))
             results.append(r)
             console.print(f"  {n:,} items: speed ratio {r['speed_ratio']:.3f} (pairs "
                           f"{r['pair_ratio']}); balanced over the cores "
@@ -333,7 +389,7 @@ def main() -> int:
                           f"their median {_fig(r['steady_speed_ratio'])}")
     if args.down:
         for core in CORES:
-            cluster(core, "down")
+            cluster(core, args.cpus[core], "down")
     console.print(f"results: {path} (the sides' output: {log_path})")
     return 0
 

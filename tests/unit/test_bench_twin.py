@@ -58,3 +58,54 @@ def test_only_steady_pairs_make_the_steady_median() -> None:
     assert out["steady_pairs"] == 2
     assert out["steady_speed_ratio"] == pytest.approx((0.962 + 0.980) / 2, abs=0.001)
     assert summary(pairs[:1])["steady_speed_ratio"] is None
+
+
+def test_each_twin_gets_its_own_cpus_and_too_many_are_refused_with_the_most() -> None:
+    from twin import same_cpus, twin_cpus
+    assert twin_cpus(1, {0, 1}) == {0: "0", 1: "1"}
+    assert twin_cpus(2, {0, 1, 2, 3, 4}) == {0: "0,1", 1: "2,3"}
+    # Only the CPUs this process may use (a taskset around the bench) are handed out.
+    assert twin_cpus(1, {2, 5, 7}) == {0: "2", 1: "5"}
+    with pytest.raises(ValueError) as e:
+        twin_cpus(2, {0, 1, 2})
+    assert "need 4 CPUs" in str(e.value) and "may use 3 (0,1,2)" in str(e.value)
+    assert "give at most 1" in str(e.value)
+    with pytest.raises(ValueError):
+        twin_cpus(0, {0, 1})
+    # /proc's Cpus_allowed_list against taskset's list.
+    assert same_cpus("0-1", "0,1") and same_cpus("3", "3") and same_cpus("0-2,5", "0,1,2,5")
+    assert not same_cpus("0-1", "0") and not same_cpus("1", "0")
+
+
+def test_more_cpus_per_twin_than_the_machine_has_is_refused_before_any_twin_starts(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import twin
+    started: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(twin, "cluster", lambda *a: started.append(a))
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(sys, "argv", ["twin.py", "--up", "--cores-per-twin", "2"])
+    with pytest.raises(SystemExit) as e:
+        twin.main()
+    assert e.value.code == 2 and not started
+    assert "--cores-per-twin 2: the twins need 4 CPUs" in capsys.readouterr().err
+
+
+def test_twins_started_on_other_cpus_are_refused_with_the_way_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import twin
+    for t in twin.CORES:
+        (tmp_path / str(t)).mkdir()
+        (tmp_path / str(t) / "state.json").write_text("{}")
+    monkeypatch.setattr(twin, "twin_dir", lambda core: tmp_path / str(core))
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    # Twin 1 was started across both CPUs (another --cores-per-twin, or none).
+    monkeypatch.setattr(twin, "pinned", lambda core: {"etcd": str(core), "kwok": str(core)}
+                        if core == 0 else {"etcd": "0-1", "kwok": "1"})
+    monkeypatch.setattr(sys, "argv", ["twin.py", "--sizes", "100"])
+    with pytest.raises(SystemExit) as e:
+        twin.main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "twin 1's parts run on CPUs {'etcd': '0-1'}, not 1" in err
+    assert "--up --cores-per-twin 1" in err
