@@ -9,7 +9,9 @@ scheduler, KWOK, Karpenter: 4.67 events per change in a calm pair). On the runaw
 the API server sends more pod watch events per stored change and cuts more watchers as
 unresponsive (a watcher whose buffer stays full is closed and watches again; by the
 counters, watchers started again are sent the stored pods anew). So a pair
-whose two sides' events per change differ by more than STEADY_SPREAD is flagged.
+whose two sides' events per change differ by more than STEADY_SPREAD is flagged, and so
+is one where either side passed RUNAWAY: two sides that ran away alike (set AO) are
+close to each other and far from calm.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ COUNTERS = {
 # on the runaway one; set AK's pairs differed by 17 to 22 %, the MPI Operator only one
 # twin ran; set AL's, on twins alike, by at most 10 % (docs/performance.md).
 STEADY_SPREAD = 0.10
+# Events per change above this on a side: it ran away, whatever the other side did. Calm
+# sides read 3.7 (twins without Karpenter, 500 items) to 5.4 (set AL's pair 1, with it,
+# 59 and 82 watchers cut); runaway sides 10.3 (AJ) to 18.6 (AN), and set AO's two sides
+# 17.1 and 16.2, 6 % apart.
+RUNAWAY = 8.0
 
 
 def pod_counters(metrics_text: str) -> dict[str, float]:
@@ -65,7 +72,21 @@ def spread(a: Mapping[str, Any], b: Mapping[str, Any]) -> float | None:
 
 
 def steady(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool | None:
-    """Whether a pair's sides made their API servers do alike per change (None: a
-    side has no figures, e.g. a results file from before they were taken)."""
+    """Whether a pair's sides made their API servers do alike per change, and neither
+    ran away (None: a side has no figures, e.g. a results file from before they were
+    taken)."""
+    return None if spread(a, b) is None else not unsteady_because(a, b)
+
+
+def unsteady_because(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    """Why a pair is not steady, for the bench's output ("" when it is, or unknown)."""
     s = spread(a, b)
-    return None if s is None else s <= STEADY_SPREAD
+    if s is None:
+        return ""
+    high = [float(x["events_per_change"]) for x in (a, b)
+            if float(x["events_per_change"]) > RUNAWAY]
+    if high:
+        which = "both sides" if len(high) == 2 else "a side"
+        return (f"{which} ran away: {' and '.join(f'{x:g}' for x in high)} events per "
+                f"change, above {RUNAWAY:g}")
+    return f"apart by {s:.0%}" if s > STEADY_SPREAD else ""

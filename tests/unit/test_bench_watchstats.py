@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from watchstats import delta, pod_counters, spread, steady
+from watchstats import delta, pod_counters, spread, steady, unsteady_because
 
 METRICS = """\
 # HELP apiserver_watch_events_total [ALPHA] Number of events sent in watch clients
@@ -47,3 +47,18 @@ def test_sides_alike_are_steady_and_a_runaway_is_not() -> None:
     assert spread(calm, {"events_per_change": 10.3}) == 1.072
     assert steady({"events_per_change": 10.3}, calm) is False
     assert steady(calm, {}) is None
+
+
+def test_two_sides_that_ran_away_alike_are_not_steady() -> None:
+    # Set AO's pair 1: 17.069 and 16.168 events per change, 6 % apart.
+    a, b = {"events_per_change": 17.069}, {"events_per_change": 16.168}
+    assert spread(a, b) == 0.056
+    assert steady(a, b) is False
+    assert unsteady_because(a, b) == ("both sides ran away: 17.069 and 16.168 events per "
+                                      "change, above 8")
+    calm = {"events_per_change": 4.97}
+    assert unsteady_because(calm, {"events_per_change": 10.3}) == (
+        "a side ran away: 10.3 events per change, above 8")
+    assert unsteady_because(calm, {"events_per_change": 5.9}) == "apart by 19%"
+    assert unsteady_because(calm, {"events_per_change": 5.05}) == ""
+    assert unsteady_because(calm, {}) == ""
