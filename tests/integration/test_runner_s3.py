@@ -60,9 +60,11 @@ def config(gw: VersityGW, inputs: list[dict[str, Any]], outputs: list[dict[str, 
 
 def run_pod(gw: VersityGW, root: Path, cfg: dict[str, Any], steps: list[tuple[str, str]],
             items: list[str], index: int = 0, cache: bool = True,
-            extra_env: dict[str, str] | None = None, stage_in_only: bool = False) -> Pod:
+            extra_env: dict[str, str] | None = None, stage_in_only: bool = False,
+            sidecar_rc: int = 0) -> Pod:
     """Run one item's pod; steps are (name, sh -c script). `stage_in_only`: a pod lost
-    after its stage-in (no step ran, the sidecar wrote nothing)."""
+    after its stage-in (no step ran, the sidecar wrote nothing). `sidecar_rc`: -9 for a
+    pod whose step kills its process group (the node lost)."""
     (root / "items").mkdir(parents=True, exist_ok=True)
     (root / "items" / "items").write_text("".join(i + "\n" for i in items))
     if cache:
@@ -95,7 +97,7 @@ def run_pod(gw: VersityGW, root: Path, cfg: dict[str, Any], steps: list[tuple[st
                     break
         finally:
             sidecar.terminate()  # the kubelet stops native sidecars after the steps
-            assert sidecar.wait(30) == 0
+            assert sidecar.wait(30) == sidecar_rc
         return Pod(0, rcs, root, outs, stage_in.stderr)
     finally:
         pause.kill()
@@ -187,6 +189,33 @@ def test_interleave_uploads_while_steps_run(gw: VersityGW, tmp_path: Path) -> No
     manifest = get_json(gw, "proj/out/x/_SUCCESS")
     assert [f["key"] for f in manifest["files"]] == ["proj/out/x/first.txt",
                                                       "proj/out/x/second.txt"]
+
+
+def test_a_pod_lost_after_interleaving_leaves_its_prefix_withdrawn_and_the_retry_cleans_it(
+        gw: VersityGW, tmp_path: Path) -> None:
+    cfg = config(gw, [], [{"storage": "data", "path": "out/{item}/", "mode": "interleave"}],
+                 archive=False)
+    committed = gw.object_path(BUCKET, "proj/out/x/first.txt")
+    # Once the sidecar has uploaded first.txt, the node is lost: every process of the pod
+    # is SIGKILLed at once, the sidecar with no chance to clean up.
+    script = (f'echo 1 > "$NIGHTSHIFT_OUTPUTS/first.txt"; i=0; '
+              f'while [ ! -f "{committed}" ] && [ $i -lt 60 ]; do sleep 1; i=$((i+1)); done; '
+              f'[ -f "{committed}" ] || exit 9; kill -KILL 0')
+    lost = run_pod(gw, tmp_path / "a1", cfg, [("only", script)], ["x"], cache=False,
+                   sidecar_rc=-9)
+    assert lost.step_rcs == [-9]
+    assert keys(gw, "proj/out/x/") == {"proj/out/x/first.txt", "proj/out/x/_SUCCESS.withdrawn"}
+    assert get_json(gw, "proj/out/x/_SUCCESS.withdrawn") == {"keys": ["proj/out/x/first.txt"]}
+    # A consumer of the parent prefix: the lost attempt's file is not data (until session
+    # 48 it was staged, unmarked).
+    parent = config(gw, [{"storage": "data", "path": "out/", "cache": False}], [],
+                    archive=False)
+    assert run_pod(gw, tmp_path / "down", parent, [("only", "exit 0")], ["n"],
+                   cache=False, stage_in_only=True).stage_in_rc == 66
+    retry = run_pod(gw, tmp_path / "a2", cfg,
+                    [("only", 'echo 2 > "$NIGHTSHIFT_OUTPUTS/second.txt"')], ["x"], cache=False)
+    assert retry.rc == 0
+    assert keys(gw, "proj/out/x/") == {"proj/out/x/_SUCCESS", "proj/out/x/second.txt"}
 
 
 def test_a_required_output_left_empty_fails_the_item(gw: VersityGW, tmp_path: Path) -> None:

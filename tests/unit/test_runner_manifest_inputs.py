@@ -46,12 +46,15 @@ def test_a_lost_attempts_interleaved_file_is_not_staged_downstream(s3: Any,
     write(lost.outputs, "part-1.txt", b"from the lost attempt", settled=True)
     c1.interleave(set())
     c1.interleave(set())  # seen settled twice: uploaded; then the node is lost
-    assert keys(s3, "proj/out/n1/") == {"proj/out/n1/part-1.txt"}
+    # Listed in the marker before its upload: the next commit knows to take it back.
+    assert keys(s3, "proj/out/n1/") == {"proj/out/n1/part-1.txt",
+                                        "proj/out/n1/_SUCCESS.withdrawn"}
     retry = Paths(tmp_path / "retry")
     c2 = Committer(up, retry, ITEM, 2, stores(up, s3))
     c2.prepare()
     write(retry.outputs, "part-2.txt", b"the real output")
     assert c2.commit_success().ok
+    assert keys(s3, "proj/out/n1/") == {"proj/out/n1/_SUCCESS", "proj/out/n1/part-2.txt"}
     paths = Paths(tmp_path / "down")
     stats = stage_in(downstream(), paths, ITEM, stores(downstream(), s3))
     assert staged(paths) == ["_SUCCESS", "part-2.txt"]

@@ -60,4 +60,6 @@ def test_interleave_never_puts_a_steps_success_file_where_the_manifest_goes(
     write(paths.outputs, "part-0000.parquet", b"data", settled=True)
     com.interleave(set())
     com.interleave(set())
-    assert keys(s3, "proj/out/") == {"proj/out/n1/part-0000.parquet"}
+    # The marker (_SUCCESS.withdrawn, listing the upload) is the commit's, not the step's.
+    assert keys(s3, "proj/out/") == {"proj/out/n1/part-0000.parquet",
+                                     "proj/out/n1/_SUCCESS.withdrawn"}

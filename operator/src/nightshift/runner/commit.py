@@ -1,18 +1,24 @@
 """Commit an item's outputs so a consumer sees all of them or none.
 
 Protocol per output (prefix P = storage prefix + expanded path):
-1. before the first upload of an attempt: read P/_SUCCESS (the previous attempt's
-   manifest, if any), keep its keys in P/_SUCCESS.withdrawn (with those of an earlier
-   withdrawn one a lost attempt left), delete it, abort multipart uploads left under P;
+1. at pod start: read P/_SUCCESS (the previous attempt's manifest, if any), keep its
+   keys in P/_SUCCESS.withdrawn (with those of an earlier withdrawn one a lost attempt
+   left), delete it, abort multipart uploads left under P;
 2. upload files (batch: after the last step succeeded; interleave: each file once no
    process holds it open and it has not changed for a while, then the rest at the end),
-   each with its SHA-256 in metadata and checked by the server on upload;
-3. delete keys the withdrawn manifests listed that this attempt did not produce;
+   each with its SHA-256 in metadata and checked by the server on upload. Before each
+   batch of uploads, P/_SUCCESS.withdrawn is written again with the keys it is about to
+   put, so an attempt lost now leaves P marked (nothing under it counts) and the next
+   attempt knows every key to take back;
+3. delete keys the withdrawn lists named that this attempt did not produce;
 4. write P/_SUCCESS last: every key, size and checksum; then P/_SUCCESS.withdrawn goes.
 Steps 2 and 3 run for every output before step 4 writes any manifest. When a step
-fails, or the commit fails part-way, keys interleaved into P this attempt are deleted
-(with any manifest written) and the local outputs go to
-<storage prefix><failedPrefix><path>attempt-<n>/ instead: never into P.
+fails, or the commit fails part-way, keys uploaded into P this attempt are deleted
+(with any manifest written; and the marker, when nothing before this attempt needs
+it) and the local outputs go to <storage prefix><failedPrefix><path>attempt-<n>/
+instead: never into P. An output whose P is also one of the item's staged inputs (a
+stage that reads what it rewrites) gets no marker of step 2: its next attempt would
+find its own input withdrawn.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class Output:
     uploaded: dict[str, tuple[int, int, ObjectInfo]] = field(default_factory=dict)
     seen: dict[str, tuple[int, int, float]] = field(default_factory=dict)
     skipped: set[str] = field(default_factory=set)  # reserved names the steps wrote
+    guard: bool = True  # mark P before uploading (False: the item also reads P)
+    marked: set[str] = field(default_factory=set)  # this attempt's keys the marker lists
 
 
 @dataclass
@@ -82,7 +90,12 @@ class Committer:
                       if ref.failed_prefix else None)
             local = paths.outputs / ref.local_path if ref.local_path else paths.outputs
             self.outputs.append(Output(i, ref, stores[ref.storage], local, st.prefix + path,
-                                       failed))
+                                       failed, guard=(ref.storage, path) not in self._reads()))
+
+    def _reads(self) -> set[tuple[str, str]]:
+        """(storage, prefix) of each input the item stages (not streams, not gathers)."""
+        return {(ref.storage, as_prefix(fill_template(ref.path, self.cfg, self.item)))
+                for ref in self.cfg.inputs if ref.mode != "stream" and not ref.gather}
 
     def prepare(self) -> None:
         """Withdraw the previous attempt's manifest before touching any of its keys.
@@ -98,10 +111,9 @@ class Committer:
             earlier = self._listed(out, WITHDRAWN, "keys")
             out.previous = sorted({*(old or []), *(earlier or [])})
             if old is not None:
-                # Only where a manifest goes: an item that never committed leaves no
-                # marker, so a stage reading its own output prefix, or a consumer of a
-                # parent prefix, still sees what it saw (a first attempt lost with its pod
-                # after interleaving leaves its files unmarked: data-placement.md).
+                # Only where a manifest goes: until this attempt uploads (_mark), a
+                # consumer of a parent prefix over an item that never committed sees
+                # what it saw.
                 out.store.put_bytes(out.prefix + WITHDRAWN,
                                     json.dumps({"keys": out.previous}).encode())
                 out.store.delete([out.prefix + MANIFEST])
@@ -122,8 +134,23 @@ class Committer:
             log.warning("outputs[%d]: unreadable %s%s", out.index, out.prefix, name)
             return []
 
+    def _mark(self, out: Output, files: list[Path]) -> None:
+        """List in P/_SUCCESS.withdrawn the keys about to be uploaded into P, before they
+        are: a pod lost mid-upload then leaves P marked, not raw files that read as data
+        to a parent-prefix or optional consumer, and the next attempt's commit deletes
+        the ones it does not produce. One write per batch with new keys."""
+        new = {out.prefix + p.relative_to(out.local).as_posix() for p in files} - out.marked
+        if not new or not out.guard:
+            return
+        keys = sorted({*out.previous, *out.marked, *new})
+        out.store.put_bytes(out.prefix + WITHDRAWN, json.dumps({"keys": keys}).encode())
+        out.marked |= new
+
     def _upload(self, out: Output, files: list[Path], prefix: str,
                 record: bool = True) -> list[ObjectInfo]:
+        if record:  # into P
+            self._mark(out, files)
+
         def one(p: Path) -> ObjectInfo:
             st = p.stat()
             rel = p.relative_to(out.local).as_posix()
@@ -290,8 +317,14 @@ class Committer:
         """Pull interleaved keys back out of the committed path; keep outputs for debugging."""
         res = CommitResult(ok=True)
         for out in self.outputs:
-            out.store.delete([out.prefix + r for r in out.uploaded])
+            # The marked keys too: an upload whose answer was lost may have landed.
+            out.store.delete(sorted({*(out.prefix + r for r in out.uploaded), *out.marked}))
             out.uploaded.clear()
+            if out.marked and not out.previous:
+                # Every key it listed is gone and none came before: P is as this
+                # attempt found it, so a failed item reads as before (nothing of it).
+                out.store.delete([out.prefix + WITHDRAWN])
+            out.marked.clear()
             if out.failed_prefix is None:
                 continue
             files = list(walk_files(out.local))
