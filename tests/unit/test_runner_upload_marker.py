@@ -128,18 +128,32 @@ def test_an_upload_whose_answer_was_lost_is_taken_back_with_the_rest(
     assert keys(s3, "proj/out/n1/") == set()
 
 
-def test_a_stage_that_reads_its_own_output_prefix_gets_no_marker(s3: Any,
-                                                                 tmp_path: Path) -> None:
-    """It stages P, then rewrites it: a marker would make its own retry find the input
-    withdrawn, and fail for good."""
+def test_a_stage_that_reads_its_own_output_prefix_reads_it_through_its_own_marker(
+        s3: Any, tmp_path: Path) -> None:
+    """It stages P, then rewrites it. The marker keeps P's files from other consumers,
+    but the item's own retry must still find its input: before, a marker there (a
+    re-run over committed outputs, withdrawn, then failed) made it read nothing and fail
+    for good with exit 66."""
     s3.put_object(Bucket=BUCKET, Key="proj/out/n1/raw.dat", Body=b"raw")
     cfg = up(inputs=[{"storage": "data", "path": "out/{item}/", "cache": False}])
     interleaved_then_lost(attempt(cfg, s3, tmp_path, N1, 1, {"cooked.dat": b"c"}))
-    assert keys(s3, "proj/out/n1/") == {"proj/out/n1/raw.dat", "proj/out/n1/cooked.dat"}
+    assert keys(s3, "proj/out/n1/") == {"proj/out/n1/raw.dat", "proj/out/n1/cooked.dat",
+                                        f"proj/out/n1/{WITHDRAWN}"}
     paths = Paths(tmp_path / "retry")
     stage_in(cfg, paths, N1, stores(cfg, s3))
     assert staged(paths) == ["cooked.dat", "raw.dat"]
-    # Another item's prefix, or a parent one, is not its own: those are marked.
-    other = up(inputs=[{"storage": "data", "path": "out/", "cache": False}])
-    interleaved_then_lost(attempt(other, s3, tmp_path, A, 1, {"x.dat": b"x"}))
-    assert f"proj/out/a/{WITHDRAWN}" in keys(s3, "proj/out/a/")
+    # Committed, then a re-run's attempt withdraws the manifest and fails: the next
+    # attempt reads P as it is, neither manifest nor marker among its inputs.
+    assert attempt(cfg, s3, tmp_path, N1, 2, {"cooked.dat": b"c2"}).commit_success().ok
+    rerun = attempt(cfg, s3, tmp_path, N1, 3, {})
+    assert rerun.commit_failure().ok
+    assert f"proj/out/n1/{WITHDRAWN}" in keys(s3, "proj/out/n1/")
+    paths = Paths(tmp_path / "after-rerun")
+    stage_in(cfg, paths, N1, stores(cfg, s3))
+    assert staged(paths) == ["cooked.dat", "raw.dat"]
+    # Any other consumer of P: withdrawn, nothing counts.
+    other = config([{"storage": "data", "path": "out/n1/", "cache": False, "optional": True}],
+                   [], stage="down")
+    paths = Paths(tmp_path / "other")
+    stage_in(other, paths, N1, stores(other, s3))
+    assert staged(paths) == []

@@ -16,9 +16,9 @@ Steps 2 and 3 run for every output before step 4 writes any manifest. When a ste
 fails, or the commit fails part-way, keys uploaded into P this attempt are deleted
 (with any manifest written; and the marker, when nothing before this attempt needs
 it) and the local outputs go to <storage prefix><failedPrefix><path>attempt-<n>/
-instead: never into P. An output whose P is also one of the item's staged inputs (a
-stage that reads what it rewrites) gets no marker of step 2: its next attempt would
-find its own input withdrawn.
+instead: never into P. A stage that reads what it rewrites (an input naming its own
+P) stages P as raw data, markers aside (runner/stagein.py): its retry is not refused
+for its own attempts' marker.
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ class Output:
     uploaded: dict[str, tuple[int, int, ObjectInfo]] = field(default_factory=dict)
     seen: dict[str, tuple[int, int, float]] = field(default_factory=dict)
     skipped: set[str] = field(default_factory=set)  # reserved names the steps wrote
-    guard: bool = True  # mark P before uploading (False: the item also reads P)
     marked: set[str] = field(default_factory=set)  # this attempt's keys the marker lists
 
 
@@ -90,12 +89,7 @@ class Committer:
                       if ref.failed_prefix else None)
             local = paths.outputs / ref.local_path if ref.local_path else paths.outputs
             self.outputs.append(Output(i, ref, stores[ref.storage], local, st.prefix + path,
-                                       failed, guard=(ref.storage, path) not in self._reads()))
-
-    def _reads(self) -> set[tuple[str, str]]:
-        """(storage, prefix) of each input the item stages (not streams, not gathers)."""
-        return {(ref.storage, as_prefix(fill_template(ref.path, self.cfg, self.item)))
-                for ref in self.cfg.inputs if ref.mode != "stream" and not ref.gather}
+                                       failed))
 
     def prepare(self) -> None:
         """Withdraw the previous attempt's manifest before touching any of its keys.
@@ -140,7 +134,7 @@ class Committer:
         to a parent-prefix or optional consumer, and the next attempt's commit deletes
         the ones it does not produce. One write per batch with new keys."""
         new = {out.prefix + p.relative_to(out.local).as_posix() for p in files} - out.marked
-        if not new or not out.guard:
+        if not new:
             return
         keys = sorted({*out.previous, *out.marked, *new})
         out.store.put_bytes(out.prefix + WITHDRAWN, json.dumps({"keys": keys}).encode())

@@ -150,16 +150,17 @@ def relative_dest(base: Path, prefix: str, key: str, single: bool) -> Path:
 
 
 def _to_stage(store: S3Store | DirStore, prefix_or_key: str, base: Path,
-              fetch: Callable[[ObjectInfo, Path], object], placed: set[Path]
-              ) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
+              fetch: Callable[[ObjectInfo, Path], object], placed: set[Path],
+              own: bool = False) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
     """(what to stage, what was staged already): the one object a key names, if it is
-    there; under a prefix, manifest.to_stage's answer, its manifest (fetched with
-    `fetch`, when there is one) recorded in `placed`."""
+    there; under a prefix, manifest.to_stage's answer (`own`: the item's own output
+    prefix), its manifest (fetched with `fetch`, when there is one) recorded in
+    `placed`."""
     if not prefix_or_key.endswith("/"):
         one = store.head(prefix_or_key)
         return ([one] if one else []), []
     man = relative_dest(base, prefix_or_key, prefix_or_key + manifest.MANIFEST, single=False)
-    objs, done = manifest.to_stage(store, prefix_or_key, man, fetch)
+    objs, done = manifest.to_stage(store, prefix_or_key, man, fetch, own)
     if done:  # the manifest, staged where to_stage was told
         placed.add(man)
     return objs, done
@@ -167,12 +168,12 @@ def _to_stage(store: S3Store | DirStore, prefix_or_key: str, base: Path,
 
 def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | None,
              stats: StageStats, threads: int = OBJECT_THREADS,
-             placed: set[Path] | None = None) -> None:
+             placed: set[Path] | None = None, own: bool = False) -> None:
     placed = set() if placed is None else placed
     single = not prefix_or_key.endswith("/")
     dl = Downloader(store)
     try:
-        objs, done = _to_stage(store, prefix_or_key, base, dl.download, placed)
+        objs, done = _to_stage(store, prefix_or_key, base, dl.download, placed, own)
         if not objs and not done:
             return  # nothing staged: stage_in says which input matched nothing
 
@@ -201,11 +202,11 @@ def stage_s3(store: S3Store, prefix_or_key: str, base: Path, cache: NodeCache | 
 
 
 def stage_dir(store: DirStore, prefix_or_key: str, base: Path, stats: StageStats,
-              placed: set[Path] | None = None) -> None:
+              placed: set[Path] | None = None, own: bool = False) -> None:
     single = not prefix_or_key.endswith("/")
     placed = set() if placed is None else placed
     # One file: a directory named without its / is refused by stage_in.
-    objs, done = _to_stage(store, prefix_or_key, base, store.copy_to, placed)
+    objs, done = _to_stage(store, prefix_or_key, base, store.copy_to, placed, own)
     dests = [relative_dest(base, prefix_or_key if not single else "", o.key, single)
              for o in objs]
     with ThreadPoolExecutor(OBJECT_THREADS) as pool:

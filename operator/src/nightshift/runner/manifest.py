@@ -70,7 +70,7 @@ def parse(raw: bytes, prefix: str, where: str) -> list[ObjectInfo] | None:
 
 
 def to_stage(store: S3Store | DirStore, prefix: str, dest: Path,
-             fetch: Callable[[ObjectInfo, Path], object]
+             fetch: Callable[[ObjectInfo, Path], object], own: bool = False
              ) -> tuple[list[ObjectInfo], list[ObjectInfo]]:
     """(what to stage from `prefix`, what this staged already). An upstream Nightshift
     output (a `_SUCCESS` manifest of ours) gives exactly the keys its manifest lists:
@@ -81,8 +81,15 @@ def to_stage(store: S3Store | DirStore, prefix: str, dest: Path,
     One listing, as for raw data (not a HEAD per file: an output of 10,000 files stays
     a few LIST calls, and a refused listing says why as before); the listed files are
     then checked against the manifest's sizes, and their bytes against its SHA-256 as
-    they are fetched."""
+    they are fetched.
+
+    `own`: the prefix is also one of the item's own outputs (a stage that reads what it
+    rewrites). Its markers are its own attempts' (this pod's sidecar may be withdrawing
+    the manifest as it is listed), so it is raw data less those two names: a retry reads
+    what is there, where the marker would have it read nothing and fail for good."""
     objs = [o for o in store.ls(prefix) if not o.key.endswith("/")]
+    if own:
+        return _raw([o for o in objs if o.key[len(prefix):] not in RESERVED]), []
     man = next((o for o in objs if o.key == prefix + MANIFEST), None)
     if man is None:
         if any(o.key == prefix + WITHDRAWN for o in objs):

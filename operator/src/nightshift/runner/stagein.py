@@ -135,6 +135,11 @@ def check_item_paths(cfg: RunnerConfig, paths: Paths, item: Item) -> None:
                       st.prefix + as_prefix(ref.failed_prefix) + path)
 
 
+def own_prefixes(cfg: RunnerConfig, item: Item) -> set[tuple[str, str]]:
+    """(storage, path) of each of the item's output prefixes, as its inputs name them."""
+    return {(ref.storage, as_prefix(fill_template(ref.path, cfg, item))) for ref in cfg.outputs}
+
+
 def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
              stores: dict[str, S3Store | DirStore]) -> StageStats:
     stats = StageStats()
@@ -142,6 +147,7 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
     check_item_paths(cfg, paths, item)
     cache: NodeCache | None = None
     placed = Placed()
+    writes = own_prefixes(cfg, item)
     for i, ref in enumerate(cfg.inputs):
         st = cfg.storage(ref.storage)
         staged, missing = 0, []
@@ -157,17 +163,19 @@ def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
             base = _local(paths.inputs, where, f"inputs[{i}]")
             store = stores[ref.storage]
             full = st.prefix + path
-            log.info("inputs[%d]: staging %s:%s into %s", i, st.name, full, base)
+            own = path.endswith("/") and (ref.storage, path) in writes
+            log.info("inputs[%d]: staging %s:%s into %s%s", i, st.name, full, base,
+                     " (the item's own output prefix: as raw data)" if own else "")
             before = stats.files
             try:
                 if isinstance(store, DirStore):
-                    stage_dir(store, full, base, stats, placed.of(i))
+                    stage_dir(store, full, base, stats, placed.of(i), own)
                 else:
                     use_cache = ref.cache and paths.cache.is_dir()
                     if use_cache and cache is None:
                         cache = NodeCache(paths.cache, cfg.cache_max_bytes, cfg.namespace)
                     stage_s3(store, full, base, cache if use_cache else None, stats,
-                             placed=placed.of(i))
+                             placed=placed.of(i), own=own)
             except UnstageableKeyError as e:
                 raise InputStorageError(f"inputs[{i}] ({st.name}: {url(store, full)}): "
                                         f"{unstageable(i, e, placed, cfg.inputs)}") from e
