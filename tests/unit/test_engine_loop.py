@@ -616,3 +616,46 @@ def test_a_replaced_loop_never_takes_its_successors_wakeups() -> None:
         await loops.shutdown()
 
     run(main)
+
+
+def test_the_loops_gauge_counts_a_stopping_loop_until_its_pass_in_flight_ends() -> None:
+    """A paused operator (cli/operator.py) stops every loop; test_install reads the gauge
+    at 0 as "no pass can write now". It counted loops not stopping, so the end of one
+    object's loop set it to 0 while another's pass, stopped mid-flight, had yet to
+    write its status."""
+    from nightshift import metrics
+
+    rec = Recorder()
+    release = threading.Event()
+
+    def pass_fn(_ns: str, name: str, state: State) -> Outcome:
+        rec.enter(name)
+        try:
+            if name == "slow":
+                release.wait(5)
+        finally:
+            rec.leave()
+        return Outcome()
+
+    def gauge() -> float:
+        return metrics.LOOPS.labels("Example")._value.get()  # type: ignore[no-any-return]
+
+    async def main() -> None:
+        loops = make(pass_fn)
+        loops.on_object_event(None, body("slow"))
+        loops.on_object_event(None, body("quick"))
+        await until("both passes began", lambda: set(rec.calls) == {"slow", "quick"})
+        await until("the quick pass ended", lambda: rec.active == 1)
+        assert gauge() == 2
+        for name in ("slow", "quick"):
+            loops.stop("ns", name)
+        await until("the quick loop ended", lambda: loops.key("ns", "quick")
+                    not in loops._loops)
+        await asyncio.sleep(0.05)
+        assert gauge() == 1, "the slow loop's pass is still in flight"
+        release.set()
+        await until("the gauge reads 0", lambda: gauge() == 0)
+        assert rec.active == 0
+        await loops.shutdown()
+
+    run(main)

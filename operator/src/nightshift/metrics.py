@@ -23,7 +23,8 @@ RECONCILE_ERRORS = Counter("nightshift_reconcile_errors",
                            "Reconcile passes that raised, per kind and error class "
                            "(api: the Kubernetes API refused or failed; unexpected: a bug).",
                            ["kind", "error"])
-LOOPS = Gauge("nightshift_loops", "Objects with a running reconcile loop, per kind.", ["kind"])
+LOOPS = Gauge("nightshift_loops", "Reconcile loops alive, per kind (one per object; a "
+              "stopping loop counts until its pass in flight ends).", ["kind"])
 API_CALLS = Counter("nightshift_api_calls", "Kubernetes API calls made, per verb and resource.",
                     ["verb", "resource"])
 RUNS = Gauge("nightshift_runs", "PipelineRuns by phase, as last seen by a pass.",
