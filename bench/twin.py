@@ -54,6 +54,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from runside import NS_JOB, NS_RUN, drain_run, peak_rss_mb, run_pipelinerun, start_operator
 from watchstats import delta, pod_counters, steady, unsteady_because
 
+from nightshift.api import ranges
+
 CORES = (0, 1)  # the twins' numbers; "core" in results and output is the twin's number
 # Variants a twin can run as they are (padding needs a dry run, affinity a VirtualCluster).
 TWIN_VARIANTS = tuple(v for v in VARIANTS if v not in ("bare+padding", "bare+fields",
@@ -91,14 +93,9 @@ def cluster(core: int, cpus: str, *args: str) -> None:
 
 
 def same_cpus(a: str, b: str) -> bool:
-    """Whether two CPU lists (taskset's "0,1" or /proc's "0-1") name the same CPUs."""
-    def parse(spec: str) -> set[int]:
-        out: set[int] = set()
-        for part in spec.split(","):
-            lo, _, hi = part.partition("-")
-            out.update(range(int(lo), int(hi or lo) + 1))
-        return out
-    return parse(a) == parse(b)
+    """Whether two CPU lists (taskset's "0,1" or /proc's "0-1") name the same CPUs: the
+    kernel's list format is a Job's index ranges'."""
+    return ranges.parse(a) == ranges.parse(b)
 
 
 def pinned(core: int) -> dict[str, str]:
@@ -266,7 +263,7 @@ def one_pair(args: argparse.Namespace, n: int, pair: int, log: IO[str],
 
 
 def _on(side: dict[str, Any]) -> str:
-    cpus = str(side.get("cpus", side["core"]))
+    cpus = str(side["cpus"])
     return f"core {cpus}" if cpus.isdigit() else f"twin {side['core']}, CPUs {cpus}"
 
 

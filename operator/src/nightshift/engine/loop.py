@@ -274,7 +274,6 @@ class Loops(Generic[S]):
                 if self._on_end is not None:
                     self._on_end(namespace, name)
 
-
     async def _one_pass(self, namespace: str, name: str,
                         state: S) -> tuple[Outcome, BaseException | None]:
         if self._pass is None:

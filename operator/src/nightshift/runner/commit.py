@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nightshift.aws.s3store import S3Store
-from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, fill_template
+from nightshift.runner.config import DataConfig, Item, Paths, RunnerConfig, as_prefix, output_path
 from nightshift.runner.manifest import MANIFEST, MANIFEST_VERSION, RESERVED, WITHDRAWN
 from nightshift.runner.storageerr import storage_error
 from nightshift.runner.store import DirStore, ObjectInfo, sha256_file, walk_files
@@ -84,7 +84,7 @@ class Committer:
         self.outputs: list[Output] = []
         for i, ref in enumerate(cfg.outputs):
             st = cfg.storage(ref.storage)
-            path = as_prefix(fill_template(ref.path, cfg, item))
+            path = output_path(ref, cfg, item)
             failed = (st.prefix + as_prefix(ref.failed_prefix) + path + f"attempt-{attempt}/"
                       if ref.failed_prefix else None)
             local = paths.outputs / ref.local_path if ref.local_path else paths.outputs

@@ -24,7 +24,8 @@ from nightshift.api.runnerwire import (
 
 # The wire types come from api/runnerwire.py; the runner's modules import them here.
 __all__ = ["ENV_ROOT", "ConfigError", "DataConfig", "Item", "Paths", "RunnerConfig",
-           "StorageConfig", "as_prefix", "fill_template", "load", "paths_from_env", "resolve_item"]
+           "StorageConfig", "as_prefix", "fill_template", "load", "output_path", "paths_from_env",
+           "resolve_item"]
 
 # Test and local-run override for the /nightshift tree (the pod's volume layout); the
 # operator never sets it.
@@ -134,3 +135,9 @@ def fill_template(template: str, cfg: RunnerConfig, item: Item,
 
 def as_prefix(path: str) -> str:
     return path if not path or path.endswith("/") else path + "/"
+
+
+def output_path(ref: DataConfig, cfg: RunnerConfig, item: Item) -> str:
+    """The item's prefix for an output, relative to its storage's: where the commit
+    writes, and what stage-in compares an input with to know the item reads its own."""
+    return as_prefix(fill_template(ref.path, cfg, item))

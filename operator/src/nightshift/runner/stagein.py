@@ -27,6 +27,7 @@ from nightshift.runner.config import (
     RunnerConfig,
     as_prefix,
     fill_template,
+    output_path,
 )
 from nightshift.runner.download import StageStats, stage_dir, stage_s3
 from nightshift.runner.placed import Placed, unstageable
@@ -127,7 +128,7 @@ def check_item_paths(cfg: RunnerConfig, paths: Paths, item: Item) -> None:
             _item_key(cfg, item, f"inputs[{i}]", ref, st.prefix + path)
     for i, ref in enumerate(cfg.outputs):
         st = cfg.storage(ref.storage)
-        path = as_prefix(fill_template(ref.path, cfg, item))
+        path = output_path(ref, cfg, item)
         _local(paths.outputs, ref.local_path, f"outputs[{i}]")
         _item_key(cfg, item, f"outputs[{i}]", ref, st.prefix + path)
         if ref.failed_prefix:
@@ -137,7 +138,7 @@ def check_item_paths(cfg: RunnerConfig, paths: Paths, item: Item) -> None:
 
 def own_prefixes(cfg: RunnerConfig, item: Item) -> set[tuple[str, str]]:
     """(storage, path) of each of the item's output prefixes, as its inputs name them."""
-    return {(ref.storage, as_prefix(fill_template(ref.path, cfg, item))) for ref in cfg.outputs}
+    return {(ref.storage, output_path(ref, cfg, item)) for ref in cfg.outputs}
 
 
 def stage_in(cfg: RunnerConfig, paths: Paths, item: Item,
